@@ -1,0 +1,30 @@
+# Set-up and entry points. Both main targets create .venv themselves and are idempotent.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.lait-installed
+
+.PHONY: demo test test-fast bench clean-venv
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch and torchvision are pinned together in one command, or pip swaps torch.
+	$(BIN)/python -m pip install --quiet torch==2.14.1 torchvision==0.29.1 -e '.[dev]'
+	touch $(STAMP)
+
+## demo: run the whole pipeline offline on the built-in local web (shards + report in demo/)
+demo: $(STAMP)
+	$(BIN)/lait demo --out demo/
+
+## test: run the test suite (what CI runs)
+test: $(STAMP)
+	bash scripts/system-deps.sh
+	$(BIN)/python -m pytest -q
+
+## test-fast: the suite without the tests marked slow
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,5 @@
+import sys
+
+from lait.cli import main
+
+sys.exit(main())

@@ -1,0 +1,74 @@
+"""The `lait` command: one sub-command per pipeline step, each with its own `--help`.
+
+Command modules expose `register(subparsers)`; they import heavy libraries (torch, scrapy)
+inside their functions, so `lait --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from lait import __version__
+from lait.config import ConfigError
+from lait.log import setup_logging
+
+log = logging.getLogger("lait")
+
+# In the order `lait --help` lists them.
+COMMAND_MODULES = [
+    "crawler.site.command",
+]
+
+EPILOG = """\
+the pipeline (LAIT, ImageBERT paper):
+  lait crawl --seeds seeds.txt --out work/          1. collect pages and images (Scrapy)
+  lait ingest-warc CC-MAIN-*.warc.gz --out work/    1. or read Common Crawl archives
+  lait filter work/                                 2. image content filtering
+  lait clean work/                                  3. sentence detection and cleaning
+  lait score work/                                  4. image-text semantic scoring
+  lait build work/                                  5. aggregation into WebDataset shards
+  lait run work/ --config pipeline.yaml             stages 2-5 in one go, resumable
+  lait demo --out demo/                             the whole job offline on a built-in web
+
+`lait COMMAND --help` explains each command.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lait",
+        description="Build image-text pretraining datasets from the web (LAIT) and train ImageBERT on them.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"lait {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (debug)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    setup_logging(-1 if args.quiet else args.verbose)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f"lait {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"lait {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,264 @@
+"""Parquet parts in a work directory: partitioning, atomic writing, reading, completion markers.
+
+Layout of a work directory::
+
+    WORK/lait.json                     # {"partitions": N}: fixed when the directory is created
+    WORK/TABLE/pPPPPP-TAG.parquet      # one part of partition PPPPP, written by TAG
+    WORK/TABLE/pPPPPP-TAG.stats.json   # its stats, written together with it
+    WORK/_done/STAGE/pPPPPP.json       # a task of STAGE over input partition PPPPP finished
+    WORK/_configs/COMMAND.yaml         # resolved config of the last run of COMMAND
+
+A partition of a table is the union of its parts, read in file-name order, so several writers
+(crawler processes, or stage tasks that re-partition) can add to the same partition.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lait.schemas import Table, get_table
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PARTITIONS = 16
+META_FILE = "lait.json"
+_PART_RE = re.compile(r"^p(\d{5})-(.+)\.parquet$")
+
+
+def partition_of(key: str, n_partitions: int) -> int:
+    """Stable partition of a key (an image or page URL): the same on every machine and run."""
+    digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % n_partitions
+
+
+def part_name(partition: int, tag: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", tag):
+        raise ValueError(f"part tag must be [A-Za-z0-9_.-]+, got {tag!r}")
+    return f"p{partition:05d}-{tag}.parquet"
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write a file so that readers see either nothing or all of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".tmp-{uuid.uuid4().hex}-{path.name}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=1, sort_keys=True, default=str) + "\n").encode())
+
+
+def validate_rows(rows: Iterable[Mapping[str, Any]], schema: pa.Schema) -> list[Mapping[str, Any]]:
+    """Check rows against a schema: no unknown columns, no missing required values."""
+    names = set(schema.names)
+    required = [f.name for f in schema if not f.nullable]
+    out = []
+    for row in rows:
+        extra = row.keys() - names
+        if extra:
+            raise ValueError(f"unknown columns {sorted(extra)} for schema with {schema.names}")
+        missing = [n for n in required if row.get(n) is None]
+        if missing:
+            raise ValueError(f"missing required columns {missing} in row {_short(row)}")
+        out.append(row)
+    return out
+
+
+def _short(row: Mapping[str, Any]) -> str:
+    return "{" + ", ".join(f"{k}={str(v)[:60]!r}" for k, v in row.items()) + "}"
+
+
+class PartWriter:
+    """Streams rows of one table into one part file, which appears atomically on `close`.
+
+    Rows go to a hidden temporary file in row groups; `close` renames it into place next to
+    its stats JSON. A writer that is never closed (crash, kill) leaves only a hidden temporary
+    file, which readers ignore and `WorkDir.clean_temp` removes.
+    """
+
+    def __init__(self, path: Path, schema: pa.Schema, *, row_group_rows: int = 2048,
+                 row_group_bytes: int = 64 << 20, extra_stats: Mapping[str, Any] | None = None):
+        self.path = path
+        self.schema = schema
+        self.row_group_rows = row_group_rows
+        self.row_group_bytes = row_group_bytes
+        self.extra_stats = dict(extra_stats or {})
+        self.rows = 0
+        self._buffer: list[Mapping[str, Any]] = []
+        self._buffer_bytes = 0
+        self._writer: pq.ParquetWriter | None = None
+        self._tmp = path.with_name(f".tmp-{uuid.uuid4().hex}-{path.name}")
+        self.closed = False
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        self._buffer.append(row)
+        self._buffer_bytes += sum(len(v) for v in row.values() if isinstance(v, (bytes, str)))
+        if len(self._buffer) >= self.row_group_rows or self._buffer_bytes >= self.row_group_bytes:
+            self._flush()
+
+    def write_many(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        for row in rows:
+            self.write(row)
+
+    def _flush(self) -> None:
+        if not self._buffer:
+            return
+        table = pa.Table.from_pylist(validate_rows(self._buffer, self.schema), schema=self.schema)
+        if self._writer is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._writer = pq.ParquetWriter(self._tmp, self.schema, compression="zstd")
+        self._writer.write_table(table)
+        self.rows += table.num_rows
+        self._buffer = []
+        self._buffer_bytes = 0
+
+    def close(self) -> dict[str, Any] | None:
+        """Finish the part. Returns its stats, or None when no row was written (no file)."""
+        if self.closed:
+            raise RuntimeError(f"{self.path} already closed")
+        self.closed = True
+        self._flush()
+        if self._writer is None:
+            return None
+        self._writer.close()
+        stats = {"rows": self.rows, "bytes": self._tmp.stat().st_size, **self.extra_stats}
+        atomic_write_json(stats_path(self.path), stats)
+        os.replace(self._tmp, self.path)
+        return stats
+
+    def abort(self) -> None:
+        self.closed = True
+        if self._writer is not None:
+            self._writer.close()
+        self._tmp.unlink(missing_ok=True)
+
+
+def stats_path(part: Path) -> Path:
+    return part.with_name(part.name[: -len(".parquet")] + ".stats.json")
+
+
+class WorkDir:
+    """A work directory: the tables of DESIGN.md as folders of Parquet parts."""
+
+    def __init__(self, root: str | os.PathLike, *, n_partitions: int | None = None):
+        self.root = Path(root)
+        meta = self.root / META_FILE
+        if meta.exists():
+            stored = json.loads(meta.read_text())["partitions"]
+            if n_partitions is not None and n_partitions != stored:
+                raise ValueError(
+                    f"{self.root} was created with {stored} partitions, not {n_partitions}; "
+                    "use a new work directory to change the partition count"
+                )
+            self.n_partitions = int(stored)
+        else:
+            self.n_partitions = int(n_partitions or DEFAULT_PARTITIONS)
+
+    def init(self) -> WorkDir:
+        """Create the directory and fix its partition count."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        meta = self.root / META_FILE
+        if not meta.exists():
+            atomic_write_json(meta, {"partitions": self.n_partitions})
+        return self
+
+    # -- parts -----------------------------------------------------------------------------
+    def table_dir(self, table: str) -> Path:
+        return self.root / table
+
+    def part_path(self, table: str, partition: int, tag: str) -> Path:
+        return self.table_dir(table) / part_name(partition, tag)
+
+    def writer(self, table: str, partition: int, tag: str, **kwargs: Any) -> PartWriter:
+        return PartWriter(self.part_path(table, partition, tag), get_table(table).schema, **kwargs)
+
+    def part_files(self, table: str, partition: int | None = None) -> list[Path]:
+        d = self.table_dir(table)
+        if not d.is_dir():
+            return []
+        out = []
+        for p in d.iterdir():
+            m = _PART_RE.match(p.name)
+            if m and (partition is None or int(m.group(1)) == partition):
+                out.append(p)
+        return sorted(out, key=lambda p: p.name)
+
+    def partitions(self, table: str) -> list[int]:
+        """Partitions of a table that hold at least one part."""
+        return sorted({int(_PART_RE.match(p.name).group(1)) for p in self.part_files(table)})
+
+    def read(self, table: str, partition: int | None = None, columns: list[str] | None = None) -> pa.Table:
+        """A partition (or the whole table) as one Arrow table, in part-name order."""
+        schema = get_table(table).schema
+        files = self.part_files(table, partition)
+        if columns is not None:
+            schema = pa.schema([schema.field(c) for c in columns])
+        if not files:
+            return schema.empty_table()
+        tables = [pq.read_table(f, columns=columns, schema=schema) for f in files]
+        return pa.concat_tables(tables)
+
+    def iter_rows(self, table: str, partition: int | None = None, columns: list[str] | None = None,
+                  batch_size: int = 256) -> Iterator[dict[str, Any]]:
+        """Rows as dicts, streamed batch by batch so a large partition never sits in memory."""
+        for f in self.part_files(table, partition):
+            pf = pq.ParquetFile(f)
+            for batch in pf.iter_batches(batch_size=batch_size, columns=columns):
+                yield from batch.to_pylist()
+
+    def count(self, table: str, partition: int | None = None) -> int:
+        return sum(pq.ParquetFile(f).metadata.num_rows for f in self.part_files(table, partition))
+
+    def remove_parts(self, table: str, tag: str) -> int:
+        """Remove every part (and stats) of a table written under `tag`; returns how many."""
+        n = 0
+        for p in self.part_files(table):
+            if _PART_RE.match(p.name).group(2) == tag:
+                stats_path(p).unlink(missing_ok=True)
+                p.unlink()
+                n += 1
+        return n
+
+    def clean_temp(self) -> None:
+        """Remove temporary files left by writers that were killed."""
+        if not self.root.is_dir():
+            return
+        for p in self.root.rglob(".tmp-*"):
+            p.unlink(missing_ok=True)
+
+    # -- task markers ----------------------------------------------------------------------
+    def marker_path(self, stage: str, partition: int) -> Path:
+        return self.root / "_done" / stage / f"p{partition:05d}.json"
+
+    def is_done(self, stage: str, partition: int) -> bool:
+        return self.marker_path(stage, partition).exists()
+
+    def mark_done(self, stage: str, partition: int, stats: Mapping[str, Any]) -> None:
+        atomic_write_json(self.marker_path(stage, partition), dict(stats))
+
+    def done_stats(self, stage: str) -> list[dict[str, Any]]:
+        d = self.root / "_done" / stage
+        if not d.is_dir():
+            return []
+        return [json.loads(p.read_text()) for p in sorted(d.glob("p*.json"))]
+
+    # -- configs ---------------------------------------------------------------------------
+    def write_config(self, command: str, text: str) -> Path:
+        path = self.root / "_configs" / f"{command}.yaml"
+        atomic_write_bytes(path, text.encode())
+        return path

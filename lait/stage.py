@@ -1,0 +1,129 @@
+"""The step contract: a stage processes one input partition; filters answer keep-or-reason.
+
+A `Stage` is a picklable object (its config plus code) that every executor calls through
+`lait.executor.run_part`. Inside `Stage.process` it reads its input partition and writes
+through a `PartContext`, which owns the output parts, the `rejected/` part and the counters,
+so every stage gets atomic outputs, reasons for every drop and a stats funnel for free.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar
+
+from lait.parts import PartWriter, WorkDir
+
+log = logging.getLogger(__name__)
+
+KeepResult = bool | tuple[bool, str]
+
+
+class Filter(ABC):
+    """A rule that keeps a record or names why it drops it.
+
+    `keep` returns True, or `(False, detail)`; the drop is recorded as `STAGE/NAME` with the
+    detail, by `PartContext.apply_filters`.
+    """
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def keep(self, record: Any) -> KeepResult: ...
+
+
+def task_tag(stage: str, partition: int) -> str:
+    """Tag of the parts a stage task writes: rerunning the task replaces exactly these."""
+    return f"{stage}{partition:05d}"
+
+
+class PartContext:
+    """What a stage task writes to: output parts per (table, partition), rejects, counters."""
+
+    def __init__(self, work: WorkDir, stage: str, partition: int):
+        self.work = work
+        self.stage = stage
+        self.partition = partition
+        self.tag = task_tag(stage, partition)
+        self.counters: Counter[str] = Counter()
+        self._writers: dict[tuple[str, int], PartWriter] = {}
+
+    def output(self, table: str, partition: int | None = None) -> PartWriter:
+        """Writer for `table`, in this task's partition unless another is given (re-partitioning)."""
+        key = (table, self.partition if partition is None else partition)
+        w = self._writers.get(key)
+        if w is None:
+            w = self._writers[key] = self.work.writer(
+                table, key[1], self.tag, extra_stats={"stage": self.stage, "input_partition": self.partition}
+            )
+        return w
+
+    def write(self, table: str, row: Mapping[str, Any], partition: int | None = None) -> None:
+        self.output(table, partition).write(row)
+        self.counters[f"{self.stage}/out_{table}"] += 1
+
+    def reject(self, rule: str, *, image_url: str | None = None, page_url: str | None = None,
+               text: str | None = None, detail: str | None = None) -> None:
+        """Record a dropped row with the reason `STAGE/RULE`."""
+        reason = rule if "/" in rule else f"{self.stage}/{rule}"
+        self.output("rejected").write(
+            {"reason": reason, "image_url": image_url, "page_url": page_url, "text": text,
+             "detail": None if detail is None else str(detail)[:1000]}
+        )
+        self.counters[reason] += 1
+
+    def count(self, name: str, n: int = 1) -> None:
+        self.counters[name if "/" in name else f"{self.stage}/{name}"] += n
+
+    def apply_filters(self, records: Iterable[Any], filters: Sequence[Filter], *,
+                      ids: Any = None) -> Iterator[Any]:
+        """Yield the records every filter keeps; route the others to `rejected/`.
+
+        `ids(record)` gives the `image_url`, `page_url` and `text` columns of a reject.
+        """
+        for record in records:
+            for f in filters:
+                verdict = f.keep(record)
+                ok, detail = (verdict, None) if isinstance(verdict, bool) else verdict
+                if not ok:
+                    self.reject(f.name, detail=detail, **(ids(record) if ids else {}))
+                    break
+            else:
+                yield record
+
+    def close(self) -> dict[str, Any]:
+        """Finish every output part; returns the task's stats."""
+        outputs = {}
+        for (table, part), w in sorted(self._writers.items()):
+            stats = w.close()
+            if stats is not None:
+                outputs.setdefault(table, 0)
+                outputs[table] += stats["rows"]
+        return {"stage": self.stage, "partition": self.partition, "outputs": outputs,
+                "counters": dict(sorted(self.counters.items()))}
+
+    def abort(self) -> None:
+        for w in self._writers.values():
+            if not w.closed:
+                w.abort()
+
+
+class Stage(ABC):
+    """One stage of the pipeline over partitions of an input table.
+
+    Subclasses set `name`, `input_table` and `output_tables`, keep their config in picklable
+    attributes, and implement `process`. Heavy resources (models) are loaded lazily inside
+    `process`, once per worker process, never in `__init__` (which runs in the driver).
+    """
+
+    name: ClassVar[str]
+    input_table: ClassVar[str]
+    output_tables: ClassVar[tuple[str, ...]]
+
+    def partitions(self, work: WorkDir) -> list[int]:
+        return work.partitions(self.input_table)
+
+    @abstractmethod
+    def process(self, ctx: PartContext) -> None: ...

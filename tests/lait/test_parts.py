@@ -1,0 +1,88 @@
+import json
+from datetime import datetime, timezone
+
+import pyarrow as pa
+import pytest
+
+from lait.parts import PartWriter, WorkDir, partition_of, stats_path
+from lait.schemas import IMAGES, get_table
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def image_row(i: int) -> dict:
+    return {"image_url": f"http://x/{i}.jpg", "bytes": b"\xff" * i, "mime": "image/jpeg", "status": 200,
+            "fetched_at": T0}
+
+
+def test_partition_is_stable_and_spread():
+    assert partition_of("http://example.com/a.jpg", 16) == partition_of("http://example.com/a.jpg", 16)
+    counts = [0] * 16
+    for i in range(1600):
+        counts[partition_of(f"http://example.com/{i}.jpg", 16)] += 1
+    assert min(counts) > 50  # roughly uniform
+
+
+def test_part_appears_atomically_with_stats(tmp_path):
+    work = WorkDir(tmp_path, n_partitions=4).init()
+    w = work.writer("images", 3, "t1", row_group_rows=2)
+    for i in range(5):
+        w.write(image_row(i))
+    # Before close only a hidden temporary file exists: readers see nothing.
+    assert work.part_files("images") == []
+    assert work.read("images").num_rows == 0
+    stats = w.close()
+    assert stats["rows"] == 5
+    [part] = work.part_files("images")
+    assert part.name == "p00003-t1.parquet"
+    assert json.loads(stats_path(part).read_text())["rows"] == 5
+    assert work.partitions("images") == [3]
+    assert work.read("images", 3)["image_url"].to_pylist() == [f"http://x/{i}.jpg" for i in range(5)]
+    assert work.count("images") == 5
+    assert [r["bytes"] for r in work.iter_rows("images", 3, batch_size=2)] == [b"\xff" * i for i in range(5)]
+
+
+def test_abort_leaves_no_part(tmp_path):
+    work = WorkDir(tmp_path).init()
+    w = work.writer("images", 0, "t")
+    w.write(image_row(1))
+    w.abort()
+    assert work.part_files("images") == [] and not list(tmp_path.rglob(".tmp-*"))
+
+
+def test_rows_are_validated_against_the_schema(tmp_path):
+    w = PartWriter(tmp_path / "p00000-x.parquet", IMAGES)
+    w.write({**image_row(1), "colour": "red"})
+    with pytest.raises(ValueError, match="unknown columns"):
+        w.close()
+    w = PartWriter(tmp_path / "p00000-y.parquet", IMAGES)
+    w.write({"image_url": "u", "fetched_at": T0})
+    with pytest.raises(ValueError, match="status"):
+        w.close()
+    w = PartWriter(tmp_path / "p00000-z.parquet", IMAGES)
+    w.write({**image_row(1), "status": "ok"})
+    with pytest.raises((pa.ArrowInvalid, pa.ArrowTypeError)):
+        w.close()
+
+
+def test_partition_count_is_fixed_per_work_dir(tmp_path):
+    WorkDir(tmp_path, n_partitions=8).init()
+    assert WorkDir(tmp_path).n_partitions == 8
+    with pytest.raises(ValueError, match="8 partitions"):
+        WorkDir(tmp_path, n_partitions=4)
+
+
+def test_parts_of_several_writers_form_one_partition(tmp_path):
+    work = WorkDir(tmp_path).init()
+    for tag, rows in (("b", [3, 4]), ("a", [1, 2])):
+        w = work.writer("images", 1, tag)
+        w.write_many(image_row(i) for i in rows)
+        w.close()
+    assert [r["image_url"] for r in work.iter_rows("images", 1)] == [f"http://x/{i}.jpg" for i in (1, 2, 3, 4)]
+    assert work.remove_parts("images", "a") == 1
+    assert work.count("images") == 2
+
+
+def test_empty_read_keeps_schema(tmp_path):
+    t = WorkDir(tmp_path).read("candidates", 0)
+    assert t.num_rows == 0 and t.schema == get_table("candidates").schema
