@@ -35,8 +35,8 @@ def run_stage(stage: Stage, cfg: StageConfig, command: str) -> RunReport:
 
         raise ConfigError(f"work directory not found: {work.root}")
     work.write_config(command, cfg.to_yaml())
-    executor = make_executor(cfg.executor, workers=cfg.workers or None, retries=cfg.retries,
-                             show_progress=cfg.progress)
+    executor = make_executor(cfg.executor, ray_address=cfg.ray_address, workers=cfg.workers or None,
+                             retries=cfg.retries, show_progress=cfg.progress)
     return executor.run(stage, work)
 
 

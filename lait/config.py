@@ -184,7 +184,9 @@ class StageConfig(Config):
     """Settings every partitioned stage command shares."""
 
     work: str = setting("", "work directory (holds pages/, images/, ... as Parquet parts)", positional=True)
-    executor: str = setting("local", "where partitions run", choices=["local"])
+    executor: str = setting("local", "where partitions run: a local process pool, or a Ray cluster",
+                            choices=["local", "ray"])
+    ray_address: str | None = setting(None, "Ray cluster address for --executor ray (default: start a local one)")
     workers: int = setting(0, "worker processes (0: one per CPU core)")
     retries: int = setting(2, "times a failing partition is retried before it is reported")
     progress: bool = setting(True, "show a progress bar on a terminal")

@@ -177,11 +177,15 @@ class LocalExecutor:
             queue.append(p)
 
 
-EXECUTORS = ("local",)
+EXECUTORS = ("local", "ray")
 
 
-def make_executor(name: str = "local", **kwargs: Any) -> LocalExecutor:
-    """The executor named on the command line (`--executor`)."""
+def make_executor(name: str = "local", *, ray_address: str | None = None, **kwargs: Any) -> Any:
+    """The executor named on the command line (`--executor`): same `run(stage, work)` for all."""
     if name == "local":
-        return LocalExecutor(**{k: v for k, v in kwargs.items() if k in ("workers", "retries", "show_progress")})
+        return LocalExecutor(**kwargs)
+    if name == "ray":
+        from lait.ray_executor import RayExecutor
+
+        return RayExecutor(address=ray_address, **kwargs)
     raise ValueError(f"unknown executor {name!r}: choose from {EXECUTORS}")

@@ -1,0 +1,324 @@
+"""Real-web mode: real article pages served locally with their images made reachable.
+
+Pages come from ``../shared/data/html`` (mozilla/readability test pages and the
+article-extraction-benchmark pages). Every image URL they reference (``<img>`` src, srcset,
+lazy-load attributes, ``<source>``, ``og:image``/``twitter:image``) is rewritten to
+``/photos/r/<hash>.jpg``: a flipped crop of a real photo from ``../shared/data/photos``,
+chosen deterministically from the original URL. Each page also gets planted
+``<figure><img><figcaption>`` blocks pairing a COCO photo (``/photos/coco/<file>``) with one
+of its human captions: the only image-text pairs whose truth is known.
+
+Ground truth has the generator's shape. Substituted images carry ``"substituted": true`` and
+``true_caption: null``; their verdict only covers what their bytes decide
+(``filter/min_side``, ``filter/aspect_ratio``). Planted photos are ``keep: true`` with every
+caption they were planted with in ``true_captions``. Pages that lxml cannot parse are served
+unchanged with ``"parse_ok": false``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+from urllib.parse import urljoin, urlsplit
+
+import lxml.html
+from PIL import Image, ImageOps
+
+from crawler.site.generator import Response
+
+log = logging.getLogger(__name__)
+
+_IMG_ATTRS = ("src", "data-src", "data-lazy-src", "data-original", "data-url", "data-hi-res-src")
+_SRCSET_ATTRS = ("srcset", "data-srcset", "data-lazy-srcset")
+_META_IMAGE = ("og:image", "og:image:url", "og:image:secure_url", "twitter:image",
+               "twitter:image:src")
+HTML = "text/html; charset=utf-8"
+
+
+def default_data_dir() -> Path:
+    """``../shared/data`` relative to the repository root."""
+    return Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+@dataclass
+class RealPage:
+    """One real page: where it came from and, once built, its served bytes and references."""
+
+    path: str
+    source: str  # "readability" or "aeb"
+    file: Path
+    original_url: str | None
+    body: bytes = b""
+    lang: str | None = None
+    parse_ok: bool = True
+    refs: list[dict] = field(default_factory=list)
+
+
+def _split_srcset(value: str) -> list[tuple[str, str]]:
+    """(url, descriptor) pairs; URLs may contain commas, so split on ", " boundaries."""
+    out = []
+    for part in re.split(r",\s+", value.strip()):
+        bits = part.strip().split()
+        if bits:
+            out.append((bits[0], " ".join(bits[1:])))
+    return out
+
+
+class RealWebSite:
+    """A :class:`~crawler.site.generator.Site`-compatible site over the shared real pages."""
+
+    name = "lait real web"
+
+    def __init__(self, data_dir: str | Path | None = None, planted_per_page: int = 1) -> None:
+        self.data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
+        html_dir = self.data_dir / "html"
+        if not html_dir.is_dir():
+            raise FileNotFoundError(f"no real-web data at {html_dir}")
+        self.planted_per_page = planted_per_page
+        self._pages: dict[str, RealPage] = {}
+        self._built = False
+        self._collect_pages(html_dir)
+        coco = self.data_dir / "photos" / "coco_train"
+        meta = json.loads((coco / "captions.json").read_text())
+        caps: dict[int, list[str]] = {}
+        for ann in meta["annotations"]:
+            caps.setdefault(ann["image_id"], []).append(ann["caption"].strip())
+        self._coco = sorted(((im["file_name"], caps.get(im["id"], [])) for im in meta["images"]
+                             if (coco / im["file_name"]).exists() and caps.get(im["id"])))
+        self._photos = sorted(p for p in (self.data_dir / "photos").rglob("*.jpg"))
+        self._photo_sizes = {p: Image.open(p).size for p in self._photos}
+        self._substitutes: dict[str, tuple[Path, tuple[int, int, int, int]]] = {}
+
+    # ----- pages
+    def _collect_pages(self, html_dir: Path) -> None:
+        for d in sorted((html_dir / "readability").glob("*/")):
+            if (d / "source.html").exists():
+                self._add(RealPage(f"/readability/{d.name}/", "readability", d / "source.html",
+                                   None))
+        aeb = html_dir / "aeb"
+        truth = json.loads((aeb / "ground-truth.json").read_text()) if aeb.is_dir() else {}
+        for page_id, info in sorted(truth.items()):
+            file = aeb / "html" / f"{page_id}.html.gz"
+            if not file.exists():
+                continue
+            path = urlsplit(info["url"]).path or "/"
+            if path in self._pages or path in ("/", "/robots.txt", "/sitemap.xml") \
+                    or path.startswith("/photos/"):
+                path = f"/aeb/{page_id[:12]}{path}"  # two sites used the same path
+            self._add(RealPage(path, "aeb", file, info["url"]))
+
+    def _add(self, page: RealPage) -> None:
+        self._pages[page.path] = page
+
+    def page_paths(self) -> list[str]:
+        """Every served page, sorted (the home page first)."""
+        return ["/"] + sorted(self._pages)
+
+    def _build_all(self) -> None:
+        # Building assigns planted photos in a fixed page order, so build all pages at once.
+        if self._built:
+            return
+        for k, path in enumerate(sorted(self._pages)):
+            self._build(self._pages[path], k)
+        self._built = True
+        log.info("real web: %d pages built", len(self._pages))
+
+    def _build(self, page: RealPage, k: int) -> None:
+        raw = page.file.read_bytes()
+        if page.file.suffix == ".gz":
+            raw = gzip.decompress(raw)
+        try:
+            doc = lxml.html.document_fromstring(raw)
+        except Exception as exc:  # lxml raises several types on odd input
+            log.warning("real web: cannot parse %s: %s", page.file, exc)
+            page.body, page.parse_ok = raw, False
+            return
+        base = page.original_url or f"https://readability.example{page.path}"
+        page.lang = doc.get("lang") or None
+        for el in doc.xpath("//base"):
+            el.drop_tree()  # a <base href> would send relative URLs off-host
+        for el in doc.iter("meta"):
+            if el.get("charset"):
+                el.set("charset", "utf-8")  # bytes are re-encoded as UTF-8 below
+            elif (el.get("http-equiv") or "").lower() == "content-type":
+                el.set("content", HTML)
+        self._rewrite_images(doc, page, base)
+        self._plant(doc, page, k)
+        page.body = lxml.html.tostring(doc, doctype="<!DOCTYPE html>", encoding="utf-8",
+                                       method="html")
+
+    def _substitute(self, url: str) -> str:
+        """The local URL standing in for an original image URL, registering its crop."""
+        h = hashlib.sha1(url.encode()).hexdigest()[:16]
+        local = f"/photos/r/{h}.jpg"
+        if local not in self._substitutes:
+            n = int(h, 16)
+            photo = self._photos[n % len(self._photos)]
+            w, h_ = self._photo_sizes[photo]
+            fx, fy = 0.7 + (n >> 8) % 25 / 100, 0.7 + (n >> 16) % 25 / 100
+            cw, ch = max(1, int(w * fx)), max(1, int(h_ * fy))
+            x0, y0 = (n >> 24) % (w - cw + 1), (n >> 32) % (h_ - ch + 1)
+            self._substitutes[local] = (photo, (x0, y0, x0 + cw, y0 + ch))
+        return local
+
+    def _rewrite_images(self, doc, page: RealPage, base: str) -> None:
+        def local(value: str) -> str | None:
+            value = value.strip()
+            if not value or value.startswith(("data:", "#")):
+                return None
+            return self._substitute(urljoin(base, value))
+
+        for el in doc.iter("img", "source"):
+            alt = el.get("alt") if el.tag == "img" else None
+            in_picture = el.getparent() is not None and el.getparent().tag == "picture"
+            for attr in _IMG_ATTRS:
+                new = local(el.get(attr) or "")
+                if new:
+                    via = {"src": "picture" if in_picture else "img"}.get(attr, "data-src")
+                    page.refs.append(self._ref(new, via, alt, el.get(attr)))
+                    el.set(attr, new)
+            for attr in _SRCSET_ATTRS:
+                pairs = _split_srcset(el.get(attr) or "")
+                rewritten = []
+                for url, desc in pairs:
+                    new = local(url) or url
+                    if new != url:
+                        via = "picture" if in_picture or el.tag == "source" else "srcset"
+                        page.refs.append(self._ref(new, via, alt, url))
+                    rewritten.append(f"{new} {desc}".strip())
+                if pairs:
+                    el.set(attr, ", ".join(rewritten))
+        for el in doc.iter("meta"):
+            key = el.get("property") or el.get("name") or ""
+            if key.lower() in _META_IMAGE:
+                new = local(el.get("content") or "")
+                if new:
+                    page.refs.append(self._ref(new, "og", None, el.get("content")))
+                    el.set("content", new)
+
+    @staticmethod
+    def _ref(url: str, via: str, alt: str | None, original: str | None,
+             caption: str | None = None, sources: tuple[str, ...] = ()) -> dict:
+        return {"url": url, "found_via": via, "alt": alt, "true_caption": caption,
+                "caption_sources": list(sources), "original_url": original}
+
+    def _plant(self, doc, page: RealPage, k: int) -> None:
+        """Insert planted COCO figures after the first substantial paragraphs."""
+        paragraphs = [p for p in doc.iter("p") if len(p.text_content().strip()) > 80]
+        body = doc.find("body")
+        for j in range(self.planted_per_page):
+            slot = k * self.planted_per_page + j
+            file_name, captions = self._coco[slot % len(self._coco)]
+            caption = captions[(slot // len(self._coco)) % len(captions)]
+            url = f"/photos/coco/{file_name}"
+            alt_is_caption = slot % 2 == 1
+            alt = caption if alt_is_caption else ""
+            fig = lxml.html.fragment_fromstring(
+                f'<figure class="lait-planted"><img src="{url}" alt="{escape(alt)}">'
+                f"<figcaption>{escape(caption)}</figcaption></figure>")
+            anchor = paragraphs[j] if j < len(paragraphs) else None
+            if anchor is not None and anchor.getparent() is not None:
+                anchor.addnext(fig)
+            elif body is not None:
+                body.append(fig)
+            else:
+                doc.append(fig)
+            sources = ("alt", "figcaption") if alt_is_caption else ("figcaption",)
+            page.refs.append(self._ref(url, "img", alt, None, caption, sources))
+
+    # ----- routing
+    def route(self, path: str, base_url: str = "") -> Response:
+        """Answer a GET for ``path`` (query string ignored)."""
+        path = path.split("?", 1)[0].split("#", 1)[0] or "/"
+        if path in ("/", "/index.html"):
+            return Response(200, HTML, self._index().encode())
+        if path == "/robots.txt":
+            return Response(200, "text/plain; charset=utf-8",
+                            f"User-agent: *\nAllow: /\n\nSitemap: {base_url}/sitemap.xml\n".encode())
+        if path == "/sitemap.xml":
+            locs = "".join(f"<url><loc>{base_url}{escape(p)}</loc></url>\n"
+                           for p in self.page_paths())
+            return Response(200, "application/xml",
+                            ('<?xml version="1.0" encoding="UTF-8"?>\n<urlset xmlns='
+                             f'"http://www.sitemaps.org/schemas/sitemap/0.9">\n{locs}</urlset>\n'
+                             ).encode())
+        if path in self._pages:
+            self._build_all()
+            page = self._pages[path]
+            return Response(200, HTML if page.parse_ok else "text/html", page.body)
+        if path.startswith("/photos/coco/"):
+            file = self.data_dir / "photos" / "coco_train" / path.rsplit("/", 1)[-1]
+            if file.is_file() and file.suffix == ".jpg":
+                return Response(200, "image/jpeg", file.read_bytes())
+        if path.startswith("/photos/r/"):
+            self._build_all()
+            if path in self._substitutes:
+                return Response(200, "image/jpeg", self._render_substitute(path))
+        return Response(404, HTML, b"<!DOCTYPE html><title>404 Not Found</title><h1>Not Found</h1>")
+
+    def _render_substitute(self, path: str) -> bytes:
+        photo, box = self._substitutes[path]
+        with Image.open(photo) as im:
+            img = ImageOps.mirror(im.convert("RGB").crop(box))
+        buf = io.BytesIO()
+        img.save(buf, "JPEG", quality=88)
+        return buf.getvalue()
+
+    def _index(self) -> str:
+        items = "".join(f'<li><a href="{escape(p)}">{escape(p)}</a></li>\n'
+                        for p in self.page_paths()[1:])
+        return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+                f"<title>{self.name}</title></head><body><main><h1>{self.name}</h1>"
+                f"<ul>\n{items}</ul></main></body></html>\n")
+
+    # ----- ground truth
+    def ground_truth(self) -> dict:
+        """Pages with their image references, and a verdict for every served image URL."""
+        self._build_all()
+        pages: dict[str, dict] = {"/": {"status": 200, "lang": "en", "disallowed": False,
+                                        "noai": False, "images": []}}
+        images: dict[str, dict] = {}
+        for path in sorted(self._pages):
+            page = self._pages[path]
+            pages[path] = {"status": 200, "lang": page.lang, "disallowed": False, "noai": False,
+                           "source": page.source, "original_url": page.original_url,
+                           "parse_ok": page.parse_ok, "images": page.refs}
+            for ref in page.refs:
+                entry = images.get(ref["url"])
+                if entry is None:
+                    entry = images[ref["url"]] = self._image_truth(ref["url"])
+                if ref["true_caption"] and ref["true_caption"] not in entry["true_captions"]:
+                    entry["true_captions"].append(ref["true_caption"])
+                    entry["true_caption"] = entry["true_caption"] or ref["true_caption"]
+        return {"mode": "real-web", "data_dir": str(self.data_dir), "n_pages": len(self._pages),
+                "disallowed_prefix": None, "pages": pages, "images": images,
+                "junk_texts": [], "broken_links": []}
+
+    def _image_truth(self, url: str) -> dict:
+        if url.startswith("/photos/coco/"):
+            file = self.data_dir / "photos" / "coco_train" / url.rsplit("/", 1)[-1]
+            w, h = self._photo_sizes.get(file) or Image.open(file).size
+            substituted = False
+        else:
+            _, (x0, y0, x1, y1) = self._substitutes[url]
+            w, h = x1 - x0, y1 - y0
+            substituted = True
+        reason = ("filter/min_side" if min(w, h) < 300
+                  else "filter/aspect_ratio" if max(w, h) / min(w, h) > 3 else None)
+        return {"status": 200, "width": w, "height": h, "format": "JPEG", "keep": reason is None,
+                "reason": reason, "true_caption": None, "true_captions": [],
+                "duplicate_of": None, "substituted": substituted}
+
+    def write_ground_truth(self, path: str | Path) -> Path:
+        """Write :meth:`ground_truth` as JSON to ``path`` and return it."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.ground_truth(), ensure_ascii=False, indent=1))
+        return path

@@ -1,0 +1,124 @@
+"""RayExecutor: the same `run_part` as the local executor, as Ray tasks on a cluster.
+
+Past one machine, partitions become Ray tasks; the work directory must be reachable from every
+node (a shared filesystem). Ray retries a task whose worker died (`max_retries`) and, here, one
+that raised (`retry_exceptions`); a partition that still fails is reported by number while the
+others complete. At most `max_in_flight` tasks are submitted at once, so the object store and
+the scheduler hold a bounded amount whatever the number of partitions.
+
+Stages that declare `num_gpus > 0` (scoring) run on GPU actors when the cluster has GPUs:
+one actor per GPU, each keeping its loaded model between partitions.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+from lait.executor import RunReport, run_part
+from lait.log import progress
+from lait.parts import WorkDir
+from lait.stage import Stage
+
+log = logging.getLogger(__name__)
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ImportError("the Ray executor needs Ray: pip install 'lait[ray]'") from None
+    return ray
+
+
+class RayExecutor:
+    """Runs partitions as Ray tasks (CPU) or on GPU actors (stages with `num_gpus`)."""
+
+    def __init__(self, address: str | None = None, retries: int = 2, *, workers: int | None = None,
+                 show_progress: bool = True, max_in_flight: int | None = None,
+                 init_kwargs: dict[str, Any] | None = None):
+        self.address = address
+        self.retries = retries
+        self.workers = workers
+        self.show_progress = show_progress
+        self.max_in_flight = max_in_flight
+        self.init_kwargs = dict(init_kwargs or {})
+
+    def _connect(self) -> Any:
+        ray = _import_ray()
+        if not ray.is_initialized():
+            kwargs = {"include_dashboard": False, "log_to_driver": True, **self.init_kwargs}
+            if self.address:
+                kwargs["address"] = self.address
+            elif self.workers:
+                kwargs.setdefault("num_cpus", self.workers)
+            ray.init(**kwargs)
+        return ray
+
+    def run(self, stage: Stage, work: WorkDir | str, partitions: Sequence[int] | None = None) -> RunReport:
+        ray = self._connect()
+        work = work if isinstance(work, WorkDir) else WorkDir(work)
+        work.clean_temp()
+        todo = sorted(stage.partitions(work) if partitions is None else partitions)
+        report = RunReport(stage.name)
+        pending = [p for p in todo if not work.is_done(stage.name, p)]
+        report.skipped = [p for p in todo if p not in set(pending)]
+        root = str(work.root)
+        submit = self._submitter(ray, stage)
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        limit = self.max_in_flight or 2 * cpus
+        bar = progress(total=len(pending), desc=stage.name, unit="part", disable=not self.show_progress)
+        in_flight: dict[Any, int] = {}
+        queue = list(pending)
+        try:
+            while queue or in_flight:
+                while queue and len(in_flight) < limit:
+                    p = queue.pop(0)
+                    in_flight[submit(root, p)] = p
+                ready, _ = ray.wait(list(in_flight), num_returns=1)
+                for ref in ready:
+                    p = in_flight.pop(ref)
+                    try:
+                        stats = ray.get(ref)
+                        report.done.append(p)
+                        report.stats.append(stats)
+                    except Exception as exc:  # retries are spent: report, keep going
+                        report.failed[p] = "".join(traceback.format_exception_only(type(exc), exc))
+                    bar.update(1)
+        finally:
+            bar.close()
+        report.done.sort()
+        report.stats.sort(key=lambda s: s["partition"])
+        log.info(report.summary())
+        return report
+
+    def _submitter(self, ray: Any, stage: Stage) -> Any:
+        num_gpus = float(getattr(stage, "num_gpus", 0) or 0)
+        gpus = int(ray.cluster_resources().get("GPU", 0))
+        if num_gpus > 0 and gpus > 0:
+            return self._gpu_actor_submitter(ray, stage, gpus)
+        task = ray.remote(run_part).options(
+            num_cpus=float(getattr(stage, "num_cpus", 1) or 1),
+            max_retries=self.retries,
+            retry_exceptions=True,
+        )
+        stage_ref = ray.put(stage)
+        return lambda root, p: task.remote(stage_ref, root, p)
+
+    def _gpu_actor_submitter(self, ray: Any, stage: Stage, gpus: int) -> Any:
+        @ray.remote(num_gpus=1, max_restarts=self.retries, max_task_retries=self.retries)
+        class PartRunner:
+            """Holds a stage on one GPU; its model stays loaded between partitions."""
+
+            def __init__(self, stage: Stage):
+                self.stage = stage
+
+            def run(self, root: str, partition: int) -> dict[str, Any]:
+                return run_part(self.stage, root, partition)
+
+        actors = [PartRunner.remote(stage) for _ in range(gpus)]
+        counter = iter(range(1 << 62))
+        log.info("%s: %d GPU actors", stage.name, len(actors))
+        return lambda root, p: actors[next(counter) % len(actors)].run.remote(root, p)
