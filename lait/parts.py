@@ -225,13 +225,20 @@ class WorkDir:
         return sum(pq.ParquetFile(f).metadata.num_rows for f in self.part_files(table, partition))
 
     def remove_parts(self, table: str, tag: str) -> int:
-        """Remove every part (and stats) of a table written under `tag`; returns how many."""
+        """Remove every part of a table written under `tag`, with its stats and any temporary
+        files a killed writer of that tag left; returns how many parts were removed."""
         n = 0
         for p in self.part_files(table):
             if _PART_RE.match(p.name).group(2) == tag:
                 stats_path(p).unlink(missing_ok=True)
                 p.unlink()
                 n += 1
+        d = self.table_dir(table)
+        if d.is_dir():
+            leftover = re.compile(rf"^\.tmp-[0-9a-f]{{32}}-p\d{{5}}-{re.escape(tag)}\.(parquet|stats\.json)$")
+            for p in d.iterdir():
+                if leftover.match(p.name):
+                    p.unlink(missing_ok=True)
         return n
 
     def clean_temp(self) -> None:

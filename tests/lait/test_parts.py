@@ -86,3 +86,18 @@ def test_parts_of_several_writers_form_one_partition(tmp_path):
 def test_empty_read_keeps_schema(tmp_path):
     t = WorkDir(tmp_path).read("candidates", 0)
     assert t.num_rows == 0 and t.schema == get_table("candidates").schema
+
+
+def test_remove_parts_also_removes_temporary_files_of_that_tag(tmp_path):
+    work = WorkDir(tmp_path).init()
+    w = work.writer("images", 2, "stage00002")
+    w.write(image_row(1))
+    w.close()
+    killed = work.writer("images", 2, "stage00002", row_group_rows=1)
+    killed.write(image_row(2))  # flushed to a hidden temp file, never closed (writer killed)
+    other = work.writer("images", 3, "stage00003", row_group_rows=1)
+    other.write(image_row(3))
+    assert len(list((tmp_path / "images").glob(".tmp-*"))) == 2
+    assert work.remove_parts("images", "stage00002") == 1
+    [left] = list((tmp_path / "images").glob(".tmp-*"))
+    assert left.name.endswith("p00003-stage00003.parquet")
