@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from pathlib import Path
+from dataclasses import dataclass
+
+from lait.commands import add_config_command
+from lait.config import Config, ConfigError, setting
 
 log = logging.getLogger(__name__)
 
@@ -23,39 +26,35 @@ pipeline should keep or reject, and why.
 """
 
 
+@dataclass
+class ServeSiteConfig(Config):
+    """Settings of `lait serve-site`."""
+
+    pages: int = setting(200, "number of articles of the synthetic site")
+    seed: int = setting(0, "seed of the synthetic site; same seed, same site")
+    host: str = setting("127.0.0.1", "address to bind")
+    port: int = setting(8000, "port to listen on; 0 picks a free one")
+    real_web: bool = setting(False, "serve the real pages of ../shared/data instead of the synthetic site")
+    data_dir: str | None = setting(None, "real-web data folder (default: ../shared/data next to the repo)")
+    ground_truth: str | None = setting(None, "write the site's ground-truth JSON to this path before serving",
+                                       metavar="PATH")
+    log_requests: bool = setting(False, "log every request")
+
+    def validate(self) -> None:
+        if self.pages < 1 or not 0 <= self.port < 65536:
+            raise ConfigError("--pages must be >= 1 and --port in 0..65535")
+
+
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``serve-site`` sub-command to a ``lait`` sub-parser set."""
-    p = subparsers.add_parser(
-        "serve-site", help="serve the built-in local web on 127.0.0.1",
-        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(p)
-    p.set_defaults(func=main)
-    return p
+    return add_config_command(subparsers, "serve-site", ServeSiteConfig, main,
+                              help="serve the built-in local web on 127.0.0.1", description=DESCRIPTION)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of ``serve-site`` (shared by ``lait`` and ``python -m``)."""
-    p.add_argument("--pages", type=int, default=200, metavar="N",
-                   help="number of articles of the synthetic site (default: 200)")
-    p.add_argument("--seed", type=int, default=0,
-                   help="seed of the synthetic site; same seed, same site (default: 0)")
-    p.add_argument("--host", default="127.0.0.1",
-                   help="address to bind (default: 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000,
-                   help="port to listen on; 0 picks a free one (default: 8000)")
-    p.add_argument("--real-web", action="store_true",
-                   help="serve the real pages of ../shared/data instead of the synthetic site")
-    p.add_argument("--data-dir", type=Path, default=None,
-                   help="real-web data folder (default: ../shared/data next to the repo)")
-    p.add_argument("--ground-truth", type=Path, default=None, metavar="PATH",
-                   help="write the site's ground-truth JSON to PATH before serving")
-    # Its own dest: `lait -v` already owns `verbose` (a count) on the top-level parser.
-    p.add_argument("--verbose", dest="log_requests", action="store_true",
-                   help="log every request")
-
-
-def main(args: argparse.Namespace) -> int:
+def main(args: ServeSiteConfig) -> int:
     """Build the site, print its URL (flushed, first line of stdout) and serve until Ctrl-C."""
+    from pathlib import Path
+
     from crawler.site.server import SiteServer
 
     logging.basicConfig(level=logging.INFO if args.log_requests else logging.WARNING)
@@ -65,7 +64,7 @@ def main(args: argparse.Namespace) -> int:
         from crawler.site.realweb import RealWebSite
 
         try:
-            site = RealWebSite(args.data_dir)
+            site = RealWebSite(Path(args.data_dir) if args.data_dir else None)
         except FileNotFoundError as exc:
             print(f"lait serve-site: {exc}", file=sys.stderr)
             return 2
@@ -87,8 +86,6 @@ def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m crawler.site.command",
-                                     description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    sys.exit(main(parser.parse_args()))
+    from lait.cli import main as lait_main
+
+    sys.exit(lait_main(["serve-site", *sys.argv[1:]]))

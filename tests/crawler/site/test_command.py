@@ -40,9 +40,10 @@ def test_register_adds_documented_options():
     parser.add_argument("-v", "--verbose", action="count", default=0)
     command.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["-v", "serve-site", "--pages", "7", "--port", "0"])
-    assert args.func is command.main and args.pages == 7 and args.port == 0
-    assert args.verbose == 1 and args.log_requests is False  # no clash with `lait -v`
-    defaults = parser.parse_args(["serve-site"])
+    cfg = command.ServeSiteConfig.from_args(args)
+    assert cfg.pages == 7 and cfg.port == 0 and cfg.log_requests is False
+    assert args.verbose == 1  # no clash with `lait -v`
+    defaults = command.ServeSiteConfig.from_args(parser.parse_args(["serve-site"]))
     assert (defaults.pages, defaults.host, defaults.port) == (200, "127.0.0.1", 8000)
 
 
@@ -72,5 +73,5 @@ def test_help_lists_options():
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0
     for opt in ("--pages", "--seed", "--host", "--port", "--real-web", "--data-dir",
-                "--ground-truth", "--verbose"):
+                "--ground-truth", "--log-requests"):
         assert opt in out.stdout
