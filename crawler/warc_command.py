@@ -1,0 +1,129 @@
+"""`lait ingest-warc FILES... --out WORK`: stage 1 from Common Crawl WARC/WAT archives."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import sys
+from pathlib import Path
+
+from lait.commands import add_config_command
+from lait.config import Config, ConfigError, setting
+
+log = logging.getLogger(__name__)
+
+EPILOG = """\
+what it writes (the same tables as `lait crawl`, partitioned the same way):
+  pages/        HTML responses (html kept for 2xx; other statuses keep status and headers)
+  images/       image responses (bytes and mime; bytes for 2xx only)
+  warc_links/   image references with alt/title: <img>/og:image of archived pages and the
+                IMG@ links of WAT records (page_url, image_url, alt, title, source)
+  rejected/     ingest/RULE: noai, noai_page (X-Robots-Tag), truncated_record,
+                malformed_record, read_error, not_warc, truncated_gzip, gzip_members,
+                bad_http, content_encoding, too_large
+
+damaged archives: the records readable before the damage are ingested, the damage is recorded
+in rejected/ and in the summary, and the run goes on with the other files. The exit code is 0
+when every file was processed, damaged or not (damage is a warning); 1 when lait itself failed
+on a file, or with --strict when any archive was damaged; 2 for bad arguments.
+
+reruns: each file writes parts tagged with its path and a marker in WORK/_done/ingest-warc/;
+a finished, unchanged file is skipped, an interrupted or changed one is redone (--force redoes all).
+
+examples:
+  lait ingest-warc CC-MAIN-*.warc.gz --out work/ --workers 8
+  lait ingest-warc CC-MAIN-*.warc.wat.gz --out work/      # references and alt texts only
+"""
+
+
+@dataclasses.dataclass
+class WarcIngestConfig(Config):
+    """Settings of `lait ingest-warc`."""
+
+    section = "ingest_warc"
+
+    files: list[str] = setting([], "WARC/ARC/WAT files (.warc, .warc.gz, .arc, .arc.gz, .wat.gz)",
+                               positional=True, nargs="+")
+    out: str = setting("", "work directory to create or add to")
+    partitions: int | None = setting(None, "partition count of a new work directory (default 16)")
+    workers: int = setting(0, "files read in parallel (0: one per CPU core)")
+    links: bool = setting(True, "extract image references with alt/title from archived HTML into warc_links/")
+    max_record_mb: int = setting(64, "skip (and record) records larger than this many MiB")
+    check_gzip: bool = setting(True, "check that gzip members match records (one extra decompression)")
+    force: bool = setting(False, "re-ingest files already ingested")
+    strict: bool = setting(False, "exit 1 when any archive is damaged")
+    progress: bool = setting(True, "show a progress bar on a terminal")
+
+    def validate(self) -> None:
+        if not self.files:
+            raise ConfigError("no input files")
+        if not self.out:
+            raise ConfigError("--out WORK is required")
+        missing = [f for f in self.files if not Path(f).is_file()]
+        if missing:
+            raise ConfigError(f"input files not found: {', '.join(missing[:5])}"
+                              + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
+        if self.workers < 0 or self.max_record_mb <= 0:
+            raise ConfigError("workers must be >= 0 and max-record-mb > 0")
+        if self.partitions is not None and self.partitions <= 0:
+            raise ConfigError("partitions must be > 0")
+
+
+def format_summary(reports) -> str:
+    """A table of files with records, pages, images, links, rejects and damage; then totals."""
+    lines = [f"{'file':40} {'records':>8} {'pages':>6} {'images':>6} {'links':>6} {'rejected':>8}  status"]
+    tot = dict.fromkeys(("records", "pages", "images", "links", "rejected"), 0)
+    for r in reports:
+        name = Path(r.path).name
+        name = name if len(name) <= 40 else "..." + name[-37:]
+        status = ("FAILED: " + r.failed if r.failed else "already ingested" if r.skipped
+                  else f"{len(r.damage)} damage" if r.damage else "ok")
+        lines.append(f"{name:40} {r.records:>8} {r.pages:>6} {r.images:>6} {r.links:>6} {r.rejected:>8}  {status}")
+        for d in r.damage[:5]:
+            lines.append(f"    {d[:150]}")
+        if len(r.damage) > 5:
+            lines.append(f"    ... and {len(r.damage) - 5} more")
+        for k in tot:
+            tot[k] += getattr(r, k)
+    n_damaged = sum(1 for r in reports if r.damage)
+    n_failed = sum(1 for r in reports if r.failed)
+    lines.append(f"{'total: ' + str(len(reports)) + ' files':40} {tot['records']:>8} {tot['pages']:>6} "
+                 f"{tot['images']:>6} {tot['links']:>6} {tot['rejected']:>8}  "
+                 f"{n_damaged} damaged, {n_failed} failed")
+    return "\n".join(lines)
+
+
+def run(cfg: WarcIngestConfig) -> int:
+    from crawler.warc_ingest import IngestOptions, ingest_files
+    from lait.parts import WorkDir
+
+    try:
+        work = WorkDir(cfg.out, n_partitions=cfg.partitions).init()
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    work.write_config("ingest-warc", cfg.to_yaml())
+    opts = IngestOptions(links=cfg.links, max_record_bytes=cfg.max_record_mb << 20,
+                         check_gzip=cfg.check_gzip, force=cfg.force)
+    reports = ingest_files(cfg.files, work.root, opts, workers=cfg.workers or os.cpu_count() or 1,
+                           show_progress=cfg.progress)
+    print(format_summary(reports), file=sys.stderr)
+    for r in reports:
+        if r.damage:
+            log.warning("%s: %d damage notes (recorded in rejected/ as ingest/...)", r.path, len(r.damage))
+    if any(r.failed for r in reports):
+        return 1
+    if cfg.strict and any(r.damage for r in reports):
+        return 1
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    add_config_command(
+        subparsers, "ingest-warc", WarcIngestConfig, run,
+        help="stage 1 from Common Crawl WARC/WAT archives into pages/, images/, warc_links/",
+        description="Read WARC/ARC/WAT archives (streaming, FastWARC with a warcio fallback) into the "
+                    "tables the crawler writes, several files in parallel, resumable per file.",
+        epilog=EPILOG,
+    )

@@ -1,0 +1,373 @@
+"""Common Crawl WARC/WAT archives into the crawler's tables: `pages/`, `images/`, `warc_links/`.
+
+One archive file is one unit of work (`ingest_file`), like a partition for a stage: its parts
+carry a tag derived from the file's path, appear atomically, and a marker
+`WORK/_done/ingest-warc/TAG.json` (with the file's size and mtime) is written last. A rerun
+skips a file whose marker matches; an interrupted or changed file is redone, its earlier parts
+replaced. Rows are partitioned exactly like the crawler's: pages by page URL, images and links
+by image URL.
+
+What goes where:
+
+- `response`/`resource` records with HTML -> `pages/` (`html` only for 2xx; others keep their
+  status and headers with `error` "http STATUS"), and their `<img>`/`og:image` references ->
+  `warc_links/` (see `crawler.warc_links`).
+- records with an image (by Content-Type, else by magic bytes) -> `images/` (`bytes` only
+  for 2xx).
+- WAT `metadata` records (JSON) -> `warc_links/` from their `IMG@` links.
+- `X-Robots-Tag: noai` / `noimageai` in the captured headers: nothing stored, a reject
+  `ingest/noai_page` or `ingest/noai` recorded (as the crawler does).
+- damage (truncated, malformed records, broken gzip, unreadable files) -> `ingest/RULE`
+  rejects and the file's report; a truncated payload is never stored.
+- revisit, request, warcinfo, conversion (WET) records, CSS/JS/fonts: counted, not stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from crawler.warc import HttpError, WarcReader, WarcRecord, decode_body, parse_http
+from crawler.warc_links import html_image_links, iter_link_rows, wat_image_links
+from lait.parts import PartWriter, WorkDir, atomic_write_json, partition_of
+
+log = logging.getLogger(__name__)
+
+STAGE = "ingest-warc"
+OUTPUT_TABLES = ("pages", "images", "warc_links", "rejected")
+HTML_MIMES = {"text/html", "application/xhtml+xml"}
+# Sniffed when the Content-Type is missing or generic (application/octet-stream).
+IMAGE_MAGIC = [(b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"),
+               (b"GIF87a", "image/gif"), (b"GIF89a", "image/gif"), (b"BM", "image/bmp"),
+               (b"II*\x00", "image/tiff"), (b"MM\x00*", "image/tiff")]
+_NOAI_RE = re.compile(r"(?:^|[\s,:;])(noai|noimageai)(?:$|[\s,;])", re.I)
+
+
+@dataclass
+class IngestOptions:
+    """How a file is ingested (picklable: it travels to worker processes)."""
+
+    links: bool = True
+    max_record_bytes: int = 64 << 20
+    check_gzip: bool = True
+    force: bool = False
+
+
+@dataclass
+class FileReport:
+    """What ingesting one archive produced; `failed` only for errors of lait itself."""
+
+    path: str
+    tag: str
+    skipped: bool = False
+    readers: list[str] = field(default_factory=list)
+    records: int = 0
+    pages: int = 0
+    images: int = 0
+    links: int = 0
+    rejected: int = 0
+    damage: list[str] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    failed: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def file_tag(path: str | Path) -> str:
+    """Part tag of an archive: readable stem plus a hash of its absolute path."""
+    p = Path(path).resolve()
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", p.name)[:48]
+    digest = hashlib.blake2b(str(p).encode("utf-8", "surrogatepass"), digest_size=5).hexdigest()
+    return f"warc-{stem}-{digest}"
+
+
+def marker_path(work: WorkDir, tag: str) -> Path:
+    return work.root / "_done" / STAGE / f"{tag}.json"
+
+
+def _fingerprint(path: Path) -> dict[str, Any]:
+    st = path.stat()
+    return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def is_ingested(work: WorkDir, path: str | Path) -> bool:
+    """True when `path` was fully ingested into `work` and has not changed since."""
+    import json
+
+    m = marker_path(work, file_tag(path))
+    if not m.exists():
+        return False
+    try:
+        done = json.loads(m.read_text())
+    except ValueError:
+        return False
+    fp = _fingerprint(Path(path))
+    return all(done.get(k) == v for k, v in fp.items())
+
+
+def noai_directive(value: str | None) -> bool:
+    """Whether an X-Robots-Tag value forbids AI use (`noai` or `noimageai`, any user agent)."""
+    return bool(value and _NOAI_RE.search(value))
+
+
+def _parse_date(value: str | None) -> datetime:
+    if value:
+        try:
+            d = datetime.fromisoformat(value.strip())
+            return d.replace(tzinfo=UTC) if d.tzinfo is None else d.astimezone(UTC)
+        except ValueError:
+            pass
+        if re.fullmatch(r"\d{14}", value.strip()):  # ARC dates: YYYYMMDDhhmmss
+            return datetime.strptime(value.strip(), "%Y%m%d%H%M%S").replace(tzinfo=UTC)
+    return datetime.now(UTC)
+
+
+def _mime(content_type: str | None) -> tuple[str | None, str | None]:
+    """(lower-case media type, charset) of a Content-Type value."""
+    if not content_type:
+        return None, None
+    parts = [p.strip() for p in content_type.split(";")]
+    charset = None
+    for p in parts[1:]:
+        k, _, v = p.partition("=")
+        if k.strip().lower() == "charset" and v.strip():
+            charset = v.strip().strip("\"'").lower()
+    return parts[0].lower() or None, charset
+
+
+def _sniff(body: bytes) -> str | None:
+    for magic, mime in IMAGE_MAGIC:
+        if body.startswith(magic):
+            return mime
+    if body[:4] == b"RIFF" and body[8:12] == b"WEBP":
+        return "image/webp"
+    head = body[:512].lstrip().lower()
+    if head.startswith((b"<!doctype html", b"<html")):
+        return "text/html"
+    return None
+
+
+class _FileIngest:
+    """The writers and counters of one archive being ingested."""
+
+    def __init__(self, work: WorkDir, path: Path, tag: str, opts: IngestOptions):
+        self.work, self.path, self.tag, self.opts = work, path, tag, opts
+        self.name = path.name
+        self.counters: Counter[str] = Counter()
+        self._writers: dict[tuple[str, int], PartWriter] = {}
+
+    def write(self, table: str, key: str, row: dict[str, Any]) -> None:
+        p = partition_of(key, self.work.n_partitions)
+        w = self._writers.get((table, p))
+        if w is None:
+            # Small row groups: up to partitions x tables writers are open at once.
+            w = self._writers[(table, p)] = self.work.writer(
+                table, p, self.tag, row_group_bytes=8 << 20,
+                extra_stats={"stage": STAGE, "warc_file": str(self.path)})
+        w.write(row)
+        self.counters[f"ingest/out_{table}"] += 1
+
+    def reject(self, rule: str, *, key: str, image_url: str | None = None, page_url: str | None = None,
+               detail: str | None = None) -> None:
+        self.write("rejected", key, {"reason": f"ingest/{rule}", "image_url": image_url, "page_url": page_url,
+                                     "text": None, "detail": None if detail is None else detail[:1000]})
+        self.counters[f"ingest/{rule}"] += 1
+
+    # -- records ---------------------------------------------------------------------------
+    def record(self, rec: WarcRecord) -> None:
+        self.counters[f"ingest/record_{rec.type}"] += 1
+        if rec.block is None:
+            if rec.too_large and rec.url:
+                self.reject("too_large", key=rec.url, page_url=rec.url,
+                            detail=f"{rec.declared_length} bytes > {self.opts.max_record_bytes}")
+            return
+        if rec.truncated or rec.declared_length is None:
+            return  # the reader recorded the damage; a partial payload is never stored
+        if rec.type == "metadata":
+            self.wat(rec)
+        elif rec.type in ("response", "resource") and rec.url:
+            self.capture(rec)
+
+    def capture(self, rec: WarcRecord) -> None:
+        url = rec.url.strip()
+        fetched_at = _parse_date(rec.date)
+        if rec.type == "response" and (rec.content_type or "application/http").startswith("application/http"):
+            try:
+                resp = parse_http(rec.block)
+            except HttpError as exc:
+                self.reject("bad_http", key=url, page_url=url, detail=str(exc))
+                return
+            status, headers = resp.status, resp.headers
+            content_type = resp.header("Content-Type")
+            robots = resp.header("X-Robots-Tag")
+            body, problem = decode_body(resp) if 200 <= status < 300 else (resp.body, None)
+        else:  # a resource record (or a response without HTTP): the block is the payload
+            status, headers, content_type, robots = 200, [], rec.content_type, None
+            body, problem = rec.block, None
+        mime, charset = _mime(content_type)
+        if mime not in HTML_MIMES and not (mime or "").startswith("image/"):
+            if mime in (None, "application/octet-stream", "binary/octet-stream", "text/plain"):
+                mime = _sniff(body) or mime
+        is_page = mime in HTML_MIMES
+        is_image = (mime or "").startswith("image/")
+        if not (is_page or is_image):
+            self.counters["ingest/skipped_other_type"] += 1
+            return
+        if noai_directive(robots):
+            if is_page:
+                self.reject("noai_page", key=url, page_url=url, detail=f"X-Robots-Tag: {robots}")
+            else:
+                self.reject("noai", key=url, image_url=url, detail=f"X-Robots-Tag: {robots}")
+            return
+        if problem:
+            rule, _, detail = problem.partition(": ")
+            kw = {"page_url": url} if is_page else {"image_url": url}
+            self.reject(rule, key=url, detail=detail, **kw)
+            return
+        ok = 200 <= status < 300
+        error = None if ok else f"http {status}"
+        if is_page:
+            merged: dict[str, str] = {}
+            for k, v in headers:
+                k = k.lower()
+                merged[k] = f"{merged[k]}, {v}" if k in merged else v
+            self.write("pages", url, {
+                "url": url, "status": status, "fetched_at": fetched_at, "headers": merged,
+                "content_type": content_type, "html": body if ok else None, "encoding": charset,
+                "depth": None, "referer": None, "error": error})
+            if ok and self.opts.links:
+                links = html_image_links(body, url, charset)
+                self._links(url, links, fetched_at)
+        else:
+            self.write("images", url, {
+                "image_url": url, "page_url": None, "bytes": body if ok else None, "mime": mime,
+                "status": status, "fetched_at": fetched_at, "error": error})
+
+    def wat(self, rec: WarcRecord) -> None:
+        if not (rec.content_type or "").lower().startswith("application/json"):
+            return  # WARC metadata of other kinds (crawl logs, outlinks as text)
+        try:
+            page = wat_image_links(rec.block, rec.url)
+        except (ValueError, AttributeError, TypeError) as exc:
+            self.reject("bad_wat", key=rec.url or str(self.path), page_url=rec.url, detail=str(exc)[:300])
+            return
+        if page is None:
+            self.counters["ingest/wat_no_html"] += 1
+            return
+        if noai_directive(page.x_robots_tag):
+            self.reject("noai_page", key=page.url, page_url=page.url, detail=f"X-Robots-Tag: {page.x_robots_tag}")
+            return
+        self._links(page.url, page.links, _parse_date(rec.date))
+
+    def _links(self, page_url: str, links, fetched_at: datetime) -> None:
+        for row in iter_link_rows(page_url, links, fetched_at, self.name):
+            self.write("warc_links", row["image_url"], row)
+
+    # -- end -------------------------------------------------------------------------------
+    def close(self) -> dict[str, int]:
+        out: Counter[str] = Counter()
+        for (table, _), w in sorted(self._writers.items()):
+            stats = w.close()
+            if stats is not None:
+                out[table] += stats["rows"]
+        return dict(out)
+
+    def abort(self) -> None:
+        for w in self._writers.values():
+            if not w.closed:
+                w.abort()
+
+
+def ingest_file(path: str | Path, work_root: str | Path, opts: IngestOptions | None = None) -> FileReport:
+    """Ingest one archive into a work directory; the unit of work of `lait ingest-warc`.
+
+    Never raises for bad archive content (that is damage in the report); an unexpected error
+    of lait itself is caught, its partial parts removed, and reported in `failed`.
+    """
+    opts = opts or IngestOptions()
+    path = Path(path)
+    work = WorkDir(work_root)
+    tag = file_tag(path)
+    report = FileReport(str(path), tag)
+    if not opts.force and is_ingested(work, path):
+        report.skipped = True
+        return report
+    start = time.perf_counter()
+    for table in OUTPUT_TABLES:
+        work.remove_parts(table, tag)
+    marker_path(work, tag).unlink(missing_ok=True)
+    job = _FileIngest(work, path, tag, opts)
+    try:
+        reader = WarcReader(path, max_record_bytes=opts.max_record_bytes, check_gzip=opts.check_gzip)
+        for rec in reader:
+            job.record(rec)
+        for d in reader.damage:
+            key = d.url or str(path)
+            job.reject(d.rule, key=key, page_url=d.url,
+                       detail=f"{path.name}" + (f" record {d.record}" if d.record is not None else "")
+                       + f": {d.detail}")
+            report.damage.append(f"{d.rule}: " + (f"record {d.record}: " if d.record is not None else "")
+                                 + d.detail)
+        outputs = job.close()
+    except Exception as exc:  # a bug or an I/O error of ours: report it, keep the other files going
+        job.abort()
+        log.exception("ingest of %s failed", path)
+        report.failed = f"{type(exc).__name__}: {exc}"
+        report.seconds = round(time.perf_counter() - start, 3)
+        return report
+    report.readers = reader.readers
+    report.records = reader.records
+    report.pages = outputs.get("pages", 0)
+    report.images = outputs.get("images", 0)
+    report.links = outputs.get("warc_links", 0)
+    report.rejected = outputs.get("rejected", 0)
+    report.counters = dict(sorted(job.counters.items()))
+    report.seconds = round(time.perf_counter() - start, 3)
+    atomic_write_json(marker_path(work, tag), {**_fingerprint(path), "report": report.to_dict()})
+    return report
+
+
+def ingest_files(paths: list[str | Path], work_root: str | Path, opts: IngestOptions | None = None, *,
+                 workers: int = 1, show_progress: bool = True) -> list[FileReport]:
+    """Ingest several archives, `workers` at a time in a process pool; reports in input order."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from lait.log import progress
+
+    opts = opts or IngestOptions()
+    work = WorkDir(work_root).init()
+    work.clean_temp()
+    paths = [str(p) for p in paths]
+    # The same file named twice would race on its own parts.
+    unique = list(dict.fromkeys(str(Path(p).resolve()) for p in paths))
+    sizes = {p: os.path.getsize(p) for p in unique}
+    bar = progress(total=sum(sizes.values()), desc=STAGE, unit="B", unit_scale=True, disable=not show_progress)
+    reports: dict[str, FileReport] = {}
+    try:
+        if workers <= 1 or len(unique) <= 1:
+            for p in unique:
+                reports[p] = ingest_file(p, work.root, opts)
+                bar.update(sizes[p])
+        else:
+            with ProcessPoolExecutor(min(workers, len(unique))) as pool:
+                futures = {pool.submit(ingest_file, p, str(work.root), opts): p for p in unique}
+                for fut in as_completed(futures):
+                    p = futures[fut]
+                    try:
+                        reports[p] = fut.result()
+                    except Exception as exc:  # the worker died (killed, out of memory)
+                        reports[p] = FileReport(p, file_tag(p), failed=f"{type(exc).__name__}: {exc}")
+                    bar.update(sizes[p])
+    finally:
+        bar.close()
+    return [reports[p] for p in unique]

@@ -1,0 +1,152 @@
+"""Image references with their texts, from archived HTML and from WAT metadata.
+
+Common Crawl rarely captures the images themselves, so what an archive gives stage 3 is the
+page (`pages/`) and the references it makes to images, with alt and title texts. Those go to
+the `warc_links` table, partitioned by image URL like `images/` and `candidates/`, so a later
+image fetch or a join with `images/` happens inside one partition.
+
+`warc_links` columns: page_url, image_url (absolute), alt, title, source ("html": an `<img>`
+or `og:image` of an archived page; "wat": a WAT `Links` entry), fetched_at (capture time of
+the page) and warc_file (the archive's file name).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from urllib.parse import urljoin
+
+import pyarrow as pa
+
+from lait.schemas import TIMESTAMP, Table, register_table
+
+log = logging.getLogger(__name__)
+
+WARC_LINKS = register_table(Table("warc_links", pa.schema([
+    pa.field("page_url", pa.string(), nullable=False),
+    pa.field("image_url", pa.string(), nullable=False),
+    pa.field("alt", pa.string()),
+    pa.field("title", pa.string()),
+    pa.field("source", pa.string(), nullable=False),
+    pa.field("fetched_at", TIMESTAMP, nullable=False),
+    pa.field("warc_file", pa.string()),
+]), "image_url"))
+
+
+@dataclass(frozen=True)
+class ImageLink:
+    """One reference from a page to an image, with the texts the page gives it."""
+
+    image_url: str
+    alt: str | None
+    title: str | None
+    source: str
+
+
+def _clean(text: str | None) -> str | None:
+    if text is None:
+        return None
+    text = " ".join(text.split())
+    return text or None
+
+
+def _absolute(url: str | None, base: str) -> str | None:
+    if not url:
+        return None
+    url = url.strip()
+    if not url or url.startswith(("data:", "javascript:", "about:", "blob:")):
+        return None
+    try:
+        out = urljoin(base, url)
+    except ValueError:  # malformed IPv6 host and the like
+        return None
+    return out if out.startswith(("http://", "https://")) else None
+
+
+def _srcset_first(srcset: str | None) -> str | None:
+    if not srcset:
+        return None
+    first = srcset.split(",")[0].strip().split()
+    return first[0] if first else None
+
+
+def html_image_links(html: bytes, page_url: str, encoding: str | None = None) -> list[ImageLink]:
+    """Every `<img>` (src, else data-src, else the first srcset candidate) and `og:image`."""
+    import lxml.etree
+    import lxml.html
+
+    if not html.strip():
+        return []
+    try:
+        parser = lxml.html.HTMLParser(encoding=encoding) if encoding else None
+        doc = lxml.html.document_fromstring(html, parser=parser)
+    except (lxml.etree.ParserError, ValueError, LookupError):
+        # LookupError: an encoding name lxml does not know; retry letting lxml guess.
+        try:
+            doc = lxml.html.document_fromstring(html)
+        except (lxml.etree.ParserError, ValueError):
+            return []
+    base = page_url
+    for href in doc.xpath("//base/@href")[:1]:
+        base = urljoin(page_url, href.strip())
+    out: list[ImageLink] = []
+    for img in doc.iter("img"):
+        a = img.attrib
+        url = (_absolute(a.get("src"), base) or _absolute(a.get("data-src"), base)
+               or _absolute(_srcset_first(a.get("srcset")), base))
+        if url:
+            out.append(ImageLink(url, _clean(a.get("alt")), _clean(a.get("title")), "html"))
+    for meta in doc.iter("meta"):
+        if (meta.get("property") or meta.get("name") or "").lower() in ("og:image", "og:image:url"):
+            url = _absolute(meta.get("content"), base)
+            if url:
+                out.append(ImageLink(url, _clean(meta.get("alt")), None, "html"))
+    return out
+
+
+@dataclass
+class WatPage:
+    """What a WAT metadata record says about one captured page."""
+
+    url: str
+    x_robots_tag: str | None
+    links: list[ImageLink]
+
+
+def wat_image_links(block: bytes, target_url: str | None = None) -> WatPage | None:
+    """Image links of a WAT JSON record; None for WAT records that describe no HTML response.
+
+    Image links are the `Links` entries whose path starts with `IMG@` (`IMG@/src`,
+    `IMG@/data-src`, ...); their `alt` and `title` are kept.
+    """
+    env = json.loads(block).get("Envelope") or {}
+    url = (env.get("WARC-Header-Metadata") or {}).get("WARC-Target-URI") or target_url
+    resp = (env.get("Payload-Metadata") or {}).get("HTTP-Response-Metadata")
+    if not url or not isinstance(resp, dict):
+        return None
+    headers = resp.get("Headers") or {}
+    robots = next((v for k, v in headers.items() if k.lower() == "x-robots-tag"), None)
+    html_meta = resp.get("HTML-Metadata") or {}
+    base = ((html_meta.get("Head") or {}).get("Base")) or url
+    links = []
+    for link in html_meta.get("Links") or []:
+        if not isinstance(link, dict) or not str(link.get("path", "")).upper().startswith("IMG@"):
+            continue
+        image_url = _absolute(link.get("url"), base)
+        if image_url:
+            links.append(ImageLink(image_url, _clean(link.get("alt")), _clean(link.get("title")), "wat"))
+    return WatPage(url, robots if isinstance(robots, str) else None, links)
+
+
+def iter_link_rows(page_url: str, links: list[ImageLink], fetched_at, warc_file: str) -> Iterator[dict]:
+    """`warc_links` rows, one per distinct (image URL, alt, title) of the page."""
+    seen = set()
+    for link in links:
+        key = (link.image_url, link.alt, link.title)
+        if key in seen:
+            continue
+        seen.add(key)
+        yield {"page_url": page_url, "image_url": link.image_url, "alt": link.alt, "title": link.title,
+               "source": link.source, "fetched_at": fetched_at, "warc_file": warc_file}
