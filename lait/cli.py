@@ -20,6 +20,7 @@ log = logging.getLogger("lait")
 # In the order `lait --help` lists them.
 COMMAND_MODULES = [
     "crawler.site.command",
+    "crawler.command",
     "crawler.warc_command",
 ]
 

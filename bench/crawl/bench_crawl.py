@@ -1,0 +1,94 @@
+"""Benchmark: parsed pages per second of the `lait` spider vs a bare link-following spider.
+
+Both crawl the same built-in local web (served from this process on loopback), one after the
+other, alternating, with the same Scrapy settings (the lait project's, AutoThrottle off so the
+server's latency, not the throttle, sets the pace). The lait spider does its full page work:
+link and image URL extraction, robots/noai checks, address guard, rows into Parquet parts.
+A second figure adds what the bare spider never does: downloading every image the pages show.
+
+    .venv/bin/python bench/crawl/bench_crawl.py [--pages 300] [--repeats 2]
+
+Prints both figures (median over repeats) and their ratio; target: ratio >= 0.8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+SHARED = {"CONCURRENT_REQUESTS": 16, "CONCURRENT_REQUESTS_PER_DOMAIN": 16,
+          "AUTOTHROTTLE_ENABLED": False, "LOG_LEVEL": "WARNING", "LAIT_ALLOW_LOOPBACK": True}
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
+def run_bare(seed: str, tmp: Path) -> tuple[float, int]:
+    stats_path = tmp / "bare.json"
+    subprocess.run([sys.executable, str(REPO / "bench" / "crawl" / "bare_spider.py"), seed,
+                    str(stats_path)] + [f"{k}={v}" for k, v in SHARED.items()],
+                   env=_env(), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stats = json.loads(stats_path.read_text())
+    return stats["bench/parsed_pages"] / stats["elapsed_time_seconds"], stats["bench/parsed_pages"]
+
+
+def run_lait(seed: str, tmp: Path, images: bool) -> tuple[float, int]:
+    from crawler.run import CrawlConfig, crawl
+
+    out = Path(tempfile.mkdtemp(dir=tmp))
+    cfg = CrawlConfig(seeds=[seed], out=str(out), allow_loopback=True, autothrottle=False,
+                      concurrency=SHARED["CONCURRENT_REQUESTS"],
+                      per_domain=SHARED["CONCURRENT_REQUESTS_PER_DOMAIN"], fetch_images=images,
+                      log_level="WARNING")
+    stats = crawl(cfg, quiet=True)
+    pages = stats.get("crawl/rows_pages", 0)  # every page response, as the bare spider counts
+    return pages / stats["elapsed_time_seconds"], pages
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pages", type=int, default=300, help="articles of the generated site")
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args(argv)
+
+    from crawler.site.generator import generate_site
+    from crawler.site.server import SiteServer
+
+    site = generate_site(args.pages, seed=0)
+    results: dict[str, list[float]] = {"bare": [], "lait": [], "lait+images": []}
+    counts: dict[str, int] = {}
+    with SiteServer(site, cache_size=1 << 16) as srv, tempfile.TemporaryDirectory() as tmp:
+        seed = srv.url + "/"
+        run_lait(seed, Path(tmp), images=True)  # warm the server's cache: pages and images render once
+        for _ in range(args.repeats):
+            for name, fn in (("bare", lambda: run_bare(seed, Path(tmp))),
+                             ("lait", lambda: run_lait(seed, Path(tmp), images=False)),
+                             ("lait+images", lambda: run_lait(seed, Path(tmp), images=True))):
+                rate, n = fn()
+                results[name].append(rate)
+                counts[name] = n
+    med = {k: statistics.median(v) for k, v in results.items()}
+    print(f"local web: {args.pages} articles, {args.repeats} repeats, medians; "
+          f"concurrency {SHARED['CONCURRENT_REQUESTS']}, AutoThrottle off")
+    print(f"bare Scrapy spider (LinkExtractor, follow only): {med['bare']:7.1f} pages/s ({counts['bare']} pages)")
+    print(f"lait spider (pages, links, image URLs, Parquet): {med['lait']:7.1f} pages/s ({counts['lait']} pages)")
+    print(f"lait spider + image downloads:                   {med['lait+images']:7.1f} pages/s ({counts['lait+images']} pages)")
+    print(f"ratio lait / bare: {med['lait'] / med['bare']:.2f} (target >= 0.8); "
+          f"with images: {med['lait+images'] / med['bare']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

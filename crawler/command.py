@@ -1,0 +1,44 @@
+"""`lait crawl`: stage 1 with the Scrapy `lait` spider (see `crawler.spiders.lait`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from lait.commands import add_config_command
+
+EPILOG = """\
+examples:
+  lait crawl --seeds seeds.txt --out work/
+  lait crawl --seeds https://example.org/ --out work/ --max-pages 10000 --max-depth 3
+  lait crawl --seeds seeds.txt --out work/ --redis-url redis://10.0.0.5:6379/0   # on each machine
+  scrapy crawl lait -a seeds=seeds.txt -a out=work/                              # the same spider
+
+Polite by default: robots.txt, AutoThrottle, 8 requests per domain, 30 s and 10 MB limits,
+X-Robots-Tag noai/noimageai respected, an identifying user agent. Requests to loopback,
+private, link-local and cloud-metadata addresses are refused after DNS resolution (recorded in
+rejected/ as crawl/refused_<kind>) unless --allow-loopback / --allow-private.
+A crawl into a work directory that already holds pages resumes it: pages and images already
+there are not fetched again, even after the crawler was killed.
+"""
+
+
+def run(cfg) -> int:
+    from crawler.run import crawl
+
+    stats = crawl(cfg)
+    summary = {k: v for k, v in sorted(stats.items())
+               if k.startswith("crawl/") or k in ("finish_reason", "elapsed_time_seconds")}
+    print(json.dumps(summary, indent=1), file=sys.stderr)
+    return 0 if stats.get("finish_reason") == "finished" else 1
+
+
+def register(sub) -> None:
+    """Add `lait crawl` to the `lait` command."""
+    from crawler.run import CrawlConfig
+
+    add_config_command(sub, "crawl", CrawlConfig, run,
+                       help="stage 1: crawl pages and their images (Scrapy)",
+                       description="Crawl web pages from seeds with the Scrapy `lait` spider and "
+                                   "write the pages/ and images/ tables into a work directory.",
+                       epilog=EPILOG)

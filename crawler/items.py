@@ -1,0 +1,81 @@
+"""Items of the `lait` spider: one dataclass per output table, fields = the table's columns.
+
+The pipeline writes `item.row()` into `item.table`, partitioned by `item.key()` (the page URL
+for pages, the image URL for images and for refused image requests), so every field here
+must be a column of `lait.schemas` (the part writer validates it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, ClassVar
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass
+class PageItem:
+    """A fetched page (any status). `html` is None when it must not be stored (noai, errors)."""
+
+    table: ClassVar[str] = "pages"
+
+    url: str
+    status: int
+    fetched_at: datetime = dataclasses.field(default_factory=now)
+    headers: dict[str, str] | None = None
+    content_type: str | None = None
+    html: bytes | None = None
+    encoding: str | None = None
+    depth: int | None = None
+    referer: str | None = None
+    # None when the page is stored; else why not: noai, not_html, download/<Error>, ...
+    error: str | None = None
+
+    def key(self) -> str:
+        return self.url
+
+    def row(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class ImageItem:
+    """A fetched image URL (any status); `bytes` is None unless it is stored."""
+
+    table: ClassVar[str] = "images"
+
+    image_url: str
+    status: int
+    page_url: str | None = None
+    bytes: bytes | None = None
+    mime: str | None = None
+    fetched_at: datetime = dataclasses.field(default_factory=now)
+    error: str | None = None
+
+    def key(self) -> str:
+        return self.image_url
+
+    def row(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class RejectedItem:
+    """A request the crawler refused to send (robots.txt, forbidden address): `crawl/RULE`."""
+
+    table: ClassVar[str] = "rejected"
+
+    reason: str
+    page_url: str | None = None
+    image_url: str | None = None
+    detail: str | None = None
+
+    def key(self) -> str:
+        return self.image_url or self.page_url or self.reason
+
+    def row(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

@@ -1,0 +1,72 @@
+"""Scrapy settings of the `lait` crawler: polite and safe by default.
+
+`scrapy crawl lait ...` from the repository root reads this module (scrapy.cfg); `lait crawl`
+uses it too. The spider lays the values of its `CrawlConfig` over these at "spider" priority
+(see `crawler.run.scrapy_settings`), and `-s NAME=VALUE` on the command line still wins.
+"""
+
+from lait import __version__
+
+BOT_NAME = "lait"
+SPIDER_MODULES = ["crawler.spiders"]
+NEWSPIDER_MODULE = "crawler.spiders"
+
+# An identifying user agent with a contact page: site owners can find out who crawls them.
+USER_AGENT = f"lait/{__version__} (image-text dataset crawler; +https://pypi.org/project/lait/)"
+
+# Politeness.
+ROBOTSTXT_OBEY = True
+AUTOTHROTTLE_ENABLED = True
+AUTOTHROTTLE_START_DELAY = 1.0
+AUTOTHROTTLE_MAX_DELAY = 30.0
+AUTOTHROTTLE_TARGET_CONCURRENCY = 4.0
+CONCURRENT_REQUESTS = 32
+CONCURRENT_REQUESTS_PER_DOMAIN = 8
+DOWNLOAD_DELAY = 0.0
+COOKIES_ENABLED = False
+
+# Limits: time, size, retries. Images get their own size limit (request meta).
+DOWNLOAD_TIMEOUT = 30
+DOWNLOAD_MAXSIZE = 10 * 1024 * 1024
+DOWNLOAD_WARNSIZE = 0
+LAIT_IMAGE_MAXSIZE = 20 * 1024 * 1024
+RETRY_ENABLED = True
+RETRY_TIMES = 2
+REDIRECT_MAX_TIMES = 5
+DNS_TIMEOUT = 10
+
+# Every status reaches the spider, which records it (404s are rows with status 404).
+HTTPERROR_ALLOW_ALL = True
+
+# SSRF guard: refuse private, loopback, link-local and metadata addresses after DNS resolution.
+LAIT_ALLOW_LOOPBACK = False
+LAIT_ALLOW_PRIVATE = False
+LAIT_ALLOW_METADATA = False
+TWISTED_DNS_RESOLVER = "crawler.middlewares.GuardedResolver"
+DOWNLOADER_MIDDLEWARES = {
+    # After the offsite filter (50), before robots.txt (100): refused hosts see no request at all.
+    "crawler.middlewares.AddressGuardMiddleware": 60,
+}
+
+ITEM_PIPELINES = {
+    "crawler.pipelines.PartsPipeline": 300,
+}
+
+# Breadth-first, so max_pages takes the pages nearest to the seeds.
+DEPTH_PRIORITY = 1
+SCHEDULER_MEMORY_QUEUE = "scrapy.squeues.FifoMemoryQueue"
+# With JOBDIR, queued requests are stored with marshal, never pickle.
+SCHEDULER_DISK_QUEUE = "scrapy.squeues.MarshalFifoDiskQueue"
+SCHEDULER_START_DISK_QUEUE = "scrapy.squeues.MarshalFifoDiskQueue"
+
+# Output (the spider sets these from its arguments).
+LAIT_OUT = ""
+LAIT_PARTITIONS = None
+LAIT_PART_ROWS = 2000
+LAIT_PART_BYTES = 128 * 1024 * 1024
+LAIT_PART_SECONDS = 60.0
+
+LOG_LEVEL = "INFO"
+TELNETCONSOLE_ENABLED = False
+REQUEST_FINGERPRINTER_IMPLEMENTATION = "2.7"
+FEED_EXPORT_ENCODING = "utf-8"

@@ -1,0 +1,1 @@
+"""Spiders of the lait Scrapy project (`scrapy list` from the repository root)."""

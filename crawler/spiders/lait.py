@@ -1,0 +1,349 @@
+"""The `lait` spider: follows links from seeds, records every page and every image it shows.
+
+    scrapy crawl lait -a seeds=seeds.txt -a out=work/      # from the repository root
+    lait crawl --seeds seeds.txt --out work/                # the same, from anywhere
+
+What it writes (through `crawler.pipelines.PartsPipeline`):
+
+- ``pages/``: one row per fetched page, any status. ``error`` is None exactly when ``html``
+  holds the page; otherwise it says why not: ``status_404`` (any non-2xx), ``noai`` (an
+  ``X-Robots-Tag`` or ``<meta name="robots">`` with ``noai``/``noimageai``: links are still
+  followed, images not requested), ``not_html``, ``download/<Error>`` (status 0: no response).
+- ``images/``: one row per image URL, requested once however many pages show it; ``page_url``
+  is the first page it was found on. ``bytes`` is None unless it is stored; ``error`` is
+  ``status_N``, ``noai``, ``not_image`` (content type), ``empty`` or ``download/<Error>``.
+- ``rejected/``: requests that were never sent: ``crawl/robots`` (robots.txt) and
+  ``crawl/refused_<kind>`` (the host resolves to a loopback, private, link_local, metadata or
+  reserved address; see `crawler.middlewares`).
+
+Resume: committed parts of the output are the checkpoint. On start, the spider reads the
+pages and images already in the work directory, never requests them again, and rebuilds the
+frontier from the stored HTML of those pages, so a crawl killed at any moment (SIGKILL
+included) and restarted ends with every page exactly once. Scrapy's ``JOBDIR`` state is used
+as well after a clean stop; after a kill it is discarded, since it may name requests whose
+rows were still in open parts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import scrapy
+from scrapy import signals
+from scrapy.exceptions import DontCloseSpider, IgnoreRequest
+
+from crawler.extract import extract
+from crawler.items import ImageItem, PageItem, RejectedItem
+from crawler.middlewares import AddressRefused
+from crawler.pipelines import new_run_id
+from crawler.run import CrawlConfig, scrapy_settings
+
+log = logging.getLogger(__name__)
+
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+NOAI_TOKENS = {"noai", "noimageai"}
+IMAGE_PRIORITY = 10  # images of a parsed page go before more pages: rows stay close together
+RUNNING_MARKER = "lait.running"
+
+
+def robots_tokens(value: str) -> set[str]:
+    """Directives of an X-Robots-Tag value; `botname: noai` counts as `noai` too."""
+    tokens = set()
+    for part in value.lower().split(","):
+        part = part.strip()
+        if ":" in part:
+            part = part.split(":", 1)[1].strip()
+        if part:
+            tokens.add(part)
+    return tokens
+
+
+def _header(response, name: str) -> str:
+    values = response.headers.getlist(name)
+    return ", ".join(v.decode("latin-1") for v in values)
+
+
+def _headers_map(response) -> dict[str, str]:
+    return {k.decode("latin-1"): ", ".join(v.decode("latin-1") for v in vs)
+            for k, vs in response.headers.items()}
+
+
+class LaitSpider(scrapy.Spider):
+    """Stage 1 of LAIT: pages and their images into a lait work directory."""
+
+    name = "lait"
+
+    def __init__(self, config: CrawlConfig, stats_json: str | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.cfg = config
+        self.stats_json = stats_json
+        self.run_id = new_run_id()
+        self.seeds = config.seed_urls()
+        self.allowed_domains = list(config.allowed_domains) or (
+            sorted({urlsplit(u).hostname for u in self.seeds if urlsplit(u).hostname})
+            if config.same_site else [])
+        self.pages_seen = 0  # pages in the output: committed before this run, and written now
+        self.done_pages: set[str] = set()
+        self.done_images: set[str] = set()
+        self._idle_since: float | None = None
+        idle = config.idle_seconds or (5.0 if config.redis_url else 0.0)
+        self.idle_seconds = idle
+
+    @classmethod
+    def from_crawler(cls, crawler, *args, config: CrawlConfig | dict | str | None = None,
+                     stats_json: str | None = None, **kwargs):
+        """Build the config from `-a` arguments (or a `config` object / YAML path) and apply it."""
+        cfg = _config_from_args(config, kwargs)
+        crawler.settings.setdict(scrapy_settings(cfg), priority="spider")
+        _prepare_jobdir(crawler.settings.get("JOBDIR"))
+        spider = cls(cfg, stats_json=stats_json)
+        spider._set_crawler(crawler)
+        crawler.signals.connect(spider._on_idle, signal=signals.spider_idle)
+        return spider
+
+    # -- start: seeds, plus the frontier rebuilt from the work directory -----------------------
+    async def start(self):
+        replay = self._load_done()
+        for url in self.seeds:
+            if url not in self.done_pages:
+                yield self._page_request(url, depth=0, referer=None)
+        for request in replay:
+            yield request
+
+    def _load_done(self) -> list[scrapy.Request]:
+        """Read what the work directory already holds; return the requests it still implies."""
+        from lait.parts import WorkDir
+
+        if not (Path(self.cfg.out) / "pages").is_dir():
+            return []
+        work = WorkDir(self.cfg.out)
+        for row in work.iter_rows("images", columns=["image_url"]):
+            self.done_images.add(row["image_url"])
+        for row in work.iter_rows("rejected", columns=["reason", "page_url", "image_url"]):
+            if row["reason"].startswith("crawl/"):
+                if row["image_url"]:
+                    self.done_images.add(row["image_url"])
+                elif row["page_url"]:
+                    self.done_pages.add(row["page_url"])
+        stored: list[tuple[str, int, bytes | None, str | None, int]] = []
+        for row in work.iter_rows("pages", columns=["url", "status", "html", "encoding", "depth"]):
+            self.done_pages.add(row["url"])
+            stored.append((row["url"], row["status"], row["html"], row["encoding"], row["depth"] or 0))
+        self.pages_seen = len({u for u, *_ in stored})
+        requests: list[scrapy.Request] = []
+        for url, status, html, encoding, depth in stored:
+            if html is not None:
+                links = extract(html, url, encoding)
+                requests.extend(self._follow(links, url, depth, noai=False))
+            elif 200 <= status < 300:
+                # Stored without HTML (noai): fetch again for its links only, write nothing.
+                requests.append(self._page_request(url, depth=depth, referer=None,
+                                                   dont_filter=True, replay=True))
+        if stored:
+            log.info("resuming: %d pages and %d images already in %s; %d requests rebuilt",
+                     len(stored), len(self.done_images), self.cfg.out, len(requests))
+            self.crawler.stats.set_value("crawl/resumed_pages", len(stored))
+        return requests
+
+    # -- requests ------------------------------------------------------------------------------
+    def _page_request(self, url: str, depth: int, referer: str | None, dont_filter: bool = False,
+                      replay: bool = False) -> scrapy.Request:
+        meta = {"depth": depth, "lait_kind": "page", "lait_referer": referer}
+        if replay:
+            meta["lait_replay"] = True
+        return scrapy.Request(url, callback=self.parse_page, errback=self.on_error, meta=meta,
+                              dont_filter=dont_filter)
+
+    def _image_request(self, url: str, page_url: str, depth: int) -> scrapy.Request:
+        meta = {"depth": depth, "lait_kind": "image", "lait_referer": page_url,
+                "allow_offsite": True,  # images live on CDNs; same-site is about pages
+                "download_maxsize": self.settings.getint("LAIT_IMAGE_MAXSIZE")}
+        return scrapy.Request(url, callback=self.parse_image, errback=self.on_error, meta=meta,
+                              priority=IMAGE_PRIORITY)
+
+    def _allowed(self, url: str) -> bool:
+        if not self.allowed_domains:
+            return True
+        host = (urlsplit(url).hostname or "").lower()
+        return any(host == d or host.endswith("." + d) for d in self.allowed_domains)
+
+    def _follow(self, page, url: str, depth: int, noai: bool):
+        """Requests for a parsed page's links (within limits) and, unless noai, its images."""
+        out = []
+        if not noai and self.cfg.fetch_images:
+            for img, _how in page.images:
+                if img not in self.done_images:
+                    out.append(self._image_request(img, url, depth + 1))
+        if "nofollow" in page.robots:
+            return out
+        if self.cfg.max_depth and depth >= self.cfg.max_depth:
+            return out
+        if self.cfg.max_pages and self.pages_seen >= self.cfg.max_pages:
+            return out
+        for link in page.links:
+            if link not in self.done_pages and self._allowed(link):
+                out.append(self._page_request(link, depth + 1, url))
+        return out
+
+    # -- callbacks -----------------------------------------------------------------------------
+    def parse_page(self, response):
+        meta = response.meta
+        depth = meta.get("depth", 0)
+        replay = meta.get("lait_replay", False)
+        if not replay:
+            if response.url in self.done_pages:  # a redirect to a page already recorded
+                self._count("page_duplicate")
+                return
+            if self.cfg.max_pages and self.pages_seen >= self.cfg.max_pages:
+                self._count("page_over_max_pages")
+                return
+            self.pages_seen += 1
+            self.done_pages.add(response.url)
+        status = response.status
+        ctype = _header(response, "Content-Type")
+        item = PageItem(url=response.url, status=status, headers=_headers_map(response),
+                        content_type=ctype or None, depth=depth, referer=meta.get("lait_referer"))
+        if not 200 <= status < 300:
+            item.error = f"status_{status}"
+            self._count("page_status_error")
+            yield from self._emit(item, replay)
+            return
+        if not ctype.split(";")[0].strip().lower() in HTML_TYPES or not hasattr(response, "text"):
+            item.error = "not_html"
+            self._count("page_not_html")
+            yield from self._emit(item, replay)
+            return
+        page = extract(response.body, response.url, response.encoding)
+        noai = bool(NOAI_TOKENS & (robots_tokens(_header(response, "X-Robots-Tag")) | page.robots))
+        if noai:
+            item.error = "noai"
+            self._count("page_noai")
+        else:
+            item.html = response.body
+            item.encoding = response.encoding
+            self._count("page_ok")
+        yield from self._emit(item, replay)
+        yield from self._follow(page, response.url, depth, noai)
+
+    def _emit(self, item: PageItem, replay: bool):
+        if not replay:
+            yield item
+
+    def parse_image(self, response):
+        status = response.status
+        mime = _header(response, "Content-Type").split(";")[0].strip().lower() or None
+        item = ImageItem(image_url=response.url, status=status, mime=mime,
+                         page_url=response.meta.get("lait_referer"))
+        if response.url != response.request.url:
+            # Redirected: keep the URL the page referenced, the one stage 3 joins on.
+            item.image_url = response.request.meta.get("redirect_urls", [response.request.url])[0]
+        if not 200 <= status < 300:
+            item.error = f"status_{status}"
+        elif NOAI_TOKENS & robots_tokens(_header(response, "X-Robots-Tag")):
+            item.error = "noai"
+        elif not mime or not mime.startswith("image/"):
+            item.error = "not_image"
+        elif not response.body:
+            item.error = "empty"
+        else:
+            item.bytes = response.body
+        self._count("image_ok" if item.error is None else f"image_{item.error}")
+        yield item
+
+    def on_error(self, failure):
+        """A request that got no response: refused, forbidden by robots.txt, or failed."""
+        request = failure.request
+        kind = request.meta.get("lait_kind", "page")
+        referer = request.meta.get("lait_referer")
+        exc = failure.value
+        if isinstance(exc, AddressRefused):
+            self._count(exc.reason)
+            yield self._rejected(f"crawl/{exc.reason}", kind, request.url, referer, str(exc))
+            return
+        if isinstance(exc, IgnoreRequest):
+            if "robots.txt" in str(exc):
+                self._count("robots")
+                yield self._rejected("crawl/robots", kind, request.url, referer, str(exc))
+            else:
+                self._count("ignored")
+            return
+        error = f"download/{type(exc).__name__}"
+        self._count(f"{kind}_download_error")
+        log.info("%s %s failed: %s", kind, request.url, exc)
+        if kind == "image":
+            yield ImageItem(image_url=request.url, status=0, page_url=referer, error=error)
+        elif not request.meta.get("lait_replay"):
+            if self.cfg.max_pages and self.pages_seen >= self.cfg.max_pages:
+                return
+            self.pages_seen += 1
+            yield PageItem(url=request.url, status=0, depth=request.meta.get("depth", 0),
+                           referer=referer, error=error)
+
+    def _rejected(self, reason: str, kind: str, url: str, referer: str | None, detail: str):
+        if kind == "image":
+            return RejectedItem(reason, page_url=referer, image_url=url, detail=detail)
+        return RejectedItem(reason, page_url=url, detail=(f"{detail}; linked from {referer}"
+                                                          if referer else detail))
+
+    def _count(self, event: str) -> None:
+        self.crawler.stats.inc_value(f"crawl/{event}")
+
+    # -- idle and close ------------------------------------------------------------------------
+    def _on_idle(self, spider=None):
+        """With a shared frontier, other processes may still add requests: wait a little."""
+        if self.idle_seconds <= 0:
+            return
+        now = time.monotonic()
+        if self._idle_since is None:
+            self._idle_since = now
+        if now - self._idle_since < self.idle_seconds:
+            raise DontCloseSpider
+        self._idle_since = None
+
+    def closed(self, reason):
+        jobdir = self.settings.get("JOBDIR")
+        if jobdir:
+            (Path(jobdir) / RUNNING_MARKER).unlink(missing_ok=True)
+        if self.stats_json:
+            stats = dict(self.crawler.stats.get_stats())
+            stats["finish_reason"] = reason
+            start = stats.get("start_time")
+            if start is not None:  # Scrapy sets elapsed_time_seconds only after this signal
+                stats["elapsed_time_seconds"] = (datetime.now(timezone.utc) - start).total_seconds()
+            Path(self.stats_json).write_text(json.dumps(stats, default=str, indent=1, sort_keys=True))
+
+
+def _config_from_args(config, kwargs: dict) -> CrawlConfig:
+    """`config` is a CrawlConfig, a dict of its fields or a YAML path; `kwargs` override it."""
+    if isinstance(config, CrawlConfig):
+        data = config.to_dict()
+    elif isinstance(config, dict):
+        data = dict(config)
+    else:
+        data = CrawlConfig.load_yaml(config) if config else {}
+    data.update(kwargs)
+    cfg = CrawlConfig.from_dict(data, where="spider arguments")
+    cfg.validate()
+    return cfg
+
+
+def _prepare_jobdir(jobdir: str | None) -> None:
+    """Discard Scrapy's JOBDIR state left by a killed crawl (see the module docstring)."""
+    if not jobdir:
+        return
+    root = Path(jobdir)
+    root.mkdir(parents=True, exist_ok=True)
+    marker = root / RUNNING_MARKER
+    if marker.exists():
+        log.warning("%s: the previous crawl did not stop cleanly; rebuilding its state from the "
+                    "work directory", root)
+        (root / "requests.seen").unlink(missing_ok=True)
+        shutil.rmtree(root / "requests.queue", ignore_errors=True)
+        (root / "spider.state").unlink(missing_ok=True)
+    marker.write_text("")

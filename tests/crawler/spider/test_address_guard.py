@@ -1,0 +1,118 @@
+"""Acceptance 4: requests to metadata, private and loopback addresses are refused and recorded."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from crawler.middlewares import AddressPolicy, classify_address
+
+
+@pytest.mark.parametrize("address,kind", [
+    ("169.254.169.254", "metadata"), ("fd00:ec2::254", "metadata"), ("100.100.100.200", "metadata"),
+    ("10.0.0.1", "private"), ("172.16.5.4", "private"), ("192.168.1.1", "private"),
+    ("100.64.0.1", "private"), ("fc00::1", "private"),
+    ("127.0.0.1", "loopback"), ("127.8.9.10", "loopback"), ("::1", "loopback"),
+    ("::ffff:10.0.0.1", "private"), ("::ffff:127.0.0.1", "loopback"),
+    ("169.254.1.1", "link_local"), ("fe80::1", "link_local"),
+    ("0.0.0.0", "reserved"), ("224.0.0.1", "reserved"), ("240.0.0.1", "reserved"),
+    ("93.184.216.34", "public"), ("2606:4700::1111", "public"), ("8.8.8.8", "public"),
+])
+def test_classify_address(address, kind):
+    assert classify_address(address) == kind
+
+
+def test_policy_defaults_refuse_everything_internal():
+    policy = AddressPolicy()
+    assert policy.refusal(["8.8.8.8"]) is None
+    for address, kind in (("127.0.0.1", "loopback"), ("10.1.2.3", "private"),
+                          ("169.254.169.254", "metadata"), ("169.254.3.3", "link_local")):
+        assert policy.refusal([address]) == kind
+    # One forbidden address among several is enough to refuse the name.
+    assert policy.refusal(["8.8.8.8", "10.0.0.1"]) == "private"
+
+
+def test_policy_allowances():
+    loop = AddressPolicy(allow_loopback=True)
+    assert loop.refusal(["127.0.0.1"]) is None and loop.refusal(["10.0.0.1"]) == "private"
+    private = AddressPolicy(allow_private=True)
+    assert private.refusal(["10.0.0.1", "169.254.1.1"]) is None
+    assert private.refusal(["127.0.0.1"]) == "loopback"
+    assert private.refusal(["169.254.169.254"]) == "metadata"
+    assert AddressPolicy(allow_private=True, allow_metadata=True).refusal(["169.254.169.254"]) is None
+
+
+class _TrapSite:
+    """One page linking to internal addresses; counts the requests it receives."""
+
+    def __init__(self):
+        self.hits: list[str] = []
+        self.lock = threading.Lock()
+
+    def route(self, path, base_url=""):
+        from crawler.site.generator import Response
+
+        with self.lock:
+            self.hits.append(path)
+        if path == "/robots.txt":
+            return Response(200, "text/plain", b"User-agent: *\nDisallow:\n")
+        if path == "/":
+            html = ('<html><body><a href="http://169.254.169.254/latest/meta-data/">meta</a>'
+                    '<a href="http://10.0.0.1/admin">router</a>'
+                    '<img src="http://10.0.0.2/cam.jpg" alt="camera">'
+                    '<a href="/ok.html">fine</a></body></html>')
+            return Response(200, "text/html; charset=utf-8", html.encode())
+        if path == "/ok.html":
+            return Response(200, "text/html; charset=utf-8", b"<html><body>ok</body></html>")
+        return Response(404, "text/html", b"not found")
+
+
+@pytest.fixture()
+def trap():
+    from crawler.site.server import SiteServer
+
+    site = _TrapSite()
+    with SiteServer(site) as srv:
+        yield site, srv
+
+
+def test_links_to_internal_addresses_are_refused_and_recorded(trap, tmp_path, helpers):
+    from crawler.run import crawl
+    from lait.parts import WorkDir
+
+    site, srv = trap
+    # same_site off: the links leave the seed's host, so only the address guard stands in the way.
+    cfg = helpers.crawl_config(tmp_path / "w", [srv.url + "/"], same_site=False,
+                               download_timeout=5.0, retries=0)
+    stats = crawl(cfg, timeout=120, quiet=True)
+    work = WorkDir(tmp_path / "w")
+    pages = {p["url"]: p for p in work.read("pages", columns=["url", "status"]).to_pylist()}
+    assert set(pages) == {srv.url + "/", srv.url + "/ok.html"}
+    rejected = {(r["reason"], r["page_url"] if r["image_url"] is None else r["image_url"])
+                for r in work.read("rejected").to_pylist()}
+    assert ("crawl/refused_metadata", "http://169.254.169.254/latest/meta-data/") in rejected
+    assert ("crawl/refused_private", "http://10.0.0.1/admin") in rejected
+    assert ("crawl/refused_private", "http://10.0.0.2/cam.jpg") in rejected
+    assert work.count("images") == 0
+    assert stats["crawl/refused_metadata"] == 1 and stats["crawl/refused_private"] == 2
+    # Refused before any connection: no timeout or connection error was needed to stop them.
+    errors = {k.rsplit("/", 1)[1] for k in stats if k.startswith("downloader/exception_type_count/")}
+    assert errors <= {"crawler.middlewares.AddressRefused"}, errors
+
+
+def test_name_resolving_to_loopback_is_refused_when_not_allowed(trap, tmp_path, helpers):
+    from crawler.run import crawl
+    from lait.parts import WorkDir
+
+    site, srv = trap
+    seed = f"http://localhost:{srv.port}/"
+    cfg = helpers.crawl_config(tmp_path / "w", [seed], allow_loopback=False, retries=0)
+    stats = crawl(cfg, timeout=120, quiet=True)
+    work = WorkDir(tmp_path / "w")
+    assert work.count("pages") == 0
+    rows = work.read("rejected").to_pylist()
+    assert [(r["reason"], r["page_url"]) for r in rows] == [("crawl/refused_loopback", seed)]
+    assert "127.0.0.1" in rows[0]["detail"] or "::1" in rows[0]["detail"]
+    assert stats["crawl/refused_loopback"] == 1
+    assert site.hits == []  # not even robots.txt was requested
