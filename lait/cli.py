@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "crawler.site.command",
     "crawler.command",
     "crawler.warc_command",
+    "filters.command",
 ]
 
 EPILOG = """\

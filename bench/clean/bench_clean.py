@@ -1,0 +1,104 @@
+"""Pages per second of stage 3 (`lait clean`) beside `trafilatura.extract` alone on the same pages.
+
+Data: the real pages of ../shared/data/html (readability source.html + aeb *.html.gz). One
+process, median of R rounds, measured in this run:
+
+- trafilatura:  `trafilatura.extract(html_bytes)` with its defaults, page after page
+- stage 3:      CleanStage over a work directory holding those pages (decode, parse, images and
+                their texts, trafilatura on the same tree, sentences, rules, language ID,
+                Parquet in and out), one worker, lingua's models already loaded (their one-time
+                load per worker process is printed separately)
+
+Target: stage 3 takes at most 1.3x the time of trafilatura alone.
+
+    .venv/bin/python bench/clean/bench_clean.py [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import logging
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests" / "filters"))
+
+
+def load_pages() -> list[tuple[str, bytes]]:
+    root = REPO.parent / "shared" / "data" / "html"
+    if not root.is_dir():
+        sys.exit("../shared/data/html is absent")
+    pages = [(f"http://readability.test/{p.parent.name}/", p.read_bytes())
+             for p in sorted(root.glob("readability/*/source.html"))]
+    pages += [(f"http://aeb.test/{p.name[:-8]}", gzip.decompress(p.read_bytes()))
+              for p in sorted(root.glob("aeb/html/*.html.gz"))]
+    return pages
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    logging.getLogger("trafilatura").setLevel(logging.ERROR)
+
+    import trafilatura
+
+    from filters.text_rules import LanguageFilter, Candidate
+    from filters.text_stage import CleanConfig, CleanStage
+    from lait.executor import LocalExecutor
+    from lait.parts import WorkDir
+    import conftest as td  # tests/filters helpers: rows and table writing
+
+    pages = load_pages()
+    print(f"{len(pages)} pages, {sum(len(b) for _, b in pages) / len(pages) / 1e3:.0f} KB on average, 1 process")
+    start = time.perf_counter()
+    LanguageFilter(["en"]).keep(Candidate("A warm-up sentence in English.", "alt", "u", "p"))
+    print(f"lingua model load (once per worker process): {time.perf_counter() - start:.1f} s")
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-clean-"))
+    try:
+        src = WorkDir(tmp / "src", n_partitions=4).init()
+        td.write_table(src, "pages", [td.page_row(u, b) for u, b in pages], "url")
+
+        def trafilatura_rate() -> float:
+            t0 = time.perf_counter()
+            for _, body in pages:
+                trafilatura.extract(body)
+            return len(pages) / (time.perf_counter() - t0)
+
+        def stage_rate() -> float:
+            root = tmp / "work"
+            shutil.rmtree(root, ignore_errors=True)
+            shutil.copytree(src.root, root)
+            cfg = CleanConfig(work=str(root), progress=False)
+            t0 = time.perf_counter()
+            report = LocalExecutor(workers=1, show_progress=False).run(CleanStage(cfg), WorkDir(root))
+            rate = len(pages) / (time.perf_counter() - t0)
+            assert report.ok, report.summary()
+            stats.append(WorkDir(root).count("candidates"))
+            return rate
+
+        stats: list[int] = []
+        figures: dict[str, list[float]] = {"trafilatura.extract": [], "stage 3": []}
+        for _ in range(args.rounds):
+            figures["trafilatura.extract"].append(trafilatura_rate())
+            figures["stage 3"].append(stage_rate())
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    print(f"stage 3 wrote {stats[-1]} (page, image) candidate rows")
+    med = {k: statistics.median(v) for k, v in figures.items()}
+    for k, v in med.items():
+        print(f"{k:20s} {v:7.1f} pages/s   (rounds: {', '.join(f'{x:.1f}' for x in figures[k])})")
+    print(f"time ratio stage 3 / trafilatura alone = {med['trafilatura.extract'] / med['stage 3']:.2f}   (target <= 1.30)")
+
+
+if __name__ == "__main__":
+    main()

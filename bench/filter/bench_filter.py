@@ -1,0 +1,137 @@
+"""Images per second of stage 2 (`lait filter`) beside plain Pillow decoding of the same images.
+
+Data: the real photos of ../shared/data/photos replicated to N files; each copy gets a distinct
+JPEG comment so that no two are byte-identical (stage 2 would otherwise skip exact duplicates
+before decoding, which flatters it). Stage 2 runs with dedup off, so every image takes the whole
+path: sha256, header, reduced-scale decode, uninformative check, phash, thumbnail, Parquet
+read and write. All on one process, median of R rounds, measured in this run:
+
+- full decode:       Image.open + convert("RGB")
+- reduced decode:    Image.open + draft (1/8 scale) + convert("RGB")
+- reduced + phash:   the above + imagehash.phash  (the reference: target stage2 >= 0.7 of it)
+- stage 2:           ImageFilterStage over a work directory, one worker
+- img2dataset resizer (256, keep_ratio) when img2dataset is importable (the `bench` extra)
+
+    .venv/bin/python bench/filter/bench_filter.py [--n 2000] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests" / "filters"))
+
+
+def load_images(n: int) -> list[bytes]:
+    photos = sorted((REPO.parent / "shared" / "data" / "photos").rglob("*.jpg"))
+    if not photos:
+        sys.exit("../shared/data/photos is absent")
+    raw = [p.read_bytes() for p in photos]
+    out = []
+    for i in range(n):
+        data = raw[i % len(raw)]
+        comment = f"copy {i}".encode()
+        out.append(data[:2] + b"\xff\xfe" + (len(comment) + 2).to_bytes(2, "big") + comment + data[2:])
+    return out
+
+
+def timed(fn, items) -> float:
+    start = time.perf_counter()
+    for x in items:
+        fn(x)
+    return len(items) / (time.perf_counter() - start)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+
+    import imagehash
+    from PIL import Image
+
+    from filters.image_stage import FilterConfig, ImageFilterStage
+    from lait.executor import LocalExecutor
+    from lait.parts import WorkDir
+    import conftest as td  # tests/filters helpers: rows and table writing
+
+    images = load_images(args.n)
+    print(f"{len(images)} images, {sum(map(len, images)) / len(images) / 1e3:.0f} KB on average, 1 process")
+
+    def full(b):
+        Image.open(io.BytesIO(b)).convert("RGB")
+
+    def reduced(b):
+        im = Image.open(io.BytesIO(b))
+        im.draft("RGB", (32, 32))
+        return im.convert("RGB")
+
+    def reduced_phash(b):
+        imagehash.phash(reduced(b))
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-filter-"))
+    try:
+        src = WorkDir(tmp / "src", n_partitions=4).init()
+        td.write_table(src, "images", [td.image_row(f"http://bench.test/{i}.jpg", b) for i, b in enumerate(images)],
+                       "image_url")
+
+        kept: list[int] = []
+
+        def stage_rate() -> float:
+            work_root = tmp / "work"
+            shutil.rmtree(work_root, ignore_errors=True)
+            shutil.copytree(src.root, work_root)
+            work = WorkDir(work_root)
+            cfg = FilterConfig(work=str(work_root), dedup=False, progress=False)
+            start = time.perf_counter()
+            report = LocalExecutor(workers=1, show_progress=False).run(ImageFilterStage(cfg), work)
+            rate = len(images) / (time.perf_counter() - start)
+            assert report.ok and work.count("images_ok") + work.count("rejected") == len(images), report.summary()
+            kept.append(work.count("images_ok"))
+            return rate
+
+        resizer = None
+        try:
+            from img2dataset.resizer import Resizer  # the `bench` extra
+
+            resizer = Resizer(256, 256, "keep_ratio")
+        except Exception as exc:  # not installed: it pins old webdataset/pandas (BASELINES.md)
+            print(f"img2dataset resizer: not available ({type(exc).__name__}); skipped")
+
+        figures: dict[str, list[float]] = {k: [] for k in ("full decode", "reduced decode", "reduced + phash", "stage 2")}
+        if resizer:
+            figures["img2dataset resizer"] = []
+        for _ in range(args.rounds):
+            figures["full decode"].append(timed(full, images))
+            figures["reduced decode"].append(timed(reduced, images))
+            figures["reduced + phash"].append(timed(reduced_phash, images))
+            figures["stage 2"].append(stage_rate())
+            if resizer:
+                figures["img2dataset resizer"].append(timed(lambda b: resizer(io.BytesIO(b)), images))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    print(f"stage 2 kept {kept[-1]} of {len(images)} (the odd-sized photos of misc/ fail min_side)")
+    med = {k: statistics.median(v) for k, v in figures.items()}
+    for k, v in med.items():
+        print(f"{k:22s} {v:8.1f} img/s   (rounds: {', '.join(f'{x:.0f}' for x in figures[k])})")
+    ref = med["reduced + phash"]
+    print(f"ratio stage 2 / (reduced decode + phash) = {med['stage 2'] / ref:.2f}   (target >= 0.70)")
+    print(f"ratio stage 2 / full decode             = {med['stage 2'] / med['full decode']:.2f}")
+    print(f"ratio stage 2 / reduced decode          = {med['stage 2'] / med['reduced decode']:.2f}")
+    if resizer:
+        print(f"ratio stage 2 / img2dataset resizer     = {med['stage 2'] / med['img2dataset resizer']:.2f}")
+
+
+if __name__ == "__main__":
+    main()

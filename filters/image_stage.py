@@ -1,0 +1,275 @@
+"""Stage 2, `lait filter`: image content filtering, images/ -> images_ok/.
+
+Per image, cheapest test first, so most rejects cost no pixel decoding:
+
+1. crawl status 200 and bytes present (`filter/status`, `filter/empty`), byte limit (`too_large`)
+2. same bytes as an image already kept in this partition (`duplicate_sha256`)
+3. sniffing and the header: `svg`, `not_an_image`, `decompression_bomb`, then the rule filters
+   on the header alone: `format`, `animated`, `min_side`, `aspect_ratio`
+4. reduced-scale decode (`truncated`, `corrupt`), the uninformative hook (`uninformative`)
+5. perceptual duplicate of an image kept in this partition (`duplicate_phash`)
+6. the stored bytes: the original JPEG, or a high-quality JPEG re-encode
+
+Duplicates are found within a partition (images are partitioned by URL), the first in input
+order being kept; grouping across partitions is stage 5's job (DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from lait.config import ConfigError, StageConfig, setting
+from lait.stage import Filter, KeepResult, PartContext, Stage
+from filters.image_decode import (ImageHeader, ImageRejected, decode_small, encode_for_storage,
+                                  open_image, sniff)
+
+log = logging.getLogger(__name__)
+
+# Side of the colour thumbnails that confirm a phash match: coarse enough that two resizes of
+# one picture agree at 1/8-scale decoding, fine enough that different pictures do not.
+THUMB = 8
+DEFAULT_FORMATS = ["JPEG", "PNG", "WEBP", "GIF", "BMP", "TIFF", "MPO"]
+
+
+@dataclass
+class FilterConfig(StageConfig):
+    """Settings of `lait filter` (LAIT's defaults: shorter side >= 300 px, aspect ratio <= 3)."""
+
+    section: ClassVar[str] = "filter"
+
+    min_side: int = setting(300, "reject images whose shorter side is below this many pixels")
+    max_aspect: float = setting(3.0, "reject images whose long/short side ratio is above this")
+    formats: list[str] = setting(DEFAULT_FORMATS, "image formats accepted (Pillow names)")
+    max_bytes: int = setting(30_000_000, "reject image files larger than this many bytes")
+    max_pixels: int = setting(40_000_000, "reject images with more pixels (decompression bombs)")
+    animated: str = setting("reject", "animated images: reject them, or keep their first frame",
+                            choices=["reject", "first_frame"])
+    dedup: bool = setting(True, "reject exact (sha256) and perceptual (phash) duplicates within a partition")
+    phash_distance: int = setting(10, "perceptual duplicates: phash Hamming distance at most this")
+    near_dup_max_diff: float = setting(
+        5.0, "perceptual duplicates must also differ by at most this mean absolute value (0-255) "
+             "on 8x8 colour thumbnails; guards against phash collisions of simple images")
+    uninformative: str = setting("flat", "uninformative-image classifier: flat (few-colour "
+                                 "graphics and blanks), none, or package.module:Class")
+    flat_max_colours: int = setting(32, "flat heuristic: at most this many colours in a 64x64 thumbnail")
+    keep_jpeg_max_bytes: int = setting(4_000_000, "store an upright RGB/grey JPEG as fetched when at "
+                                       "most this large; otherwise re-encode")
+    jpeg_quality: int = setting(95, "quality of re-encoded JPEGs")
+
+    def validate(self) -> None:
+        super().validate()
+        if self.min_side < 1 or self.max_aspect < 1:
+            raise ConfigError("min_side must be >= 1 and max_aspect >= 1")
+        if not 0 <= self.phash_distance <= 64:
+            raise ConfigError("phash_distance must be between 0 and 64")
+        if not 1 <= self.jpeg_quality <= 100:
+            raise ConfigError("jpeg_quality must be between 1 and 100")
+        self.formats = [f.upper() for f in self.formats]
+
+
+# -- rule filters on the header ------------------------------------------------------------------
+
+
+class FormatFilter(Filter):
+    name = "format"
+
+    def __init__(self, formats: list[str]):
+        self.formats = frozenset(f.upper() for f in formats)
+
+    def keep(self, rec: ImageHeader) -> KeepResult:
+        return rec.format in self.formats or (False, f"{rec.format} not in {sorted(self.formats)}")
+
+
+class AnimatedFilter(Filter):
+    name = "animated"
+
+    def keep(self, rec: ImageHeader) -> KeepResult:
+        return rec.frames <= 1 or (False, f"{rec.frames} frames")
+
+
+class MinSideFilter(Filter):
+    name = "min_side"
+
+    def __init__(self, min_side: int):
+        self.min_side = min_side
+
+    def keep(self, rec: ImageHeader) -> KeepResult:
+        return min(rec.width, rec.height) >= self.min_side or (
+            False, f"{rec.width}x{rec.height}: shorter side < {self.min_side}")
+
+
+class AspectRatioFilter(Filter):
+    name = "aspect_ratio"
+
+    def __init__(self, max_aspect: float):
+        self.max_aspect = max_aspect
+
+    def keep(self, rec: ImageHeader) -> KeepResult:
+        ratio = max(rec.width, rec.height) / min(rec.width, rec.height)
+        return ratio <= self.max_aspect or (False, f"{rec.width}x{rec.height}: ratio {ratio:.2f} > {self.max_aspect}")
+
+
+def header_filters(cfg: FilterConfig) -> list[Filter]:
+    out: list[Filter] = [FormatFilter(cfg.formats)]
+    if cfg.animated == "reject":
+        out.append(AnimatedFilter())
+    return out + [MinSideFilter(cfg.min_side), AspectRatioFilter(cfg.max_aspect)]
+
+
+# -- duplicates ------------------------------------------------------------------------------------
+
+
+class NearDuplicateIndex:
+    """Kept images of a partition: phash (uint64) and 8x8 RGB thumbnails, searched with numpy."""
+
+    def __init__(self, max_distance: int, max_diff: float):
+        self.max_distance = max_distance
+        self.max_diff = max_diff
+        self._hashes = np.zeros(64, np.uint64)
+        self._thumbs = np.zeros((64, THUMB * THUMB * 3), np.uint8)
+        self._urls: list[str] = []
+
+    def find(self, phash: int, thumb: np.ndarray) -> tuple[str, int, float] | None:
+        """(url, distance, diff) of the closest kept near-duplicate, or None."""
+        n = len(self._urls)
+        if n == 0:
+            return None
+        dist = np.bitwise_count(self._hashes[:n] ^ np.uint64(phash))
+        near = np.flatnonzero(dist <= self.max_distance)
+        if near.size == 0:
+            return None
+        diffs = np.abs(self._thumbs[near].astype(np.int16) - thumb.astype(np.int16)).mean(axis=1)
+        best = int(np.argmin(diffs))
+        if diffs[best] > self.max_diff:
+            return None
+        i = int(near[best])
+        return self._urls[i], int(dist[i]), float(diffs[best])
+
+    def add(self, url: str, phash: int, thumb: np.ndarray) -> None:
+        n = len(self._urls)
+        if n == len(self._hashes):
+            self._hashes = np.concatenate([self._hashes, np.zeros_like(self._hashes)])
+            self._thumbs = np.concatenate([self._thumbs, np.zeros_like(self._thumbs)])
+        self._hashes[n] = phash
+        self._thumbs[n] = thumb
+        self._urls.append(url)
+
+
+def _dct_rows(n: int = 32, keep: int = 8) -> np.ndarray:
+    k = np.arange(keep)[:, None]
+    x = np.arange(n)[None, :]
+    return 2.0 * np.cos(np.pi * k * (2 * x + 1) / (2 * n))  # scipy's unnormalised DCT-II rows
+
+
+_DCT8 = _dct_rows()
+
+
+def phash_of(image: Any) -> int:
+    """imagehash.phash's 64 bits (grey 32x32 Lanczos, 2-D DCT-II, low 8x8 above their median),
+    with the 8 needed DCT rows as one small matrix product instead of scipy's full transform."""
+    from PIL import Image
+
+    pixels = np.asarray(image.convert("L").resize((32, 32), Image.Resampling.LANCZOS), np.float64)
+    low = _DCT8 @ pixels @ _DCT8.T
+    bits = (low > np.median(low)).reshape(-1)
+    return int.from_bytes(np.packbits(bits).tobytes(), "big")
+
+
+def thumb_of(image: Any) -> np.ndarray:
+    from PIL import Image
+
+    return np.asarray(image.resize((THUMB, THUMB), Image.Resampling.BOX), np.uint8).reshape(-1)
+
+
+# -- the stage -------------------------------------------------------------------------------------
+
+_CLASSIFIERS: dict[tuple[str, int], Any] = {}  # one per worker process
+
+
+class ImageFilterStage(Stage):
+    """Stage 2 of LAIT over one partition of `images/`; see the module docstring for the order."""
+
+    name = "filter"
+    input_table = "images"
+    output_tables = ("images_ok",)
+
+    def __init__(self, cfg: FilterConfig):
+        self.cfg = cfg
+
+    def _classifier(self) -> Any:
+        from filters.uninformative import load_classifier
+
+        key = (self.cfg.uninformative, self.cfg.flat_max_colours)
+        if key not in _CLASSIFIERS:
+            _CLASSIFIERS[key] = load_classifier(self.cfg.uninformative, max_colours=self.cfg.flat_max_colours)
+        return _CLASSIFIERS[key]
+
+    def process(self, ctx: PartContext) -> None:
+        cfg = self.cfg
+        classifier = self._classifier()
+        rules = header_filters(cfg)
+        kept_sha: dict[str, str] = {}
+        near = NearDuplicateIndex(cfg.phash_distance, cfg.near_dup_max_diff)
+        for row in ctx.work.iter_rows("images", ctx.partition, batch_size=64):
+            ctx.count("in")
+            try:
+                out = self._one(row, rules, classifier, kept_sha, near)
+            except ImageRejected as rej:
+                ctx.reject(rej.rule, image_url=row["image_url"], page_url=row.get("page_url"),
+                           detail=rej.detail)
+                continue
+            except Exception as exc:  # a codec bug on one image must not fail the partition
+                log.warning("filter: %s: %r", row["image_url"], exc)
+                ctx.reject("error", image_url=row["image_url"], page_url=row.get("page_url"),
+                           detail=f"{type(exc).__name__}: {exc}")
+                continue
+            ctx.write("images_ok", out)
+            if out["bytes"] is not row["bytes"]:
+                ctx.count("reencoded")
+
+    def _one(self, row: dict[str, Any], rules: list[Filter], classifier: Any,
+             kept_sha: dict[str, str], near: NearDuplicateIndex) -> dict[str, Any]:
+        """The images_ok row for one images row, or ImageRejected."""
+        cfg = self.cfg
+        data = row.get("bytes")
+        if row.get("status") != 200 or data is None:
+            raise ImageRejected("status", f"crawl status {row.get('status')}"
+                                + (f" ({row['error']})" if row.get("error") else "")
+                                + ("" if data is not None else ", no bytes"))
+        if len(data) > cfg.max_bytes:
+            raise ImageRejected("too_large", f"{len(data)} bytes > {cfg.max_bytes}")
+        sha = hashlib.sha256(data).hexdigest()
+        if cfg.dedup and sha in kept_sha and data:
+            raise ImageRejected("duplicate_sha256", f"same bytes as {kept_sha[sha]}")
+        sniffed = sniff(data, row.get("mime"))
+        if sniffed:
+            raise ImageRejected(*sniffed)
+        header = open_image(data, max_pixels=cfg.max_pixels)
+        for rule in rules:
+            verdict = rule.keep(header)
+            if verdict is not True:
+                raise ImageRejected(rule.name, verdict[1] if isinstance(verdict, tuple) else "")
+        preview = decode_small(header)
+        small = preview.image
+        flagged, detail = classifier.judge(preview)
+        if flagged:
+            raise ImageRejected("uninformative", f"{classifier.name}: {detail}")
+        phash, thumb = phash_of(small), thumb_of(small)
+        if cfg.dedup:
+            dup = near.find(phash, thumb)
+            if dup is not None:
+                raise ImageRejected("duplicate_phash", f"like {dup[0]} (phash distance {dup[1]}, "
+                                                       f"thumbnail diff {dup[2]:.1f})")
+        stored, _ = encode_for_storage(header, keep_max_bytes=cfg.keep_jpeg_max_bytes, quality=cfg.jpeg_quality)
+        if cfg.dedup:
+            kept_sha[sha] = row["image_url"]
+            near.add(row["image_url"], phash, thumb)
+        out = {k: row.get(k) for k in ("image_url", "page_url", "mime", "status", "fetched_at", "error")}
+        out.update(bytes=stored, mime="image/jpeg", width=header.width, height=header.height,
+                   format=header.format, sha256=sha, phash=f"{phash:016x}")
+        return out

@@ -1,0 +1,196 @@
+"""Text cleaning for stage 3: Unicode repair, sentence splitting, language ID and the rules.
+
+Each rule is a `lait.stage.Filter` over a `Candidate` and names its drop reason; `CleanStage`
+records a dropped text as `clean/RULE` with the text itself, so the funnel shows what went.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from lait.stage import Filter, KeepResult
+
+# Abbreviations that end with a dot inside a sentence.
+_ABBREV = re.compile(r"\b(?:Mr|Mrs|Ms|Dr|Prof|Sr|Jr|St|Mt|vs|etc|No|Fig|Figs|Inc|Ltd|Co|Corp|Gen|Gov|"
+                     r"Sen|Rep|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec|approx|ca|e\.g|i\.e|"
+                     r"U\.S|U\.K|z\.B|bzw|usw|Nr|Abb)\.$", re.I)
+_SPLIT = re.compile(r"(?<=[.!?…。！？])[\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9À-ÝĀ-ſА-Я¿¡])")
+_URL = re.compile(r"(https?://|www\.)\S+|\b[\w-]+\.(com|org|net|de|fr|co\.uk|io|html?|php)\b", re.I)
+_FILENAME = re.compile(r"(\.(jpe?g|png|gif|webp|bmp|svg|tiff?|heic|avif)\b)|"
+                       r"^(img|dsc|dscn|dcim|pxl|screenshot|photo|image|pic)[\s_-]?\d{2,}", re.I)
+_REPEAT_CHARS = re.compile(r"(\S)\1{4,}")
+_WORD = re.compile(r"\w+", re.U)
+
+# Texts that say nothing about a picture, compared lower-cased without punctuation.
+BOILERPLATE = frozenset({
+    "image", "images", "photo", "photos", "picture", "pictures", "pic", "img", "logo", "icon",
+    "thumbnail", "thumb", "banner", "placeholder", "untitled", "avatar", "spacer", "blank", "alt",
+    "click here", "click to enlarge", "click to zoom", "read more", "more", "no image",
+    "untitled image", "image description", "featured image", "header image", "main image",
+    "hero image", "cover image", "profile picture", "image may contain", "photo credit",
+    "share", "print", "mail", "email", "rss", "facebook", "twitter", "linkedin", "pinterest",
+    "instagram", "youtube", "whatsapp", "loading", "advertisement", "null", "undefined", "none",
+    "default"})
+_NUMBERED = re.compile(r"^(image|photo|picture|img|pic|slide|figure|fig|bild|foto)\s*\d*$")
+
+
+def repair(text: str) -> str:
+    """Unicode repair (mojibake, HTML entities left over, odd spaces) and whitespace folding."""
+    if text.isascii() and "&" not in text:  # nothing for ftfy to repair, and it is slow
+        return " ".join(text.split())
+    import ftfy
+
+    text = ftfy.fix_text(text, unescape_html=True, normalization="NFC")
+    return " ".join(text.split())
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of a paragraph: split after . ! ? before a capital, unless an abbreviation."""
+    out: list[str] = []
+    start = 0
+    for m in _SPLIT.finditer(text):
+        head = text[start:m.start()].rstrip("\"'”’)]")
+        if _ABBREV.search(head) or re.search(r"\b[A-Z]\.$", head):  # "J. Smith"
+            continue
+        out.append(text[start:m.start()].strip())
+        start = m.end()
+    tail = text[start:].strip()
+    if tail:
+        out.append(tail)
+    return [s for s in out if s]
+
+
+@dataclass
+class Candidate:
+    """One candidate text of one image on one page."""
+
+    text: str
+    source: str  # alt, title, figcaption, aria, og, context
+    image_url: str
+    page_url: str
+    lang: str | None = None
+
+
+def _plain(text: str) -> str:
+    return " ".join(_WORD.findall(text.lower())).replace("_", " ")
+
+
+class WordCountFilter(Filter):
+    name = "word_count"
+
+    def __init__(self, min_words: int, max_words: int):
+        self.min_words, self.max_words = min_words, max_words
+
+    def keep(self, c: Candidate) -> KeepResult:
+        n = len(c.text.split())
+        return self.min_words <= n <= self.max_words or (False, f"{n} words, not in [{self.min_words}, {self.max_words}]")
+
+
+class LetterShareFilter(Filter):
+    name = "letters"
+
+    def __init__(self, min_share: float):
+        self.min_share = min_share
+
+    def keep(self, c: Candidate) -> KeepResult:
+        chars = [ch for ch in c.text if not ch.isspace()]
+        share = sum(ch.isalpha() for ch in chars) / max(1, len(chars))
+        return share >= self.min_share or (False, f"{share:.2f} letters < {self.min_share}")
+
+
+class UrlFilter(Filter):
+    name = "url"
+
+    def keep(self, c: Candidate) -> KeepResult:
+        m = _URL.search(c.text)
+        return m is None or (False, m.group(0))
+
+
+class FileNameFilter(Filter):
+    name = "filename"
+
+    def keep(self, c: Candidate) -> KeepResult:
+        m = _FILENAME.search(c.text.strip())
+        return m is None or (False, m.group(0))
+
+
+class BoilerplateFilter(Filter):
+    name = "boilerplate"
+
+    def keep(self, c: Candidate) -> KeepResult:
+        plain = _plain(c.text)
+        if plain in BOILERPLATE or _NUMBERED.match(plain):
+            return False, plain
+        return True
+
+
+class RepetitionFilter(Filter):
+    name = "repetition"
+
+    def keep(self, c: Candidate) -> KeepResult:
+        m = _REPEAT_CHARS.search(c.text)
+        if m and not m.group(1).isdigit():
+            return False, f"{m.group(0)[:20]!r} repeated"
+        words = c.text.lower().split()
+        for a, b, d in zip(words, words[1:], words[2:]):
+            if a == b == d:
+                return False, f"{a!r} three times in a row"
+        if len(words) >= 6 and len(set(words)) / len(words) < 0.5:
+            return False, f"{len(set(words))} distinct of {len(words)} words"
+        return True
+
+
+# Languages the detector chooses among besides the kept ones (a detector over a single language
+# would call everything that language). Each costs ~0.4 s of model loading per worker process;
+# these are the ones most often confused with English. Text in other scripts matches none of
+# them confidently and is dropped as language None.
+REFERENCE_LANGUAGES = ("en", "de", "fr", "es", "it", "pt", "nl")
+
+
+# lingua's trigram-only mode is several times faster and, by its authors' measurements, as
+# reliable as the full mode on texts past ~120 characters; short texts need the full models.
+LONG_TEXT = 120
+
+
+@lru_cache(maxsize=8)
+def _detector(codes: tuple[str, ...], low_accuracy: bool = False):
+    from lingua import IsoCode639_1, Language, LanguageDetectorBuilder
+
+    langs = [Language.from_iso_code_639_1(getattr(IsoCode639_1, c.upper())) for c in codes]
+    builder = LanguageDetectorBuilder.from_languages(*langs)
+    return (builder.with_low_accuracy_mode() if low_accuracy else builder).build()
+
+
+class LanguageFilter(Filter):
+    """Keeps texts in the configured languages (ISO 639-1); sets `Candidate.lang`."""
+
+    name = "language"
+
+    def __init__(self, languages: list[str], among: tuple[str, ...] = REFERENCE_LANGUAGES):
+        self.languages = frozenset(c.lower() for c in languages)
+        self.codes = tuple(sorted(set(among) | self.languages))
+        self._cache: dict[str, str | None] = {}
+
+    def keep(self, c: Candidate) -> KeepResult:
+        code = self._cache.get(c.text, "?")
+        if code == "?":
+            lang = _detector(self.codes, len(c.text) >= LONG_TEXT).detect_language_of(c.text)
+            code = lang.iso_code_639_1.name.lower() if lang is not None else None
+            if len(self._cache) > 200_000:  # texts repeat across a site's pages; bound the memory
+                self._cache.clear()
+            self._cache[c.text] = code
+        c.lang = code
+        return code in self.languages or (False, f"language {code}")
+
+
+def text_filters(*, min_words: int, max_words: int, min_letter_share: float,
+                 languages: list[str]) -> list[Filter]:
+    """The cleaning rules in the order they run (cheapest first, language ID last)."""
+    rules: list[Filter] = [FileNameFilter(), UrlFilter(), BoilerplateFilter(),
+                           WordCountFilter(min_words, max_words), LetterShareFilter(min_letter_share),
+                           RepetitionFilter()]
+    if languages and languages != ["any"]:
+        rules.append(LanguageFilter(languages))
+    return rules

@@ -1,0 +1,263 @@
+"""Stage 3, `lait clean`: sentence detection and cleaning, pages/ -> candidates/ (by image URL).
+
+For each page of a partition: decode the bytes (declared charset, else a `<meta>` one, else
+UTF-8 with replacement), parse once with lxml, collect every image with its alt, title, aria,
+figcaption and og texts and its position in document order, then let trafilatura find the
+main content on the same tree and take the main-content sentences nearest to each image as
+`context` candidates. Texts are repaired (ftfy), long ones split into sentences, and run
+through the rules of `filters.text_rules`; texts repeated on most pages of a site are dropped
+as `clean/site_boilerplate`. Each (page, image) pair with at least one text goes to the
+candidates partition of its image URL. A page that breaks the parser or runs past the time
+limit is rejected with its reason; the partition goes on.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import re
+import signal
+import threading
+from collections import Counter, defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, ClassVar, Iterator
+from urllib.parse import urlsplit
+
+from lait.config import ConfigError, StageConfig, setting
+from lait.parts import partition_of
+from lait.stage import PartContext, Stage
+from filters.html_images import BLOCK_TAGS, PageImage, find_images, normalise_space
+from filters.text_rules import Candidate, repair, split_sentences, text_filters
+
+log = logging.getLogger(__name__)
+
+SOURCES = ("alt", "title", "aria", "figcaption", "og", "context")
+_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([\w.:-]+)""", re.I)
+_XML_DECL = re.compile(r"^\s*<\?xml[^>]*\?>")
+
+
+@dataclass
+class CleanConfig(StageConfig):
+    """Settings of `lait clean` (LAIT keeps English texts; set `languages` to keep others)."""
+
+    section: ClassVar[str] = "clean"
+
+    languages: list[str] = setting(["en"], "ISO 639-1 codes of the languages kept (lingua); 'any' keeps all")
+    sources: list[str] = setting(list(SOURCES), "candidate text sources used")
+    min_words: int = setting(2, "drop texts with fewer words")
+    max_words: int = setting(80, "texts with more words are split into sentences; sentences "
+                             "with more words are dropped")
+    min_letter_share: float = setting(0.5, "drop texts whose non-space characters are less than this share letters")
+    context_sentences: int = setting(1, "main-content sentences taken on each side of an image")
+    context_window: int = setting(6, "a context paragraph must be within this many paragraphs or "
+                                  "images of the image")
+    site_repeat_min_pages: int = setting(5, "a text on at least this many pages of a site ...")
+    site_repeat_share: float = setting(0.5, "... and on at least this share of them is site boilerplate")
+    max_page_bytes: int = setting(5_000_000, "pages longer than this are cut to this many bytes")
+    page_timeout: float = setting(20.0, "seconds one page may take before it is rejected (clean/timeout)")
+
+    def validate(self) -> None:
+        super().validate()
+        unknown = set(self.sources) - set(SOURCES)
+        if unknown:
+            raise ConfigError(f"unknown sources {sorted(unknown)}; known: {list(SOURCES)}")
+        if self.min_words < 1 or self.max_words < self.min_words:
+            raise ConfigError("need 1 <= min_words <= max_words")
+        self.languages = [c.lower() for c in self.languages]
+        if self.languages != ["any"]:
+            from lingua import IsoCode639_1
+
+            bad = [c for c in self.languages if not hasattr(IsoCode639_1, c.upper())]
+            if bad:
+                raise ConfigError(f"unknown language codes {bad} (use ISO 639-1, like en, de)")
+
+
+class PageRejected(Exception):
+    def __init__(self, rule: str, detail: str = ""):
+        super().__init__(f"{rule}: {detail}")
+        self.rule, self.detail = rule, detail
+
+
+class PageTimeout(PageRejected):
+    pass
+
+
+@contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise PageTimeout after `seconds` (SIGALRM; only in a process's main thread, else no limit)."""
+    if seconds <= 0 or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise PageTimeout("timeout", f"over {seconds:g} s")
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def decode_page(row: dict[str, Any], max_bytes: int) -> tuple[str, bool]:
+    """(text, truncated) of a page's bytes; PageRejected for what is not HTML."""
+    body: bytes = row.get("html") or b""
+    if row.get("status") != 200:
+        raise PageRejected("status", f"HTTP {row.get('status')}")
+    if not body.strip():
+        raise PageRejected("empty", "no content")
+    ctype = (row.get("content_type") or "").lower()
+    if ctype and not any(t in ctype for t in ("html", "xml", "text/plain")):
+        raise PageRejected("not_html", f"content type {ctype}")
+    head = body[:4096]
+    if head.count(b"\x00") > 8 or sum(b < 9 or 13 < b < 32 for b in head) > len(head) // 10:
+        raise PageRejected("not_html", "binary content")
+    truncated = len(body) > max_bytes
+    body = body[:max_bytes]
+    m = re.search(r"charset=([\w.:-]+)", ctype) or _META_CHARSET.search(head)
+    enc = m.group(1) if m else row.get("encoding") or "utf-8"
+    enc = enc.decode("ascii", "replace") if isinstance(enc, bytes) else enc
+    try:
+        text = body.decode(enc, errors="replace")
+    except LookupError:  # an unknown charset name
+        text = body.decode("utf-8", errors="replace")
+    return _XML_DECL.sub("", text, count=1), truncated
+
+
+def _blocks(tree: Any) -> list[tuple[int, str]]:
+    """(position, text) of the paragraph-like elements; positions as in `find_images`."""
+    out = []
+    for pos, el in enumerate(tree.iter("img", *BLOCK_TAGS)):
+        if el.tag != "img":
+            text = normalise_space(el.text_content())
+            if text:
+                out.append((pos, text))
+    return out
+
+
+def _main_text(tree: Any) -> str:
+    import trafilatura
+
+    # Same defaults as `trafilatura.extract(html)`; the tree is ours to spend (it is modified).
+    text = trafilatura.extract(tree, output_format="txt", include_comments=False) or ""
+    return normalise_space(text)
+
+
+def _context(img: PageImage, blocks: list[tuple[int, str]], main: str, cfg: CleanConfig) -> list[str]:
+    """The main-content sentences nearest to the image: the end of the paragraph before it and
+    the start of the one after it, within `context_window` positions."""
+    if img.position < 0 or not main:
+        return []
+    i = bisect.bisect_left(blocks, (img.position, ""))
+    out: list[str] = []
+    n = cfg.context_sentences
+    for pos, text in reversed(blocks[max(0, i - cfg.context_window):i]):
+        if img.position - pos <= cfg.context_window and text[:60] in main:
+            out += split_sentences(text)[-n:]
+            break
+    for pos, text in blocks[i:i + cfg.context_window]:
+        if pos - img.position <= cfg.context_window and text[:60] in main:
+            out += split_sentences(text)[:n]
+            break
+    return out
+
+
+def page_candidates(row: dict[str, Any], cfg: CleanConfig) -> tuple[list[tuple[str, list[tuple[str, str]]]], bool]:
+    """([(image_url, [(source, raw text)])], truncated) of one page, before cleaning."""
+    from lxml import etree, html as lxml_html
+
+    text, truncated = decode_page(row, cfg.max_page_bytes)
+    parser = lxml_html.HTMLParser(recover=True, huge_tree=False)
+    try:
+        tree = lxml_html.document_fromstring(text, parser=parser)
+    except (etree.ParserError, ValueError) as exc:
+        raise PageRejected("unparsable", str(exc)) from None
+    for err in parser.error_log:
+        # libxml2 drops whatever lies deeper than 256 elements: say so rather than lose it quietly.
+        if "Excessive depth" in err.message:
+            raise PageRejected("too_deep", err.message)
+    images = find_images(tree, row["url"])
+    if not images:
+        return [], truncated
+    want_context = "context" in cfg.sources
+    blocks = _blocks(tree) if want_context else []
+    main = _main_text(tree) if want_context else ""
+    per_url: dict[str, list[tuple[str, str]]] = {}
+    for img in images:
+        texts = [t for t in img.texts if t[0] in cfg.sources]
+        if want_context:
+            texts += [("context", s) for s in _context(img, blocks, main, cfg)]
+        for url in img.urls:
+            bucket = per_url.setdefault(url, [])
+            bucket.extend(t for t in texts if t not in bucket)
+    return list(per_url.items()), truncated
+
+
+class CleanStage(Stage):
+    """Stage 3 of LAIT over one partition of `pages/`; output re-partitioned by image URL."""
+
+    name = "clean"
+    input_table = "pages"
+    output_tables = ("candidates",)
+
+    def __init__(self, cfg: CleanConfig):
+        self.cfg = cfg
+
+    def process(self, ctx: PartContext) -> None:
+        cfg = self.cfg
+        rules = text_filters(min_words=cfg.min_words, max_words=cfg.max_words,
+                             min_letter_share=cfg.min_letter_share, languages=cfg.languages)
+        # Pass 1: every page's raw candidates; pass 2 needs the site-wide text counts.
+        pages: list[tuple[str, list[tuple[str, list[tuple[str, str]]]]]] = []
+        site_pages: Counter[str] = Counter()
+        site_texts: dict[str, Counter[str]] = defaultdict(Counter)
+        for row in ctx.work.iter_rows("pages", ctx.partition, batch_size=16):
+            ctx.count("pages_in")
+            url = row["url"]
+            try:
+                with time_limit(cfg.page_timeout):
+                    found, truncated = page_candidates(row, cfg)
+            except PageRejected as rej:
+                ctx.reject(rej.rule, page_url=url, detail=rej.detail)
+                continue
+            except (RecursionError, MemoryError, Exception) as exc:  # one page must not fail the part
+                log.warning("clean: %s: %r", url, exc)
+                ctx.reject("error", page_url=url, detail=f"{type(exc).__name__}: {exc}")
+                continue
+            if truncated:
+                ctx.count("truncated_pages")
+            host = urlsplit(url).netloc.lower()
+            site_pages[host] += 1
+            site_texts[host].update({t for _, texts in found for _, t in texts})
+            pages.append((url, found))
+        for url, found in pages:
+            host = urlsplit(url).netloc.lower()
+            limit = max(cfg.site_repeat_min_pages, cfg.site_repeat_share * site_pages[host])
+            for image_url, raw in found:
+                self._emit(ctx, url, image_url, raw, rules, site_texts[host], limit)
+
+    def _emit(self, ctx: PartContext, page_url: str, image_url: str, raw: list[tuple[str, str]],
+              rules: list, counts: Counter[str], limit: float) -> None:
+        cfg = self.cfg
+        seen: set[str] = set()
+        texts: list[dict[str, Any]] = []
+        for source, text in raw:
+            if counts[text] >= limit:
+                ctx.reject("site_boilerplate", image_url=image_url, page_url=page_url, text=text,
+                           detail=f"{source} text on {counts[text]} pages of the site")
+                continue
+            text = repair(text)
+            pieces = [text] if len(text.split()) <= cfg.max_words else split_sentences(text)
+            cands = [Candidate(p, source, image_url, page_url) for p in pieces if p not in seen]
+            for c in ctx.apply_filters(cands, rules, ids=lambda c: {"image_url": c.image_url,
+                                                                    "page_url": c.page_url, "text": c.text}):
+                seen.add(c.text)
+                texts.append({"text": c.text, "source": c.source, "lang": c.lang})
+        if not texts:
+            ctx.reject("no_text", image_url=image_url, page_url=page_url, detail="no candidate text left")
+            return
+        ctx.write("candidates", {"page_url": page_url, "image_url": image_url, "texts": texts},
+                  partition=partition_of(image_url, ctx.work.n_partitions))

@@ -1,0 +1,179 @@
+"""Stage 3 (`lait clean`): URL resolution, text sources, rules, and pages that try to break it."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from lxml import html as lxml_html
+
+from filters import command
+from filters.html_images import image_urls, largest_srcset
+from filters.text_rules import Candidate, split_sentences, text_filters
+from filters.text_stage import CleanConfig, CleanStage
+from lait.executor import LocalExecutor
+from lait.parts import partition_of
+
+PAGE = "http://news.test/a/story.html"
+ARTICLE = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Story</title>
+<meta property="og:image" content="/og/cover.jpg">
+<meta property="og:description" content="A lighthouse on a rocky coast at sunset.">
+</head><body><header><img src="/logo.png" alt="logo"></header><article><h1>The coast</h1>
+<p>The storm passed over the island during the night. Fishermen stayed in the harbour until noon.</p>
+<figure><img src="pics/boat.jpg" srcset="pics/boat-320.jpg 320w, pics/boat-1280.jpg 1280w"
+ alt="A red fishing boat in the harbour" title="The old harbour"><figcaption>Boats wait for the
+ tide. <span class="credit">Photo: J. Doe</span></figcaption></figure>
+<p>By the afternoon the wind had dropped. The boats went out again before dusk.</p>
+<img data-src="//cdn.news.test/lazy/cliff.jpg" src="data:image/gif;base64,R0lGOD" alt="IMG_2041.JPG"
+ aria-label="Cliffs above the bay in the evening light">
+<p>Walkers returned to the cliff path by the evening, and the cafes reopened.</p>
+</article></body></html>"""
+
+
+def run_clean(work, **settings):
+    cfg = CleanConfig(work=str(work.root), progress=False, **settings)
+    cfg.validate()
+    report = LocalExecutor(workers=1, retries=0, show_progress=False).run(CleanStage(cfg), work)
+    assert report.ok, report.summary()
+
+
+def test_image_urls_resolve_like_a_crawler():
+    tree = lxml_html.document_fromstring(
+        '<html><head><base href="http://other.test/dir/"></head><body>'
+        '<img src="a.jpg#frag"><img src="b small.jpg" srcset="b2.jpg 2x, b3.jpg 3x">'
+        '<picture><source srcset="p-800.webp 800w, p-1600.webp 1600w"><source srcset="p.jpg">'
+        '<img src="p-fallback.jpg"></picture><img data-src="/lazy.jpg" src="data:,x">'
+        '<meta property="og:image" content="https://og.test/x.jpg"></body></html>')
+    assert image_urls(tree, PAGE) == [
+        "http://other.test/dir/a.jpg", "http://other.test/dir/b%20small.jpg", "http://other.test/dir/b3.jpg",
+        "http://other.test/dir/p-fallback.jpg", "http://other.test/dir/p-1600.webp", "http://other.test/dir/p.jpg",
+        "http://other.test/lazy.jpg", "https://og.test/x.jpg"]
+    assert largest_srcset("a.jpg 300w, b.jpg 1200w, c.jpg 600w") == "b.jpg"
+
+
+def test_sources_context_and_repartitioning(make_work, td):
+    work = make_work(n_partitions=4)
+    td.write_table(work, "pages", [td.page_row(PAGE, ARTICLE)], "url")
+    run_clean(work)
+    got = {}
+    for p in range(4):
+        for r in work.iter_rows("candidates", p):
+            assert partition_of(r["image_url"], 4) == p  # re-partitioned by image URL
+            got[r["image_url"]] = {(t["source"], t["text"]) for t in r["texts"]}
+            assert all(t["lang"] == "en" for t in r["texts"])
+    boat = got["http://news.test/a/pics/boat-1280.jpg"]
+    assert boat == got["http://news.test/a/pics/boat.jpg"]
+    assert {("alt", "A red fishing boat in the harbour"), ("title", "The old harbour"),
+            ("figcaption", "Boats wait for the tide."),
+            ("context", "Fishermen stayed in the harbour until noon."),
+            ("context", "By the afternoon the wind had dropped.")} <= boat
+    cliff = got["http://cdn.news.test/lazy/cliff.jpg"]
+    assert ("aria", "Cliffs above the bay in the evening light") in cliff
+    assert not any(t == "IMG_2041.JPG" for _, t in cliff)
+    assert ("og", "A lighthouse on a rocky coast at sunset.") in got["http://news.test/og/cover.jpg"]
+    rejected = {(r["reason"], r["text"]) for r in work.iter_rows("rejected")}
+    assert ("clean/filename", "IMG_2041.JPG") in rejected and ("clean/boilerplate", "logo") in rejected
+
+
+@pytest.mark.parametrize("text, rule", [
+    ("IMG_2041.JPG", "filename"), ("DSC01234", "filename"), ("see https://x.test/a", "url"),
+    ("click here", "boilerplate"), ("Image 3", "boilerplate"), ("untitled", "boilerplate"),
+    ("Sunset", "word_count"), ("12 345 678 / 90 12", "letters"), ("wow wow wow so nice", "repetition"),
+    ("Sooooooo beautiful sunset", "repetition"), ("Ein roter Kreis auf blauem Hintergrund", "language"),
+])
+def test_each_rule_names_its_drop(text, rule):
+    rules = text_filters(min_words=2, max_words=80, min_letter_share=0.5, languages=["en"])
+    c = Candidate(text, "alt", "u", "p")
+    failed = next((f.name for f in rules if f.keep(c) is not True), None)
+    assert failed == rule
+    ok = Candidate("A red fishing boat in the harbour", "alt", "u", "p")
+    assert all(f.keep(ok) is True for f in rules) and ok.lang == "en"
+
+
+def test_sentence_splitting_respects_abbreviations():
+    assert split_sentences("Dr. Smith met Mr. J. Doe in the U.S. yesterday. It rained! Did it? Yes.") == [
+        "Dr. Smith met Mr. J. Doe in the U.S. yesterday.", "It rained!", "Did it?", "Yes."]
+
+
+def test_site_wide_texts_are_dropped(make_work, td):
+    work = make_work()
+    rows = [td.page_row(f"http://blog.test/p{i}.html",
+                        f'<html><body><img src="/banner.jpg" alt="Welcome to our lovely blog">'
+                        f'<img src="/p{i}.jpg" alt="A brown dog number {i} on the beach"></body></html>')
+            for i in range(8)]
+    td.write_table(work, "pages", rows, "url")
+    run_clean(work)
+    kept = {r["image_url"]: r["texts"] for r in work.iter_rows("candidates")}
+    assert "http://blog.test/banner.jpg" not in kept and len(kept) == 8
+    reasons = [r["reason"] for r in work.iter_rows("rejected") if r["text"] == "Welcome to our lovely blog"]
+    assert reasons == ["clean/site_boilerplate"] * 8
+
+
+def test_bad_pages_are_rejected_or_handled(make_work, td):
+    work = make_work()
+    good = td.page_row("http://x.test/good.html", ARTICLE)
+    deep = "<div>" * 10_000 + '<p>Deep inside.</p><img src="/deep.jpg" alt="A deep sea diver with a lamp">' + "</div>" * 10_000
+    huge = ("<html><body>" + "<p>filler text here</p>" * 2_700_000
+            + '<img src="/late.jpg" alt="Never reached in a cut page"></body></html>')
+    latin1 = ('<html><head><meta charset="iso-8859-1"></head><body><img src="/cafe.jpg" '
+              'alt="A busy café terrace on a sunny morning"></body></html>').encode("latin-1")
+    broken = b'<html><body><img src="/broken.jpg" alt="A \xff\xfe broken \x80 encoded caption here"></body></html>'
+    rows = [
+        good,
+        td.page_row("http://x.test/binary.html", bytes(range(256)) * 100),
+        td.page_row("http://x.test/pdf", b"%PDF-1.4 ...", content_type="application/pdf"),
+        td.page_row("http://x.test/latin1.html", latin1, content_type="text/html"),
+        td.page_row("http://x.test/broken.html", broken, content_type="text/html; charset=utf-8"),
+        td.page_row("http://x.test/huge.html", huge),
+        td.page_row("http://x.test/deep.html", deep),
+        td.page_row("http://x.test/404.html", "<html>gone</html>", status=404),
+        td.page_row("http://x.test/bogus-charset.html", b'<img src="/b.jpg" alt="A tall tree in a park">',
+                    content_type="text/html; charset=no-such-charset"),
+    ]
+    td.write_table(work, "pages", rows, "url")
+    run_clean(work, max_page_bytes=10_000_000)
+    pages_rejected = {r["page_url"]: r["reason"] for r in work.iter_rows("rejected") if r["image_url"] is None}
+    assert pages_rejected == {"http://x.test/binary.html": "clean/not_html", "http://x.test/pdf": "clean/not_html",
+                              "http://x.test/404.html": "clean/status", "http://x.test/deep.html": "clean/too_deep"}
+    texts = {r["image_url"]: [t["text"] for t in r["texts"]] for r in work.iter_rows("candidates")}
+    assert texts["http://x.test/cafe.jpg"] == ["A busy café terrace on a sunny morning"]
+    assert "http://x.test/broken.jpg" in texts  # replacement characters, then repaired
+    assert texts["http://x.test/b.jpg"] == ["A tall tree in a park"]
+    assert "http://x.test/pics/boat-1280.jpg" in texts  # the good page lost nothing
+    assert "http://x.test/late.jpg" not in texts  # the 50 MB page was cut at max_page_bytes
+    stats = work.done_stats("clean")[0]["counters"]
+    assert stats["clean/truncated_pages"] == 1
+
+
+def test_page_time_limit(make_work, td, monkeypatch):
+    import time
+
+    import filters.text_stage as ts
+
+    def slow(tree):
+        time.sleep(5)
+        return ""
+
+    monkeypatch.setattr(ts, "_main_text", slow)
+    work = make_work()
+    td.write_table(work, "pages", [td.page_row(PAGE, ARTICLE)], "url")
+    run_clean(work, page_timeout=0.3)
+    (row,) = [r for r in work.iter_rows("rejected")]
+    assert row["reason"] == "clean/timeout" and row["page_url"] == PAGE
+
+
+def test_commands_register_and_run(make_work, td, tmp_path):
+    work = make_work()
+    td.write_table(work, "pages", [td.page_row(PAGE, ARTICLE)], "url")
+    td.write_table(work, "images", [td.image_row("http://news.test/a/pics/boat.jpg", td.encode(td.photo(1)))],
+                   "image_url")
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    command.register(sub)
+    for argv in (["filter", str(work.root), "--workers", "1", "--no-progress", "--min-side", "200"],
+                 ["clean", str(work.root), "--workers", "1", "--no-progress", "--languages", "en", "de"]):
+        args = parser.parse_args(argv)
+        assert args.func(args) == 0
+    assert work.count("images_ok") == 1 and work.count("candidates") >= 3
+    assert "min_side: 200" in (work.root / "_configs" / "filter.yaml").read_text()
+    assert "- de" in (work.root / "_configs" / "clean.yaml").read_text()
