@@ -53,5 +53,31 @@ def test_readability_figcaptions_are_candidates(shared_data, make_work, td):
               if not any(c in cap or cap in c for c in got.get((p, u), []))]
     share = 1 - len(missed) / len(expected)
     print(f"figcaptions recovered: {len(expected) - len(missed)}/{len(expected)} = {share:.3f}")
-    for m in missed: print("MISS", m[0][25:60], m[1][-50:], "|", m[2][:150])
     assert share >= 0.95, missed[:10]
+
+
+def test_planted_coco_captions_are_candidates_of_their_photos(shared_data, make_work, td):
+    """Acceptance 2, real-web mode: real pages with planted COCO photo + human caption figures."""
+    from crawler.site.realweb import RealWebSite
+
+    site = RealWebSite(shared_data)
+    truth = site.ground_truth()
+    base = "http://127.0.0.1:8000"
+    work = make_work(n_partitions=4)
+    rows, expected = [], []
+    for path, page in truth["pages"].items():
+        if path == "/":
+            continue
+        url = base + path
+        rows.append(td.page_row(url, site.route(path).body))
+        expected += [(url, base + ref["url"], _norm(ref["true_caption"]))
+                     for ref in page["images"] if ref["true_caption"]]
+    td.write_table(work, "pages", rows, "url")
+    cfg = CleanConfig(work=str(work.root), progress=False)
+    assert LocalExecutor(workers=2, show_progress=False).run(CleanStage(cfg), work).ok
+    got = {(r["page_url"], r["image_url"]): [_norm(t["text"]) for t in r["texts"]]
+           for r in work.iter_rows("candidates")}
+    assert len(expected) >= 300
+    missed = [e for e in expected if not any(e[2] == c for c in got.get(e[:2], []))]
+    share = 1 - len(missed) / len(expected)
+    assert share >= 0.98, (share, missed[:5])
