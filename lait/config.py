@@ -77,6 +77,19 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
     return value
 
 
+def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
+    """A YAML file whose top level is a mapping, or a ConfigError that says what is wrong."""
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings at the top level")
+    return data
+
+
 @dataclasses.dataclass
 class Config:
     """Base of every command's config dataclass."""
@@ -130,14 +143,7 @@ class Config:
 
     @classmethod
     def load_yaml(cls, path: str | Path) -> dict[str, Any]:
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except FileNotFoundError:
-            raise ConfigError(f"config file not found: {path}") from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: expected a mapping of settings at the top level")
+        data = read_yaml_mapping(path)
         if cls.section and isinstance(data.get(cls.section), dict):
             data = data[cls.section]
         return data

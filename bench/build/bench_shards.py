@@ -1,0 +1,149 @@
+"""Shard writing throughput of `lait build` beside plain `tarfile` writing the same bytes.
+
+Data: the real photos of ../shared/data/photos (COCO JPEGs, ~150 KB) repeated to N samples as
+a work directory with `images_ok/` and `scored/` (3 texts per image). Measured side by side,
+alternating, median of R rounds:
+
+- tarfile:  the final samples (jpg, txt, json bytes already in memory) written into the same
+            number of tars with `tarfile`, one process: the floor any shard writer pays.
+- shards:   `lait build`'s shard pass (read the plan, read image bytes from Parquet row groups,
+            write tars + sidecars), one worker, then two.
+- build:    the whole `lait build` (pick, global plan, shards), one worker.
+
+    .venv/bin/python bench/build/bench_shards.py [--n 2000] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import shutil
+import statistics
+import sys
+import tarfile
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from build.config import BuildConfig  # noqa: E402
+from build.pipeline import build  # noqa: E402
+from build.shards import ShardStage  # noqa: E402
+from lait.executor import LocalExecutor  # noqa: E402
+from lait.parts import WorkDir, partition_of  # noqa: E402
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def make_work(root: Path, photos: list[Path], n: int) -> WorkDir:
+    from PIL import Image
+
+    work = WorkDir(root, n_partitions=16).init()
+    info = []
+    for p in photos:
+        data = p.read_bytes()
+        with Image.open(io.BytesIO(data)) as im:
+            info.append((data, im.width, im.height))
+    ok_w, sc_w = {}, {}
+    for i in range(n):
+        data, w, h = info[i % len(info)]
+        # A distinct sha256 and phash per sample, so that no sample is a duplicate of another.
+        data = data + i.to_bytes(4, "big")
+        url = f"http://bench.test/img/{i}.jpg"
+        part = partition_of(url, 16)
+        if part not in ok_w:
+            ok_w[part] = work.writer("images_ok", part, "bench")
+            sc_w[part] = work.writer("scored", part, "bench")
+        ok_w[part].write({"image_url": url, "page_url": "http://bench.test/", "bytes": data, "mime": "image/jpeg",
+                          "status": 200, "fetched_at": T0, "width": w, "height": h, "format": "JPEG",
+                          "sha256": hashlib.sha256(data).hexdigest(), "phash": f"{(i * 0x9E3779B97F4A7C15) % (1 << 64):016x}"})
+        for k, src in enumerate(("alt", "figcaption", "context")):
+            sc_w[part].write({"image_url": url, "page_url": f"http://bench.test/p/{i}.html",
+                              "text": f"caption {k} of photo number {i} on a bench page", "source": src,
+                              "lang": "en", "score": 0.2 + k / 10, "model": "bench"})
+    for w in (*ok_w.values(), *sc_w.values()):
+        w.close()
+    return work
+
+
+def final_samples(root: Path) -> list[list[tuple[str, bytes]]]:
+    """Per tar, the members (name, bytes) that `lait build` wrote: the baseline writes these."""
+    out = []
+    for tar in sorted((root / "shards").glob("*.tar")):
+        with tarfile.open(tar) as tf:
+            out.append([(m.name, tf.extractfile(m).read()) for m in tf.getmembers()])
+    return out
+
+
+def tarfile_baseline(shards: list[list[tuple[str, bytes]]], out: Path) -> float:
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    for i, members in enumerate(shards):
+        with tarfile.open(out / f"{i:05d}.tar", "w") as tf:
+            for name, data in members:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+    return time.perf_counter() - start
+
+
+def shard_pass(root: Path, workers: int) -> float:
+    work = WorkDir(root)
+    shutil.rmtree(root / "_done" / "build_shards", ignore_errors=True)
+    start = time.perf_counter()
+    report = LocalExecutor(workers=workers, retries=0, show_progress=False).run(ShardStage(), work)
+    assert report.ok, report.summary()
+    return time.perf_counter() - start
+
+
+def full_build(root: Path) -> float:
+    work = WorkDir(root)
+    for stage in ("build_pick", "build_plan", "build_shards"):
+        shutil.rmtree(work.root / "_done" / stage, ignore_errors=True)
+    start = time.perf_counter()
+    result = build(BuildConfig(work=str(root), workers=1, progress=False, samples_per_shard=1000))
+    assert result.ok
+    return time.perf_counter() - start
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    photos = sorted((REPO.parent / "shared" / "data" / "photos").rglob("*.jpg"))
+    if not photos:
+        print("bench/build: ../shared/data/photos is not present; nothing to measure")
+        return 0
+    tmp = Path(tempfile.mkdtemp(prefix="lait-bench-build-"))
+    try:
+        root = tmp / "work"
+        make_work(root, photos, args.n)
+        full_build(root)  # warm-up, and the plan the shard pass rewrites
+        shards = final_samples(root)
+        total = sum(len(d) for members in shards for _, d in members)
+        times: dict[str, list[float]] = {"tarfile": [], "shards, 1 worker": [], "shards, 2 workers": [],
+                                         "whole build, 1 worker": []}
+        for r in range(args.rounds):
+            times["tarfile"].append(tarfile_baseline(shards, tmp / f"base{r}"))
+            shutil.rmtree(tmp / f"base{r}")
+            times["shards, 1 worker"].append(shard_pass(root, 1))
+            times["shards, 2 workers"].append(shard_pass(root, 2))
+            times["whole build, 1 worker"].append(full_build(root))
+        base = statistics.median(times["tarfile"])
+        print(f"{args.n} samples, {len(shards)} tars, {total / 1e6:.1f} MB of members; median of {args.rounds}")
+        for name, ts in times.items():
+            t = statistics.median(ts)
+            print(f"  {name:<24} {total / t / 1e6:7.1f} MB/s  {args.n / t:8.0f} samples/s  "
+                  f"ratio to tarfile {base / t:.2f}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""`lait demo`: the whole LAIT job offline, on the built-in local web.
+
+1. Generate the synthetic site (`crawler.site`) and serve it on a loopback port.
+2. Crawl it with the stage-1 spider (`crawler.run.crawl`, loopback explicitly allowed).
+3. Run stages 2 to 5 (`build.runner`), scoring with the offline demo scorer (`scoring`).
+4. Write the HTML report and print where the shards and the report are.
+
+Everything lands in `OUT/`: `work/` (tables, `work/shards/`), `report.html`, and
+`ground_truth.json` (what a correct pipeline keeps, to compare against). A second run reuses
+whatever is finished: the crawl (marker `work/_done/demo_crawl.json`), every stage's finished
+partitions, the shards; the demo scorer is built once per machine and cached.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lait.config import Config, ConfigError, setting
+from lait.parts import atomic_write_json
+
+log = logging.getLogger(__name__)
+
+CRAWL_MARKER = "_done/demo_crawl.json"
+DEMO_PORT = 8765
+
+
+@dataclass
+class DemoConfig(Config):
+    """Settings of `lait demo`."""
+
+    section = "demo"
+
+    out: str = setting("demo", "folder for the work directory, the shards and the report")
+    pages: int = setting(120, "articles of the synthetic site")
+    seed: int = setting(0, "seed of the synthetic site")
+    workers: int = setting(0, "worker processes per stage (0: one per CPU core)")
+    port: int = setting(DEMO_PORT, "loopback port of the local web (a free one if taken; a resumed crawl "
+                        "needs the same port, so the first run's port is remembered)")
+    languages: list[str] = setting(["en", "de", "fr"], "caption languages kept (the local web has these three)")
+    min_score: float | None = setting(None, "build: drop images whose best text scores below this")
+    samples_per_shard: int = setting(100, "build: samples per shard (small, so the demo shows several)")
+    progress: bool = setting(True, "show progress bars on a terminal")
+
+    def validate(self) -> None:
+        if not self.out:
+            raise ConfigError("--out is required")
+        if self.pages < 1:
+            raise ConfigError("--pages must be >= 1")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def pipeline_sections(cfg: DemoConfig) -> dict[str, dict[str, Any]]:
+    """The stage settings of the demo (what `lait run --config` would read from a YAML)."""
+    return {
+        "filter": {},
+        "clean": {"languages": list(cfg.languages)},
+        "score": {"model": "demo"},
+        "build": {"samples_per_shard": cfg.samples_per_shard, "min_score": cfg.min_score},
+    }
+
+
+def crawl_site(cfg: DemoConfig, work: Path) -> dict[str, Any]:
+    """Serve the site and crawl it into `work`, unless an earlier demo run finished the crawl."""
+    marker = work / CRAWL_MARKER
+    if marker.exists():
+        print(f"lait demo: reusing the finished crawl in {work}", file=sys.stderr)
+        return json.loads(marker.read_text())
+    from crawler.run import CrawlConfig, crawl
+    from crawler.site.generator import generate_site
+    from crawler.site.server import SiteServer
+
+    state = Path(cfg.out) / "demo.json"
+    port = json.loads(state.read_text())["port"] if state.exists() else cfg.port
+    if not _port_free(port):
+        log.warning("port %d is taken; serving on a free port (an unfinished crawl starts over)", port)
+        port = 0
+    site = generate_site(cfg.pages, cfg.seed)
+    site.write_ground_truth(Path(cfg.out) / "ground_truth.json")
+    with SiteServer(site, port=port) as srv:
+        atomic_write_json(state, {"port": srv.port, "pages": cfg.pages, "seed": cfg.seed})
+        print(f"lait demo: local web at {srv.url}, crawling into {work}", file=sys.stderr, flush=True)
+        start = time.perf_counter()
+        stats = crawl(CrawlConfig(seeds=[srv.url + "/"], out=str(work), allow_loopback=True,
+                                  autothrottle=False, concurrency=16, per_domain=16, log_level="WARNING"))
+    if stats.get("finish_reason") != "finished":
+        raise RuntimeError(f"the crawl did not finish: {stats.get('finish_reason')}")
+    summary = {"base_url": srv.url, "seconds": round(time.perf_counter() - start, 1),
+               **{k: v for k, v in stats.items() if k.startswith("crawl/")}}
+    atomic_write_json(marker, summary)
+    return summary
+
+
+def run_demo(cfg: DemoConfig) -> int:
+    from build.report import summary_text, write_report
+    from build.runner import run_pipeline
+
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = out / "work"
+    crawl_site(cfg, work)
+    overrides = {"workers": cfg.workers, "progress": cfg.progress}
+    if not run_pipeline(str(work), pipeline_sections(cfg), overrides=overrides, where="demo"):
+        return 1
+    st, page = write_report(work, out / "report.html")
+    print(summary_text(st))
+    print(f"\nshards: {work / 'shards'}  ({st.shards} tars, {len(st.samples)} samples)")
+    print(f"report: {page}")
+    print(f"ground truth of the local web: {out / 'ground_truth.json'}")
+    return 0

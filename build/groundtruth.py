@@ -1,0 +1,76 @@
+"""Compare built shards with a local web's ground truth (`crawler.site` ground-truth JSON).
+
+`lait demo` prints this after a run, and the end-to-end tests assert on it:
+- precision: kept samples whose caption is a true caption of their image;
+- coverage: images the ground truth keeps that are in the shards (directly or as the kept
+  copy of a duplicate group);
+- duplicates: pictures that appear more than once; unwanted: samples the ground truth rejects
+  for reasons no later stage can undo (logo, icons, banners...).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+# Images the ground truth drops whatever their texts: their presence in shards is a defect.
+HARD_REASONS = ("filter/min_side", "filter/aspect_ratio", "filter/uninformative", "crawl/")
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"[\W_]+", " ", text.casefold()).strip()
+
+
+def _path(url: str) -> str:
+    """Ground truth is keyed by path; shards hold absolute URLs of the server's port."""
+    m = re.match(r"^[a-z]+://[^/]+(/.*)$", url)
+    return m.group(1) if m else url
+
+
+def evaluate(shard_dir: str | Path, truth: dict[str, Any]) -> dict[str, Any]:
+    images = {_path(u): v for u, v in truth["images"].items()}
+    true_caps: dict[str, set[str]] = {}
+    for u, v in images.items():
+        for c in (v.get("true_caption"), v.get("caption_en")):
+            if c:
+                true_caps.setdefault(u, set()).add(_norm(c))
+    for page in truth["pages"].values():
+        for ref in page.get("images", []):
+            if ref.get("true_caption"):
+                true_caps.setdefault(_path(ref["url"]), set()).add(_norm(ref["true_caption"]))
+    kept = []
+    for side in sorted(Path(shard_dir).glob("*.parquet")):
+        kept += [r for r in pq.read_table(side, columns=["url", "caption", "status"]).to_pylist()
+                 if r["status"] == "success"]
+    correct, canon, unwanted, wrong = 0, {}, [], []
+    for r in kept:
+        u = _path(r["url"])
+        info = images.get(u, {})
+        if _norm(r["caption"]) in true_caps.get(u, ()):
+            correct += 1
+        else:
+            wrong.append((u, r["caption"]))
+        c = info.get("duplicate_of") or u
+        canon[_path(c)] = canon.get(_path(c), 0) + 1
+        if (info.get("reason") or "").startswith(HARD_REASONS):
+            unwanted.append((u, info["reason"]))
+    should = {u for u, v in images.items() if v.get("keep")}
+    covered = should & set(canon)
+    return {
+        "kept": len(kept),
+        "precision": correct / len(kept) if kept else 0.0,
+        "coverage": len(covered) / len(should) if should else 0.0,
+        "should_keep": len(should),
+        "duplicated": sorted(u for u, n in canon.items() if n > 1),
+        "unwanted": unwanted,
+        "wrong_captions": wrong[:20],
+        "missing": sorted(should - covered)[:20],
+    }
+
+
+def evaluate_files(shard_dir: str | Path, truth_path: str | Path) -> dict[str, Any]:
+    return evaluate(shard_dir, json.loads(Path(truth_path).read_text()))

@@ -1,0 +1,144 @@
+"""`lait build`: the three passes of stage 5, resumable and deterministic.
+
+1. `PickStage` per partition of `scored/` (executor, markers) -> `build_images/`
+2. `plan_build` once, globally                                 -> `build_plan/`, `rejected/`
+3. `ShardStage` per shard (executor, markers)                  -> `shards/NNNNN.tar` + `.parquet`
+4. `sizes.json` and `stats.json`
+
+A rerun skips finished work. The inputs and the content settings are fingerprinted: when
+`scored/`, `images_ok/` or a setting that changes the shards differs from the last run, the
+build state is cleared and rebuilt, so shards never mix two configurations.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from build import tables
+from build.aggregate import PLAN_TAG, plan_build
+from build.config import BuildConfig
+from build.pick import PickStage
+from build.shards import ShardStage, write_sizes, write_stats
+from lait.config import ConfigError
+from lait.executor import RunReport, make_executor
+from lait.parts import WorkDir, atomic_write_json
+
+log = logging.getLogger(__name__)
+
+STAGES = ("build_pick", "build_plan", "build_shards")
+INPUT_TABLES = ("scored", "images_ok", "near_dups", "regions", "region_labels")
+FINGERPRINT = "build_fingerprint.json"
+
+
+@dataclass
+class BuildResult:
+    """What `build` did: per-pass executor reports and the dataset's counters."""
+
+    reports: list[RunReport] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+    reused: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.reports)
+
+    def summary(self) -> str:
+        lines = [r.summary() for r in self.reports]
+        if self.stats:
+            lines.append(f"build: {self.stats.get('samples', 0)} samples in {self.stats.get('shards', 0)} shards "
+                         f"({self.stats.get('shard_bytes', 0) / 1e6:.1f} MB)")
+        return "\n".join(lines)
+
+
+def fingerprint(work: WorkDir, cfg: BuildConfig) -> str:
+    listing = []
+    for table in INPUT_TABLES:
+        for p in work.part_files(table):
+            listing.append([table, p.name, p.stat().st_size])
+    blob = json.dumps({"config": cfg.content(), "inputs": listing}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def reset(work: WorkDir) -> None:
+    """Remove every output of an earlier build (markers, build tables, its rejects, shards)."""
+    for stage in STAGES:
+        shutil.rmtree(work.root / "_done" / stage, ignore_errors=True)
+    for table in tables.BUILD_TABLES:
+        shutil.rmtree(work.table_dir(table), ignore_errors=True)
+    for p in work.part_files("rejected"):
+        tag = p.name.split("-", 1)[1].rsplit(".", 1)[0]
+        if tag.startswith(("build_pick", "build_shards")) or tag == PLAN_TAG:
+            p.with_name(p.name[: -len(".parquet")] + ".stats.json").unlink(missing_ok=True)
+            p.unlink()
+    shutil.rmtree(work.root / "shards", ignore_errors=True)
+
+
+def build(cfg: BuildConfig) -> BuildResult:
+    """Run stage 5 on `cfg.work`; returns the reports of the passes and the dataset counters."""
+    work = WorkDir(cfg.work)
+    if not (work.root / "lait.json").exists():
+        raise ConfigError(f"not a lait work directory (no lait.json): {work.root}")
+    if not work.part_files("scored"):
+        raise ConfigError(f"{work.root} has no scored/ table yet: run `lait score` first")
+    fp = fingerprint(work, cfg)
+    fp_path = work.root / "_done" / FINGERPRINT
+    old = json.loads(fp_path.read_text())["fingerprint"] if fp_path.exists() else None
+    if old != fp:
+        if old is not None:
+            log.info("build: inputs or settings changed since the last build; rebuilding")
+        reset(work)
+        atomic_write_json(fp_path, {"fingerprint": fp, "config": cfg.content()})
+    work.write_config("build", cfg.to_yaml())
+    executor = make_executor(cfg.executor, workers=cfg.workers or None, retries=cfg.retries,
+                             show_progress=cfg.progress)
+    result = BuildResult()
+
+    result.reports.append(executor.run(PickStage(), work))
+    if not result.reports[-1].ok:
+        return result
+
+    plan_report = RunReport("build_plan")
+    if work.is_done("build_plan", 0):
+        plan_report.skipped.append(0)
+    else:
+        start = time.perf_counter()
+        counters = plan_build(work, cfg)
+        work.mark_done("build_plan", 0, {"stage": "build_plan", "partition": 0, "counters": counters,
+                                          "seconds": round(time.perf_counter() - start, 3)})
+        plan_report.done.append(0)
+    result.reports.append(plan_report)
+    log.info(plan_report.summary())
+
+    shard_report = executor.run(ShardStage(cfg.jpeg_quality, cfg.regions), work)
+    result.reports.append(shard_report)
+    if not shard_report.ok:
+        return result
+    result.reused = all(not r.done for r in result.reports)
+    sizes = write_sizes(work)
+    result.stats = collect_stats(work, sizes)
+    write_stats(work, result.stats)
+    return result
+
+
+def collect_stats(work: WorkDir, sizes: dict[str, int]) -> dict[str, Any]:
+    """The dataset's `stats.json`: sample and shard counts, and every build counter."""
+    counters: Counter[str] = Counter()
+    for stage in STAGES:
+        for s in work.done_stats(stage):
+            counters.update({k: v for k, v in s.get("counters", {}).items() if isinstance(v, (int, float))})
+    plan = work.done_stats("build_plan")
+    return {
+        "samples": sum(sizes.values()),
+        "shards": len(sizes),
+        "shard_bytes": int(counters.get("build/shard_bytes", 0)),
+        "counters": dict(sorted(counters.items())),
+        "config": json.loads((work.root / "_done" / FINGERPRINT).read_text())["config"],
+        "plan_seconds": plan[0].get("seconds") if plan else None,
+    }

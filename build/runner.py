@@ -1,0 +1,141 @@
+"""`lait run`: stages 2 to 5 in one go, with the settings of one pipeline YAML.
+
+    filter:  {min_side: 300}        # FilterConfig   (filters.image_stage)
+    clean:   {languages: [en]}      # CleanConfig    (filters.text_stage)
+    score:   {model: ViT-B-32, pretrained: laion2b_s34b_b79k}   # ScoreConfig (scoring.config)
+    build:   {samples_per_shard: 10000, min_score: 0.28}        # BuildConfig (build.config)
+
+Every stage skips the partitions it finished before (completion markers), so rerunning the
+same command after an interruption continues where it stopped. Stage modules are imported
+only when their step runs, so `lait --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+
+from lait.config import Config, ConfigError, read_yaml_mapping
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One stage of `lait run`: its YAML section, its config class and how it runs."""
+
+    name: str
+    module: str
+    config: str
+    input_table: str
+
+    def config_class(self) -> type[Config]:
+        import importlib
+
+        try:
+            return getattr(importlib.import_module(self.module), self.config)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"stage {self.name!r} is not available ({self.module}.{self.config}: {exc})") from None
+
+
+STEPS = (
+    Step("filter", "filters.image_stage", "FilterConfig", "images"),
+    Step("clean", "filters.text_stage", "CleanConfig", "pages"),
+    Step("score", "scoring.config", "ScoreConfig", "candidates"),
+    Step("build", "build.config", "BuildConfig", "scored"),
+)
+STEP_NAMES = [s.name for s in STEPS]
+
+
+def _run_filter(cfg: Any) -> bool:
+    from filters.image_stage import ImageFilterStage
+    from lait.commands import run_stage
+
+    report = run_stage(ImageFilterStage(cfg), cfg, "filter")
+    print(report.summary(), file=sys.stderr)
+    return report.ok
+
+
+def _run_clean(cfg: Any) -> bool:
+    from filters.text_stage import CleanStage
+    from lait.commands import run_stage
+
+    report = run_stage(CleanStage(cfg), cfg, "clean")
+    print(report.summary(), file=sys.stderr)
+    return report.ok
+
+
+def _run_score(cfg: Any) -> bool:
+    from scoring.pipeline import score_work
+
+    report = score_work(cfg)
+    print(report.summary(), file=sys.stderr)
+    return report.ok
+
+
+def _run_build(cfg: Any) -> bool:
+    from build.pipeline import build
+
+    result = build(cfg)
+    print(result.summary(), file=sys.stderr)
+    return result.ok
+
+
+RUNNERS: dict[str, Callable[[Any], bool]] = {
+    "filter": _run_filter, "clean": _run_clean, "score": _run_score, "build": _run_build,
+}
+
+
+def load_pipeline_yaml(path: str | None) -> dict[str, dict]:
+    """The sections of a pipeline YAML (an empty mapping without a file)."""
+    if not path:
+        return {}
+    data = read_yaml_mapping(path)
+    unknown = set(data) - set(STEP_NAMES) - {"crawl"}
+    if unknown:
+        raise ConfigError(f"{path}: unknown sections {sorted(unknown)}; known: {STEP_NAMES}")
+    for k, v in data.items():
+        if v is not None and not isinstance(v, dict):
+            raise ConfigError(f"{path}: section {k!r} must be a mapping of settings")
+    return {k: dict(v or {}) for k, v in data.items()}
+
+
+def resolve_configs(work: str, sections: dict[str, dict], steps: list[str],
+                    overrides: dict[str, Any] | None = None, where: str = "pipeline") -> dict[str, Config]:
+    """One validated config per step: the YAML section, then `work` and the shared overrides."""
+    out = {}
+    for step in STEPS:
+        if step.name not in steps:
+            continue
+        cls = step.config_class()
+        data = {**sections.get(step.name, {}), "work": work}
+        known = {f.name for f, _ in cls._fields()}
+        data.update({k: v for k, v in (overrides or {}).items() if v is not None and k in known})
+        cfg = cls.from_dict(data, where=f"{where}: {step.name}")
+        cfg.validate()
+        out[step.name] = cfg
+    return out
+
+
+def run_pipeline(work: str, sections: dict[str, dict], *, steps: list[str] | None = None,
+                 overrides: dict[str, Any] | None = None, where: str = "pipeline") -> bool:
+    """Run the steps in order; stops at the first that fails. Returns True when all succeeded."""
+    steps = steps or STEP_NAMES
+    if not (Path(work) / "lait.json").exists():
+        raise ConfigError(f"not a lait work directory (no lait.json): {work}; crawl into it first")
+    # Resolve every config first, so a typo in `build:` fails before an hour of scoring.
+    configs = resolve_configs(work, sections, steps, overrides, where)
+    for name, cfg in configs.items():
+        start = time.perf_counter()
+        print(f"lait run: {name} ...", file=sys.stderr, flush=True)
+        if not RUNNERS[name](cfg):
+            print(f"lait run: {name} failed; fix the cause and rerun (finished partitions are kept)",
+                  file=sys.stderr)
+            return False
+        log.info("%s finished in %.1f s", name, time.perf_counter() - start)
+    return True

@@ -1,0 +1,68 @@
+"""The `build`, `stats`, `run` and `demo` sub-commands, driven through their argparse parsers."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from build import command
+from lait.config import ConfigError
+
+HERE = Path(__file__).parent
+_spec = importlib.util.spec_from_file_location("build_data", HERE / "build_data.py")
+data = importlib.util.module_from_spec(_spec)
+sys.modules["build_data"] = data
+_spec.loader.exec_module(data)
+
+
+def cli(argv: list[str]) -> int:
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers()
+    command.register(sub)
+    args = p.parse_args(argv)
+    return args.func(args)
+
+
+def test_build_then_stats_from_the_command_line(tmp_path, capsys):
+    data.make_work(tmp_path / "w")
+    yaml_file = tmp_path / "pipeline.yaml"
+    yaml_file.write_text("build:\n  samples_per_shard: 30\n  min_score: 0.1\n")
+    assert cli(["build", str(tmp_path / "w"), "--config", str(yaml_file), "--workers", "1", "--no-progress"]) == 0
+    sizes = json.loads((tmp_path / "w" / "shards" / "sizes.json").read_text())
+    assert len(sizes) == 2  # 42 planned samples, 30 per shard (from the YAML build: section)
+    written = (tmp_path / "w" / "_configs" / "build.yaml").read_text()
+    assert "min_score: 0.1" in written
+    assert cli(["stats", str(tmp_path / "w"), "--html", str(tmp_path / "r.html")]) == 0
+    out = capsys.readouterr().out
+    assert "build/min_score" in out and (tmp_path / "r.html").stat().st_size > 10_000
+
+
+def test_run_rejects_unknown_sections_and_settings_before_running(tmp_path):
+    data.make_work(tmp_path / "w")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("bild: {}\n")
+    with pytest.raises(ConfigError, match="unknown sections"):
+        cli(["run", str(tmp_path / "w"), "--config", str(bad)])
+    bad.write_text("build:\n  samples_per_shart: 3\n")
+    with pytest.raises(ConfigError, match="samples_per_shart"):
+        cli(["run", str(tmp_path / "w"), "--config", str(bad), "--from", "build"])
+    assert not (tmp_path / "w" / "shards").exists()
+
+
+def test_run_build_step_only(tmp_path):
+    data.make_work(tmp_path / "w")
+    cfg = tmp_path / "p.yaml"
+    cfg.write_text("build: {samples_per_shard: 8}\n")
+    assert cli(["run", str(tmp_path / "w"), "--config", str(cfg), "--from", "build", "--workers", "1",
+                "--no-progress"]) == 0
+    assert len(list((tmp_path / "w" / "shards").glob("*.tar"))) == 6
+
+
+def test_stats_needs_a_work_directory(tmp_path):
+    with pytest.raises(ConfigError, match="lait.json"):
+        cli(["stats", str(tmp_path)])
