@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "crawler.command",
     "crawler.warc_command",
     "filters.command",
+    "scoring.command",
     "build.command",
 ]
 

@@ -128,8 +128,26 @@ def register_table(table: Table) -> Table:
     return table
 
 
+# Tables a stage owns and registers in its own module; imported on first use, so a reader of
+# `near_dups/` (stage 5, `lait stats`) need not know which module defines it.
+TABLE_MODULES = {
+    "warc_links": "crawler.warc_links",
+    "image_embs": "scoring.tables",
+    "text_embs": "scoring.tables",
+    "regions": "scoring.tables",
+    "region_labels": "scoring.tables",
+    "near_dups": "scoring.tables",
+    "build_images": "build.tables",
+    "build_plan": "build.tables",
+}
+
+
 def get_table(name: str) -> Table:
+    if name not in TABLES and name in TABLE_MODULES:
+        import importlib
+
+        importlib.import_module(TABLE_MODULES[name])
     try:
         return TABLES[name]
     except KeyError:
-        raise KeyError(f"unknown table {name!r}; known: {sorted(TABLES)}") from None
+        raise KeyError(f"unknown table {name!r}; known: {sorted(set(TABLES) | set(TABLE_MODULES))}") from None

@@ -101,3 +101,16 @@ def test_remove_parts_also_removes_temporary_files_of_that_tag(tmp_path):
     assert work.remove_parts("images", "stage00002") == 1
     [left] = list((tmp_path / "images").glob(".tmp-*"))
     assert left.name.endswith("p00003-stage00003.parquet")
+
+
+def test_stage_owned_tables_load_on_first_use():
+    import subprocess
+    import sys
+
+    # A fresh interpreter that never imported scoring: reading near_dups/ still knows its schema.
+    code = "from lait.schemas import get_table; print(get_table('near_dups').schema.names)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "image_url_a" in out.stdout
+    with pytest.raises(KeyError, match="unknown table"):
+        get_table("no_such_table")

@@ -1,0 +1,94 @@
+"""`score_work`: the whole of `lait score` over a work directory.
+
+1. Check that the model's weights load, before anything is written.
+2. `ScoreStage` over every partition (resumable: finished partitions are skipped).
+3. Near-duplicate image pairs over all image embeddings (`near_dups/`).
+4. With `regions`: the k-means codebook over all region features, then `RegionLabelStage`.
+
+Steps 3 and 4 are global; they are redone whenever step 2 (re)scored a partition, or when their
+completion marker is missing, so a rerun after an interruption ends with a complete output.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+
+from lait.config import ConfigError
+from lait.executor import RunReport
+from lait.parts import WorkDir
+from scoring.config import ScoreConfig
+from scoring.model import get_scorer, load_scorer, pick_device
+from scoring.neardup import write_near_dups
+from scoring.regions import RegionLabelStage, train_codebook
+from scoring.stage import ScoreStage
+from scoring.tables import CODEBOOK_DIR
+
+log = logging.getLogger(__name__)
+
+NEAR_DUPS_STEP = "score_near_dups"
+CODEBOOK_STEP = "score_codebook"
+
+
+def preflight(cfg: ScoreConfig) -> None:
+    """Load the model once here so that missing weights fail before any output exists."""
+    if pick_device(cfg.device) == "cpu":
+        get_scorer(cfg)  # cached: the inline executor and forked workers reuse it
+    else:
+        # CUDA must not be initialised before the executor forks its workers.
+        load_scorer(cfg.replace(device="cpu"))
+
+
+def make_stage_executor(cfg: ScoreConfig, workers: int | None = None):
+    """The configured executor. Several local scoring processes are spawned, not forked: this
+    process has torch (and its OpenMP pool) initialised, which a forked child can hang on."""
+    from lait.executor import make_executor
+
+    n = workers or cfg.workers or os.cpu_count() or 1
+    kwargs = {"workers": n, "retries": cfg.retries, "show_progress": cfg.progress}
+    if cfg.executor == "local":
+        kwargs["start_method"] = "spawn" if n > 1 else "fork"
+    else:
+        kwargs["ray_address"] = getattr(cfg, "ray_address", None)
+    try:
+        return make_executor(cfg.executor, **kwargs)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def score_work(cfg: ScoreConfig) -> RunReport:
+    """Run stage 4 and its global steps over `cfg.work`; returns the scoring run's report."""
+    work = WorkDir(cfg.work)
+    if not (work.root / "lait.json").exists():
+        raise ConfigError(f"not a lait work directory (no lait.json): {work.root}")
+    preflight(cfg)
+    work.write_config("score", cfg.to_yaml())
+    report = make_stage_executor(cfg).run(ScoreStage(cfg), work)
+    if not report.ok:
+        return report
+    rescored = bool(report.done)
+    if rescored or not work.is_done(NEAR_DUPS_STEP, 0):
+        work.marker_path(NEAR_DUPS_STEP, 0).unlink(missing_ok=True)
+        n = write_near_dups(work, cfg.near_dup_threshold, cfg.near_dup_k)
+        work.mark_done(NEAR_DUPS_STEP, 0, {"pairs": n, "threshold": cfg.near_dup_threshold})
+    if cfg.regions:
+        labels = run_region_labels(work, cfg, force=rescored)
+        report.failed.update(labels.failed)
+    return report
+
+
+def run_region_labels(work: WorkDir, cfg: ScoreConfig, *, force: bool) -> RunReport:
+    """Train the codebook (when needed) and label every partition's regions with it."""
+    stage = RegionLabelStage()
+    if force or not work.is_done(CODEBOOK_STEP, 0):
+        work.marker_path(CODEBOOK_STEP, 0).unlink(missing_ok=True)
+        shutil.rmtree(work.root / "_done" / stage.name, ignore_errors=True)
+        centroids = train_codebook(work, cfg.codebook_k, cfg.codebook_sample, cfg.codebook_iters, cfg.seed)
+        if centroids is None:
+            log.warning("score: --regions is set but no region features were written")
+            shutil.rmtree(work.root / CODEBOOK_DIR, ignore_errors=True)
+            return RunReport(stage.name)
+        work.mark_done(CODEBOOK_STEP, 0, {"k": int(centroids.shape[0])})
+    # Labelling is light (nearest centroid, numpy only): one process is enough.
+    return make_stage_executor(cfg, workers=1).run(stage, work)

@@ -1,0 +1,119 @@
+"""`ScoreStage`: joins `candidates/` with `images_ok/` in one partition and scores every pair.
+
+Per partition: the distinct candidate texts are encoded once (alt texts repeat a lot), the
+images are decoded in worker processes while the model encodes earlier batches, and each
+(image, text) pair gets the cosine of the two L2-normalised embeddings as its `score`. The
+embeddings are stored in fp16 (`image_embs/`, `text_embs/`), and with `regions` the patch
+tokens pooled to region features (`regions/`); see `scoring.tables`.
+
+Drops: a candidate whose image bytes do not decode is rejected per pair as `score/decode_error`.
+A candidate whose image is not in `images_ok/` was dropped by stage 2, which recorded why; it is
+only counted here (`score/no_image`), so the funnel does not count it twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import numpy as np
+
+from lait.stage import PartContext, Stage
+from scoring import tables  # noqa: F401  (registers image_embs/, text_embs/, regions/ ...)
+from scoring.config import ScoreConfig
+from scoring.decode import ImageDecoder, decode_stream
+from scoring.model import get_scorer
+from scoring.regions import pool_tokens
+from scoring.tables import to_bytes
+
+log = logging.getLogger(__name__)
+
+
+class ScoreStage(Stage):
+    """Stage 4 over one partition: scores, embeddings and (optionally) region features."""
+
+    name = "score"
+    input_table = "candidates"
+    output_tables = ("scored", "image_embs", "text_embs", "regions")
+
+    def __init__(self, cfg: ScoreConfig):
+        self.cfg = cfg
+
+    def process(self, ctx: PartContext) -> None:
+        cfg = self.cfg
+        scorer = get_scorer(cfg)
+        work = ctx.work
+
+        # Candidates are small (texts only): hold the partition, image bytes are streamed.
+        pairs_by_image: dict[str, list[tuple[str, dict]]] = {}
+        text_ids: dict[str, int] = {}
+        for row in work.iter_rows("candidates", ctx.partition):
+            for t in row["texts"]:
+                text = t["text"]
+                if not text:
+                    continue
+                text_ids.setdefault(text, len(text_ids))
+                pairs_by_image.setdefault(row["image_url"], []).append((row["page_url"], t))
+        n_pairs = sum(map(len, pairs_by_image.values()))
+        ctx.count("pairs", n_pairs)
+        ctx.count("distinct_texts", len(text_ids))
+        if not pairs_by_image:
+            return
+
+        texts = list(text_ids)
+        text_embs = scorer.encode_texts(texts, cfg.text_batch_size)
+        for text, emb in zip(texts, text_embs):
+            ctx.write("text_embs", {"text": text, "dim": emb.shape[0], "emb": to_bytes(emb, "f2")})
+
+        image_embs: dict[str, tuple[int, np.ndarray]] = {}
+        failed: dict[str, str] = {}
+        decoder = ImageDecoder(scorer.preprocess_cfg, cfg.fast_decode)
+        grid = scorer.patch_grid if cfg.regions else None
+        sha = {}
+        for batch in decode_stream(decoder, self._image_bytes(ctx, pairs_by_image, sha), cfg.batch_size,
+                                   cfg.loader_workers):
+            failed.update(batch.errors)
+            if not batch.keys:
+                continue
+            if grid is not None:
+                embs, toks = scorer.encode_images(batch.pixels, tokens=True)
+                feats, boxes = pool_tokens(toks, grid, cfg.max_regions)
+                box_bytes = to_bytes(boxes, "f4")
+                for url, f in zip(batch.keys, feats):
+                    ctx.write("regions", {"image_url": url, "n": f.shape[0], "dim": f.shape[1],
+                                          "features": to_bytes(f, "f2"), "boxes": box_bytes})
+            else:
+                embs = scorer.encode_images(batch.pixels)
+            for url, emb in zip(batch.keys, embs):
+                image_embs[url] = (len(image_embs), emb)
+                ctx.write("image_embs", {"image_url": url, "sha256": sha.get(url), "dim": emb.shape[0],
+                                         "emb": to_bytes(emb, "f2")})
+            ctx.count("images", len(batch.keys))
+
+        for url, pairs in pairs_by_image.items():
+            if url in failed:
+                for page_url, t in pairs:
+                    ctx.reject("decode_error", image_url=url, page_url=page_url, text=t["text"], detail=failed[url])
+                continue
+            if url not in image_embs:
+                ctx.count("no_image", len(pairs))
+                continue
+            ref, emb = image_embs[url]
+            for page_url, t in pairs:
+                tid = text_ids[t["text"]]
+                ctx.write("scored", {
+                    "image_url": url, "page_url": page_url, "text": t["text"], "source": t["source"],
+                    "lang": t.get("lang"), "score": float(np.dot(emb, text_embs[tid])),
+                    "model": scorer.name, "pretrained": scorer.pretrained,
+                    "image_emb_ref": ref, "text_emb_ref": tid})
+
+    def _image_bytes(self, ctx: PartContext, wanted: dict, sha: dict) -> Iterator[tuple[str, bytes]]:
+        """(image_url, bytes) of the partition's images that have candidates, each once."""
+        seen = set()
+        for row in ctx.work.iter_rows("images_ok", ctx.partition, columns=["image_url", "bytes", "sha256"],
+                                      batch_size=64):
+            url = row["image_url"]
+            if url in wanted and url not in seen:
+                seen.add(url)
+                sha[url] = row["sha256"]
+                yield url, row["bytes"] or b""
