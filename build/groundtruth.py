@@ -1,7 +1,7 @@
 """Compare built shards with a local web's ground truth (`crawler.site` ground-truth JSON).
 
 `lait demo` prints this after a run, and the end-to-end tests assert on it:
-- precision: kept samples whose caption is a true caption of their image;
+- precision: kept samples whose caption is, or contains, a true caption of their image;
 - coverage: images the ground truth keeps that are in the shards (directly or as the kept
   copy of a duplicate group);
 - duplicates: pictures that appear more than once; unwanted: samples the ground truth rejects
@@ -50,7 +50,9 @@ def evaluate(shard_dir: str | Path, truth: dict[str, Any]) -> dict[str, Any]:
     for r in kept:
         u = _path(r["url"])
         info = images.get(u, {})
-        if _norm(r["caption"]) in true_caps.get(u, ()):
+        cap = _norm(r["caption"])
+        # A sentence that carries the true caption ("The photo above shows <caption>.") is right.
+        if any(c == cap or c in cap for c in true_caps.get(u, ())):
             correct += 1
         else:
             wrong.append((u, r["caption"]))
