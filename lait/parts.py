@@ -14,7 +14,9 @@ A partition of a table is the union of its parts, read in file-name order, so se
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import io
 import json
 import logging
 import os
@@ -83,6 +85,20 @@ def _short(row: Mapping[str, Any]) -> str:
     return "{" + ", ".join(f"{k}={str(v)[:60]!r}" for k, v in row.items()) + "}"
 
 
+# Columns that hold already-compressed media (JPEG, PNG, WebP bytes): zstd cannot shrink them
+# and would cost time on every write and read, so they are stored as they are.
+INCOMPRESSIBLE_COLUMNS = frozenset({"bytes"})
+
+
+@functools.lru_cache(maxsize=64)
+def compression_of(schema: pa.Schema) -> dict[str, str]:
+    """Per-column Parquet codecs: zstd everywhere but the media columns."""
+    buf = io.BytesIO()
+    pq.ParquetWriter(buf, schema).close()  # the leaf column paths, as Parquet names them
+    paths = [c.path for c in pq.ParquetFile(io.BytesIO(buf.getvalue())).schema]
+    return {p: "none" if p.split(".")[0] in INCOMPRESSIBLE_COLUMNS else "zstd" for p in paths}
+
+
 class PartWriter:
     """Streams rows of one table into one part file, which appears atomically on `close`.
 
@@ -121,7 +137,7 @@ class PartWriter:
         table = pa.Table.from_pylist(validate_rows(self._buffer, self.schema), schema=self.schema)
         if self._writer is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._writer = pq.ParquetWriter(self._tmp, self.schema, compression="zstd")
+            self._writer = pq.ParquetWriter(self._tmp, self.schema, compression=compression_of(self.schema))
         self._writer.write_table(table)
         self.rows += table.num_rows
         self._buffer = []
