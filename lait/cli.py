@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "filters.command",
     "scoring.command",
     "build.command",
+    "train.command",
 ]
 
 EPILOG = """\

@@ -1,0 +1,86 @@
+"""Retrieval finetuning with each loss, hard-negative mining, then ``eval`` in both modes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from train.cli import main
+from train.finetune import mine_negatives
+
+
+def test_hard_negatives_are_most_similar_non_matches():
+    sim = torch.tensor([[0.9, 0.8, 0.1, 0.5], [0.7, 0.2, 0.6, 0.1], [0.0, 0.3, 1.0, 0.2], [0.4, 0.9, 0.3, 0.8]])
+    hard = mine_negatives(sim, 2, hard=True)
+    assert hard.tolist() == [[1, 3], [0, 2], [1, 3], [1, 0]]
+    rand = mine_negatives(sim, 3, hard=False, generator=torch.Generator().manual_seed(0))
+    assert all(i not in row for i, row in enumerate(rand.tolist()))
+
+
+def _finetune_args(out, shards, tokenizer, loss, init_from=None):
+    stage = f"{{name: ft, shards: '{shards}', steps: 3, batch_size: 8, optim: {{lr: 1.0e-3}}}}"
+    args = ["finetune", "--output-dir", str(out), "--device", "cpu", "--loss", loss,
+            "--set", "model=imagebert-tiny", "--set", f"data.tokenizer={tokenizer}", "--set", "data.num_workers=0",
+            "--set", "data.regions.max_regions=8", "--set", "log_every=1", "--set", "tensorboard=false",
+            "--set", f"stage={stage}", "--set", "num_negatives=2"]
+    return args + (["--init-from", str(init_from)] if init_from else [])
+
+
+@pytest.mark.parametrize("loss", ["binary", "multiclass", "triplet"])
+def test_finetune_losses_run(tmp_path, object_shards, minilm_dir, loss):
+    out = tmp_path / loss
+    assert main(_finetune_args(out, object_shards, minilm_dir, loss)) == 0
+    logs = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
+    assert len(logs) == 3 and all(torch.isfinite(torch.tensor([r["itm"], r["itc"]])).all() for r in logs)
+
+
+def test_pretrain_finetune_eval_pipeline(tmp_path, object_shards, minilm_dir, pretrain_args, capsys):
+    pre = tmp_path / "pre"
+    assert main(pretrain_args(pre, object_shards, minilm_dir, steps=3)) == 0
+    ft = tmp_path / "ft"
+    args = _finetune_args(ft, object_shards, minilm_dir, "multiclass", pre / "checkpoints" / "stage-0-s0.pt")
+    assert main(args) == 0
+    ckpt = ft / "checkpoints" / "stage-0-ft.pt"
+    results = {}
+    for mode in ("full", "shortlist"):
+        capsys.readouterr()
+        assert main(["eval", "--checkpoint", str(ckpt), "--shards", f"{object_shards}/00000.tar", "--limit", "24",
+                     "--mode", mode, "--shortlist-k", "5", "--device", "cpu", "--output", str(tmp_path / f"{mode}.json")]) == 0
+        results[mode] = json.loads((tmp_path / f"{mode}.json").read_text())
+    assert results["full"]["mode"] == "full" and results["shortlist"]["mode"] == "shortlist@5"
+    assert results["full"]["itm_pairs_scored"] == 24 * 24
+    assert results["shortlist"]["itm_pairs_scored"] == 2 * 24 * 5
+    for r in results.values():
+        assert 0.0 <= r["i2t_r1"] <= r["i2t_r5"] <= r["i2t_r10"] <= 1.0
+        assert abs(r["rsum"] - sum(r[f"{d}_r{k}"] for d in ("i2t", "t2i") for k in (1, 5, 10))) < 1e-9
+
+
+def test_eval_on_karpathy_json_with_five_captions(tmp_path, pretrain_args, minilm_dir):
+    pytest.importorskip("crawler.site.scenes")
+    from train.synthetic import scene_samples, write_shards
+
+    samples = scene_samples(6, seed=3, width=96, height=80)
+    write_shards(tmp_path / "shards", samples * 2, per_shard=6)
+    pre = tmp_path / "pre"
+    regions = ["--set", "data.regions.source=patches", "--set", "data.regions.patch_grid=[2, 4]",
+               "--set", "data.regions.patch_pixels=2", "--set", "data.regions.image_size=32"]
+    model = tmp_path / "m.yaml"
+    model.write_text("hidden_size: 32\nnum_layers: 1\nnum_heads: 2\nintermediate_size: 64\nmax_text_len: 64\n"
+                     "region_feature_dim: 12\nnum_object_classes: 2\nembed_dim: 16\n")
+    assert main(pretrain_args(pre, tmp_path / "shards", minilm_dir, steps=2,
+                              extra=[*regions, "--set", f"model={model}"])) == 0
+    images = tmp_path / "images"
+    images.mkdir()
+    items = []
+    for i, s in enumerate(samples):
+        (images / f"{i}.jpg").write_bytes(s.jpg)
+        items.append({"filename": f"{i}.jpg", "split": "test", "sentences": [{"raw": f"{s.caption} {j}"} for j in range(5)]})
+    items.append({"filename": "x.jpg", "split": "train", "sentences": [{"raw": "not loaded"}]})
+    (tmp_path / "karpathy.json").write_text(json.dumps({"images": items}))
+    out = tmp_path / "k.json"
+    assert main(["eval", "--checkpoint", str(pre / "checkpoints" / "stage-0-s0.pt"), "--karpathy-json",
+                 str(tmp_path / "karpathy.json"), "--image-root", str(images), "--device", "cpu", "--output", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["images"] == 6 and r["texts"] == 30 and r["itm_pairs_scored"] == 180

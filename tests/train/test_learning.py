@@ -1,0 +1,87 @@
+"""Learning test: pretrain then finetune a small ImageBERT on rendered shapes scenes, and retrieve
+100 held-out images by caption and captions by image (chance R@1 = 0.01).
+
+Region features come from the pixels only (``regions.source: patches``: a grid of pooled cells).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from train.cli import main
+
+SMALL_MODEL = """
+vocab_size: {vocab_size}
+hidden_size: 128
+num_layers: 3
+num_heads: 4
+intermediate_size: 256
+max_text_len: 64
+region_feature_dim: 108
+num_object_classes: 2
+embed_dim: 64
+dropout: 0.0
+attention_dropout: 0.0
+"""
+
+REGIONS = ["--set", "data.regions.source=patches", "--set", "data.regions.patch_grid=[4, 4]",
+           "--set", "data.regions.patch_pixels=6", "--set", "data.regions.max_regions=16",
+           "--set", "data.regions.image_size=96", "--set", "data.max_text_len=32"]
+
+
+def learn(tmp_path, n_train=2000, pre_steps=500, ft_steps=200, batch=32, workers=1):
+    from train.synthetic import scene_samples, write_shards
+
+    t0 = time.perf_counter()
+    write_shards(tmp_path / "train", scene_samples(n_train, seed=1, width=192, height=160), per_shard=n_train // 4)
+    write_shards(tmp_path / "test", scene_samples(100, seed=2, width=192, height=160), per_shard=100)
+    # A WordPiece vocabulary trained on the training captions: a few hundred words instead of
+    # BERT's 30,522 keeps the tiny model (and this test) fast.
+    from train.data import WordPiece
+    from train.synthetic import train_wordpiece
+
+    captions = [s.caption for s in scene_samples(n_train, seed=1, width=32, height=32)]
+    tokenizer = train_wordpiece(captions, tmp_path / "tokenizer", vocab_size=300)
+    model = tmp_path / "imagebert-small.yaml"
+    model.write_text(SMALL_MODEL.format(vocab_size=WordPiece(tokenizer).special.vocab_size))
+    common = ["--device", "cpu", "--set", f"model={model}", "--set", f"data.tokenizer={tokenizer}",
+              "--set", f"data.num_workers={workers}", "--set", "log_every=25", "--set", "tensorboard=false", "--set", "cpu_threads=1", *REGIONS]
+    stage = (f"[{{name: scenes, shards: '{tmp_path / 'train'}', steps: {pre_steps}, batch_size: {batch},"
+             f" optim: {{lr: 1.0e-3, warmup_steps: 25, schedule: linear}}, tasks: {{moc: 0.0}}}}]")
+    assert main(["pretrain", "--output-dir", str(tmp_path / "pre"), *common, "--set", f"stages={stage}"]) == 0
+    t1 = time.perf_counter()
+    ft_stage = (f"{{name: ft, shards: '{tmp_path / 'train'}', steps: {ft_steps}, batch_size: {batch},"
+                f" optim: {{lr: 1.0e-3, warmup_steps: 25, schedule: linear}}}}")
+    assert main(["finetune", "--output-dir", str(tmp_path / "ft"), *common, "--set", f"stage={ft_stage}",
+                 "--init-from", str(tmp_path / "pre" / "checkpoints" / "stage-0-scenes.pt"),
+                 "--loss", "multiclass", "--set", "num_negatives=2"]) == 0
+    t2 = time.perf_counter()
+    out = tmp_path / "eval.json"
+    assert main(["eval", "--checkpoint", str(tmp_path / "ft" / "checkpoints" / "stage-0-ft.pt"),
+                 "--shards", str(tmp_path / "test"), "--mode", "full", "--device", "cpu", "--set", "cpu_threads=1", "--output", str(out)]) == 0
+    result = json.loads(out.read_text())
+    result["timing"] = {"pretrain_s": t1 - t0, "finetune_s": t2 - t1, "eval_s": time.perf_counter() - t2}
+    return result
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=False, reason=(
+    "within this test's ~4 CPU-minute budget the ITM cross-encoder stays near chance (R@1 ~0.03); the "
+    "embedding head learns (shortlist R@10 ~0.95), see the issue 7 report"))
+def test_pretrain_finetune_retrieves_held_out_scenes(tmp_path):
+    pytest.importorskip("crawler.site.scenes")
+    result = learn(tmp_path)
+    print(json.dumps(result, indent=2))
+    assert result["images"] == 100
+    assert result["i2t_r1"] >= 0.3, result
+    assert result["t2i_r1"] >= 0.3, result
+
+
+if __name__ == "__main__":  # tuning aid: python tests/train/test_learning.py /tmp/dir
+    import sys
+    from pathlib import Path
+
+    print(json.dumps(learn(Path(sys.argv[1])), indent=2))

@@ -1,0 +1,193 @@
+"""Turning decoded samples into padded, masked training batches.
+
+All randomness (ITM negatives, token and region masking) draws from a ``torch.Generator`` seeded
+per batch by the data stream, so a batch is a pure function of (seed, rank, batch index): that is
+what makes resume exact without saving worker RNG states.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+IGNORE = -100
+
+
+@dataclass
+class Example:
+    """One decoded sample: caption token ids plus its image side."""
+
+    key: str
+    token_ids: list[int]  # WordPiece ids without special tokens
+    image: torch.Tensor | None = None  # [3,S,S] float in [0,1], for on-the-fly region sources
+    regions: np.ndarray | None = None  # [N,D] float features
+    boxes: np.ndarray | None = None  # [N,4] normalised x1,y1,x2,y2
+    labels: np.ndarray | None = None  # [N] int classes, or [N,C] soft class distributions
+
+
+@dataclass
+class Batch:
+    """A padded batch; bool masks are True for real tokens/regions."""
+
+    keys: list[str]
+    input_ids: torch.Tensor  # [B,T]
+    text_mask: torch.Tensor  # [B,T]
+    mlm_labels: torch.Tensor  # [B,T], IGNORE where not masked
+    itm_labels: torch.Tensor  # [B], 1 = matching pair
+    region_draws: torch.Tensor  # [B,R,2] uniforms deciding region masking (applied once features exist)
+    region_features: torch.Tensor | None = None  # [B,R,D] (masked) model input
+    region_locations: torch.Tensor | None = None  # [B,R,5]
+    region_valid: torch.Tensor | None = None  # [B,R]
+    region_targets: torch.Tensor | None = None  # [B,R,D] unmasked features, MRFR target
+    region_masked: torch.Tensor | None = None  # [B,R] regions whose losses count
+    moc_labels: torch.Tensor | None = None  # [B,R] long (IGNORE) or [B,R,C] soft
+    images: torch.Tensor | None = None  # [B,3,S,S]
+    image_index: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
+
+    def to(self, device: torch.device | str, non_blocking: bool = True) -> "Batch":
+        def move(v):
+            return v.to(device, non_blocking=non_blocking) if isinstance(v, torch.Tensor) else v
+
+        return dataclasses.replace(self, **{f.name: move(getattr(self, f.name)) for f in dataclasses.fields(self)})
+
+    def pin_memory(self) -> "Batch":  # called by DataLoader(pin_memory=True)
+        return dataclasses.replace(
+            self,
+            **{f.name: getattr(self, f.name).pin_memory() for f in dataclasses.fields(self) if isinstance(getattr(self, f.name), torch.Tensor)},
+        )
+
+    @property
+    def size(self) -> int:
+        return self.input_ids.shape[0]
+
+    @property
+    def num_tokens(self) -> int:
+        n = int(self.text_mask.sum())
+        if self.region_valid is not None:
+            n += int(self.region_valid.sum())
+        return n
+
+
+@dataclass
+class SpecialTokens:
+    cls: int
+    sep: int
+    mask: int
+    pad: int
+    vocab_size: int
+
+
+def round_up(n: int, multiple: int = 8) -> int:
+    return max(multiple, -(-n // multiple) * multiple)
+
+
+def box_locations(boxes: torch.Tensor) -> torch.Tensor:
+    """[...,4] normalised x1,y1,x2,y2 -> the paper's 5-d location (x1, y1, x2, y2, area)."""
+    area = (boxes[..., 2] - boxes[..., 0]).clamp_min(0) * (boxes[..., 3] - boxes[..., 1]).clamp_min(0)
+    return torch.cat([boxes, area[..., None]], dim=-1)
+
+
+def collate(
+    examples: list[Example],
+    special: SpecialTokens,
+    max_text_len: int,
+    max_regions: int,
+    generator: torch.Generator,
+    mask_prob: float = 0.15,
+    region_mask_prob: float = 0.15,
+    itm_negative_prob: float = 0.0,
+    itm_negative: str = "image",
+) -> Batch:
+    """Pad, pair (ITM negatives by in-batch swaps), and mask tokens; regions are masked too when
+    their features are already known (shard or pixel sources)."""
+    b = len(examples)
+    # ITM negatives: sample i keeps its text and takes sample j's image (or the reverse).
+    image_index = torch.arange(b)
+    text_index = torch.arange(b)
+    itm = torch.ones(b, dtype=torch.long)
+    if itm_negative_prob > 0 and b > 1:
+        neg = torch.rand(b, generator=generator) < itm_negative_prob
+        other = (torch.arange(b) + torch.randint(1, b, (b,), generator=generator)) % b  # never i
+        if itm_negative == "image":
+            image_index = torch.where(neg, other, image_index)
+        elif itm_negative == "text":
+            text_index = torch.where(neg, other, text_index)
+        else:
+            raise ValueError(f"itm_negative must be 'image' or 'text', not {itm_negative!r}")
+        itm = (~neg).long()
+
+    texts = [examples[int(i)].token_ids[: max_text_len - 2] for i in text_index]
+    t = round_up(max(len(x) for x in texts) + 2)
+    ids = torch.full((b, t), special.pad, dtype=torch.long)
+    for row, toks in enumerate(texts):
+        ids[row, : len(toks) + 2] = torch.tensor([special.cls, *toks, special.sep])
+    text_mask = ids != special.pad
+
+    # MLM: 15% of real tokens; 80% [MASK], 10% random, 10% kept. Every pair is masked alike, but
+    # only matching pairs get labels (conditional masking): masking positives only would let ITM
+    # read "has [MASK]" as "matches", and then fail on the unmasked pairs of retrieval.
+    maskable = text_mask & (ids != special.cls) & (ids != special.sep)
+    u = torch.rand(b, t, 2, generator=generator)
+    chosen = maskable & (u[..., 0] < mask_prob)
+    mlm_labels = torch.where(chosen & (itm[:, None] == 1), ids, torch.full_like(ids, IGNORE))
+    random_ids = torch.randint(0, special.vocab_size, (b, t), generator=generator)
+    input_ids = torch.where(chosen & (u[..., 1] < 0.8), torch.full_like(ids, special.mask), ids)
+    input_ids = torch.where(chosen & (u[..., 1] >= 0.8) & (u[..., 1] < 0.9), random_ids, input_ids)
+
+    r = round_up(max_regions)
+    batch = Batch(
+        keys=[examples[int(i)].key for i in text_index],
+        input_ids=input_ids,
+        text_mask=text_mask,
+        mlm_labels=mlm_labels,
+        itm_labels=itm,
+        region_draws=torch.rand(b, r, 2, generator=generator),
+        image_index=image_index,
+    )
+    sides = [examples[int(i)] for i in image_index]
+    if sides[0].image is not None:
+        batch.images = torch.stack([s.image for s in sides])
+    if sides[0].regions is not None:
+        feats, locs, valid, labels = pad_regions(sides, r)
+        set_regions(batch, feats, locs, valid, labels, region_mask_prob)
+    return batch
+
+
+def pad_regions(sides: list[Example], r: int):
+    """Stack per-sample region arrays, truncated to the first ``r`` (detectors sort by score)."""
+    b, d = len(sides), sides[0].regions.shape[1]
+    feats = torch.zeros(b, r, d)
+    locs = torch.zeros(b, r, 5)
+    valid = torch.zeros(b, r, dtype=torch.bool)
+    soft = sides[0].labels is not None and sides[0].labels.ndim == 2
+    labels = None
+    if sides[0].labels is not None:
+        labels = torch.zeros(b, r, sides[0].labels.shape[1]) if soft else torch.full((b, r), IGNORE, dtype=torch.long)
+    for i, s in enumerate(sides):
+        n = min(r, len(s.regions))
+        feats[i, :n] = torch.from_numpy(np.asarray(s.regions[:n], dtype=np.float32))
+        locs[i, :n] = box_locations(torch.from_numpy(np.asarray(s.boxes[:n], dtype=np.float32)))
+        valid[i, :n] = True
+        if labels is not None and s.labels is not None:
+            labels[i, :n] = torch.from_numpy(np.asarray(s.labels[:n]))
+    return feats, locs, valid, labels
+
+
+def set_regions(batch: Batch, feats, locs, valid, labels, region_mask_prob: float) -> Batch:
+    """Attach region features and mask 15% of regions (90% zeroed, 10% kept); as for tokens, all
+    pairs are masked alike and only matching pairs' masked regions count in the losses."""
+    r = feats.shape[1]
+    draws = batch.region_draws[:, :r]
+    chosen = valid & (draws[..., 0] < region_mask_prob)
+    zeroed = chosen & (draws[..., 1] < 0.9)
+    masked = chosen & (batch.itm_labels[:, None] == 1).to(valid.device)
+    batch.region_targets = feats
+    batch.region_features = feats.masked_fill(zeroed[..., None], 0.0)
+    batch.region_locations = locs
+    batch.region_valid = valid
+    batch.region_masked = masked
+    batch.moc_labels = labels
+    return batch

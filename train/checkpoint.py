@@ -1,0 +1,120 @@
+"""Atomic checkpoints holding everything an exact resume needs.
+
+A checkpoint is one ``torch.save`` file (loaded back with ``weights_only=True``): model, optimiser
+and scheduler states, every rank's RNG states, the stage and step, and how many batches each
+rank's data stream has delivered. It is written to a temporary name and renamed, and ``latest``
+is a small text file rewritten the same way, so a crash never leaves a half-written checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Position:
+    """Where a run is: stage index, optimiser steps done in it, global step, batches consumed."""
+
+    stage: int = 0
+    step: int = 0
+    global_step: int = 0
+    batches: int = 0  # micro-batches this rank's stream has delivered in the current stage
+    num_workers: int = 0  # the data order depends on it; resume must use the same value
+    world_size: int = 1
+
+
+def rng_state() -> dict[str, Any]:
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": _np_state_to_tensors(np.random.get_state()),
+        "python": _py_state_to_tensors(random.getstate()),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(_np_state_from_tensors(state["numpy"]))
+    random.setstate(_py_state_from_tensors(state["python"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+# weights_only loading accepts tensors, numbers, strings and containers, so RNG states are stored as
+# tensors rather than the numpy/tuple objects their libraries hand out.
+def _np_state_to_tensors(s):
+    return {"name": s[0], "keys": torch.from_numpy(s[1].astype(np.int64)), "pos": int(s[2]), "has_gauss": int(s[3]), "gauss": float(s[4])}
+
+
+def _np_state_from_tensors(d):
+    return (d["name"], d["keys"].numpy().astype(np.uint32), d["pos"], d["has_gauss"], d["gauss"])
+
+
+def _py_state_to_tensors(s):
+    return {"version": s[0], "state": torch.tensor(s[1], dtype=torch.int64), "gauss": s[2]}
+
+
+def _py_state_from_tensors(d):
+    return (d["version"], tuple(int(x) for x in d["state"].tolist()), d["gauss"])
+
+
+def save_checkpoint(path: Path, payload: dict[str, Any]) -> Path:
+    """Write ``payload`` to ``path`` atomically (temporary file, fsync, rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        torch.save(payload, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def write_latest(ckpt_dir: Path, path: Path) -> None:
+    tmp = ckpt_dir / ".latest.tmp"
+    tmp.write_text(path.name)
+    os.replace(tmp, ckpt_dir / "latest")
+
+
+def find_latest(ckpt_dir: Path) -> Path | None:
+    marker = ckpt_dir / "latest"
+    if marker.is_file():
+        p = ckpt_dir / marker.read_text().strip()
+        if p.is_file():
+            return p
+    return None
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def prune(ckpt_dir: Path, keep: int) -> None:
+    """Keep the newest ``keep`` step checkpoints (stage-end checkpoints are never pruned)."""
+    steps = sorted(ckpt_dir.glob("step-*.pt"))
+    for old in steps[: max(0, len(steps) - keep)]:
+        old.unlink(missing_ok=True)
+
+
+def make_payload(model_state, optimizer, scheduler, position: Position, rng_states: list, config: dict, model_config: dict) -> dict:
+    return {
+        "model": model_state,
+        "optimizer": optimizer.state_dict() if optimizer is not None else None,
+        "scheduler": scheduler.state_dict() if scheduler is not None else None,
+        "position": asdict(position),
+        "rng": rng_states,  # one entry per rank
+        "config": config,
+        "model_config": model_config,
+    }

@@ -1,0 +1,221 @@
+"""``lait train eval``: image-text retrieval recall (R@1/5/10 both directions, and their sum).
+
+``full`` scores every (image, text) pair with the ITM cross-encoder, in batches. ``shortlist``
+takes the top-k candidates by embedding similarity (faiss, inner product) and re-ranks only those
+with ITM; candidates outside the shortlist rank below every shortlisted one. Results say which
+mode produced them, since shortlist recall is bounded by the shortlist's own recall.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from .batch import Example, collate, round_up
+from .config import DataConfig, EvalConfig, from_dict
+
+log = logging.getLogger(__name__)
+KS = (1, 5, 10)
+
+
+def recall_at_k(i2t_scores: np.ndarray, t2i_scores: np.ndarray, text_to_image: np.ndarray, ks=KS) -> dict[str, float]:
+    """Recall@K from [images, texts] score matrices (one per direction; the same one for full).
+
+    Image->text: an image is a hit at K when any of its texts ranks in its top K. Text->image: a
+    text is a hit when its image ranks in its top K. A rank counts the strictly better candidates.
+    """
+    n_img, n_txt = i2t_scores.shape
+    text_to_image = np.asarray(text_to_image)
+    # i2t: for each image, the best score among its ground-truth texts -> count texts above it.
+    gt = np.full((n_img, n_txt), False)
+    gt[text_to_image, np.arange(n_txt)] = True
+    best_gt = np.where(gt, i2t_scores, -np.inf).max(1)
+    i2t_rank = (np.where(gt, -np.inf, i2t_scores) > best_gt[:, None]).sum(1)
+    t2i_gt = t2i_scores[text_to_image, np.arange(n_txt)]
+    t2i_rank = (t2i_scores > t2i_gt[None, :]).sum(0)
+    out = {}
+    for k in ks:
+        out[f"i2t_r{k}"] = float((i2t_rank < k).mean())
+    for k in ks:
+        out[f"t2i_r{k}"] = float((t2i_rank < k).mean())
+    out["rsum"] = sum(out[f"i2t_r{k}"] + out[f"t2i_r{k}"] for k in ks)
+    return out
+
+
+@dataclass
+class RetrievalSet:
+    """Images (as encoded regions) and texts (as token ids), with each text's image index."""
+
+    images: list[Example]
+    texts: list[list[int]]
+    text_to_image: np.ndarray
+
+
+def load_shard_set(urls: list[str], decoder, limit: int | None) -> RetrievalSet:
+    """One image and its caption per shard sample, in shard order."""
+    from .data import ShardStream
+
+    images, texts = [], []
+    raw = ShardStream(urls, decoder, 1, 0, {}, loop=False)._raw_samples(0, 1)
+    for s in raw:
+        ex = decoder(s)
+        images.append(ex)
+        texts.append(ex.token_ids)
+        if limit and len(images) >= limit:
+            break
+    return RetrievalSet(images, texts, np.arange(len(images)))
+
+
+def load_karpathy_set(path: str, image_root: str, split: str, decoder, limit: int | None) -> RetrievalSet:
+    """A Karpathy-style JSON (``images: [{filename, filepath?, split, sentences: [{raw}]}]``)."""
+    data = json.loads(Path(path).read_text())
+    images, texts, owner = [], [], []
+    for item in data["images"]:
+        if split and item.get("split", split) != split:
+            continue
+        rel = Path(item.get("filepath", "")) / item["filename"]
+        raw = (Path(image_root) / rel).read_bytes()
+        ex = decoder({"__key__": str(rel), "txt": item["sentences"][0]["raw"], "jpg": raw})
+        for sent in item["sentences"]:
+            texts.append(decoder.tokenizer.encode(sent["raw"]))
+            owner.append(len(images))
+        images.append(ex)
+        if limit and len(images) >= limit:
+            break
+    return RetrievalSet(images, texts, np.asarray(owner))
+
+
+class RetrievalScorer:
+    """Encodes a retrieval set once, then scores pairs with ITM or embeddings."""
+
+    def __init__(self, model, data: RetrievalSet, special, max_text_len: int, max_regions: int, online, device, autocast, batch_size: int):
+        self.model, self.device, self.autocast, self.bs = model.eval().to(device), device, autocast, batch_size
+        g = torch.Generator().manual_seed(0)
+        # Regions for all images (collate pads them; the online model fills them on the device).
+        feats, locs, valid = [], [], []
+        for i in range(0, len(data.images), batch_size):
+            chunk = data.images[i : i + batch_size]
+            b = collate(chunk, special, max_text_len, max_regions, g, mask_prob=0.0, region_mask_prob=0.0).to(device)
+            if online is not None:
+                from .regions import fill_regions
+
+                b = fill_regions(b, online, 0.0)
+            feats.append(b.region_features)
+            locs.append(b.region_locations)
+            valid.append(b.region_valid)
+        r = max(f.shape[1] for f in feats)
+        pad = lambda x, v=0: torch.nn.functional.pad(x, (0, 0, 0, r - x.shape[1]), value=v) if x.dim() == 3 else torch.nn.functional.pad(x, (0, r - x.shape[1]), value=v)  # noqa: E731
+        self.feats = torch.cat([pad(f) for f in feats])
+        self.locs = torch.cat([pad(x) for x in locs])
+        self.valid = torch.cat([pad(v, False) for v in valid])
+        t = round_up(max(len(x) for x in data.texts[:]) + 2 if data.texts else 8)
+        t = min(t, round_up(max_text_len))
+        ids = torch.full((len(data.texts), t), special.pad, dtype=torch.long)
+        for row, toks in enumerate(data.texts):
+            toks = toks[: t - 2]
+            ids[row, : len(toks) + 2] = torch.tensor([special.cls, *toks, special.sep])
+        self.ids = ids.to(device)
+        self.text_mask = self.ids != special.pad
+
+    @torch.no_grad()
+    def itm(self, text_idx: torch.Tensor, image_idx: torch.Tensor) -> torch.Tensor:
+        out = []
+        for i in range(0, len(text_idx), self.bs):
+            ti, ii = text_idx[i : i + self.bs].to(self.device), image_idx[i : i + self.bs].to(self.device)
+            with self.autocast():
+                h = self.model(self.ids[ti], self.text_mask[ti], self.feats[ii], self.locs[ii], self.valid[ii])
+                out.append(self.model.itm_score(h[:, 0]).float().cpu())
+        return torch.cat(out) if out else torch.zeros(0)
+
+    @torch.no_grad()
+    def embeddings(self) -> tuple[np.ndarray, np.ndarray]:
+        ims, txs = [], []
+        for i in range(0, len(self.feats), self.bs):
+            with self.autocast():
+                h = self.model(None, None, self.feats[i : i + self.bs], self.locs[i : i + self.bs], self.valid[i : i + self.bs])
+                ims.append(self.model.embed(h, self.valid[i : i + self.bs]).float().cpu())
+        for i in range(0, len(self.ids), self.bs):
+            with self.autocast():
+                h = self.model(self.ids[i : i + self.bs], self.text_mask[i : i + self.bs], None, None, None)
+                txs.append(self.model.embed(h, self.text_mask[i : i + self.bs]).float().cpu())
+        return torch.cat(ims).numpy(), torch.cat(txs).numpy()
+
+    def full(self) -> np.ndarray:
+        """ITM score of every pair: [images, texts]."""
+        n_img, n_txt = len(self.feats), len(self.ids)
+        scores = np.zeros((n_img, n_txt), dtype=np.float32)
+        txt = torch.arange(n_txt)
+        for i in tqdm(range(n_img), desc="eval/full", leave=False):
+            scores[i] = self.itm(txt, torch.full((n_txt,), i)).numpy()
+        return scores
+
+    def shortlist(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per-direction score matrices: ITM on the embedding top-k, -inf elsewhere."""
+        import faiss
+
+        img_emb, txt_emb = self.embeddings()
+        n_img, n_txt = len(img_emb), len(txt_emb)
+        i2t = np.full((n_img, n_txt), -np.inf, dtype=np.float32)
+        t2i = np.full((n_img, n_txt), -np.inf, dtype=np.float32)
+        # Embedding similarity breaks ties between -inf entries, so ranks stay well defined.
+        t_index = faiss.IndexFlatIP(txt_emb.shape[1])
+        t_index.add(np.ascontiguousarray(txt_emb))
+        _, top_t = t_index.search(np.ascontiguousarray(img_emb), min(k, n_txt))  # texts per image
+        i_index = faiss.IndexFlatIP(img_emb.shape[1])
+        i_index.add(np.ascontiguousarray(img_emb))
+        _, top_i = i_index.search(np.ascontiguousarray(txt_emb), min(k, n_img))  # images per text
+        img_idx = torch.arange(n_img).repeat_interleave(top_t.shape[1])
+        i2t[img_idx.numpy(), top_t.reshape(-1)] = self.itm(torch.from_numpy(top_t.reshape(-1)).long(), img_idx).numpy()
+        txt_idx = torch.arange(n_txt).repeat_interleave(top_i.shape[1])
+        t2i[top_i.reshape(-1), txt_idx.numpy()] = self.itm(txt_idx, torch.from_numpy(top_i.reshape(-1)).long()).numpy()
+        return i2t, t2i
+
+
+def run_eval(cfg: EvalConfig) -> dict:
+    """Evaluate a checkpoint; returns (and optionally writes) the metrics with their mode."""
+    from .data import Decoder, default_tokenizer, expand_shards
+    from .finetune import load_trained
+    from .pretrain import region_setup
+    from .runtime import setup_runtime
+
+    rt = setup_runtime(cfg.device, cfg.precision, cfg.cpu_threads)
+    model, run_cfg = load_trained(cfg.checkpoint)
+    data_cfg = cfg.data or from_dict(DataConfig, run_cfg.get("data") or {}, "checkpoint data")
+    tok = default_tokenizer(data_cfg.tokenizer, run_cfg.get("init_from") if not str(run_cfg.get("init_from", "")).endswith(".pt") else None)
+    regions = region_setup(data_cfg.regions, rt.device)
+    decoder = Decoder(tok, data_cfg.regions.source, data_cfg.regions.image_size, regions.patches)
+    if cfg.karpathy_json:
+        data = load_karpathy_set(cfg.karpathy_json, cfg.image_root or str(Path(cfg.karpathy_json).parent), cfg.split, decoder, cfg.limit)
+    else:
+        data = load_shard_set(expand_shards(cfg.shards), decoder, cfg.limit)
+    t0 = time.perf_counter()
+    scorer = RetrievalScorer(model, data, tok.special, data_cfg.max_text_len, data_cfg.regions.max_regions, regions.online,
+                             rt.device, rt.autocast, cfg.batch_size)
+    if cfg.mode == "full":
+        s = scorer.full()
+        metrics = recall_at_k(s, s, data.text_to_image)
+        pairs = s.size
+    elif cfg.mode == "shortlist":
+        i2t, t2i = scorer.shortlist(cfg.shortlist_k)
+        metrics = recall_at_k(i2t, t2i, data.text_to_image)
+        pairs = int(np.isfinite(i2t).sum() + np.isfinite(t2i).sum())
+    else:
+        raise ValueError(f"eval mode must be full or shortlist, not {cfg.mode!r}")
+    result = {"mode": cfg.mode if cfg.mode == "full" else f"shortlist@{cfg.shortlist_k}", **metrics,
+              "images": len(data.images), "texts": len(data.texts), "itm_pairs_scored": pairs,
+              "seconds": time.perf_counter() - t0, "checkpoint": str(cfg.checkpoint)}
+    log.info("eval/%s %s", result["mode"], json.dumps({k: round(v, 4) for k, v in metrics.items()}))
+    if cfg.output:
+        Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(cfg.output).write_text(json.dumps(result, indent=2))
+    return result
+
+
+__all__ = ["RetrievalScorer", "load_karpathy_set", "load_shard_set", "recall_at_k", "run_eval"]

@@ -1,0 +1,229 @@
+"""The training loop shared by pretraining stages and finetuning.
+
+One optimiser step = ``accum_steps`` micro-batches (DDP syncs gradients on the last only), bf16
+autocast on CUDA, gradient clipping, a warmup/decay schedule, JSON-lines + TensorBoard logs with
+samples/s, tokens/s, the share of time spent waiting for data and (CUDA) MFU, and atomic
+checkpoints from which a resumed run continues exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+from tqdm import tqdm
+
+from .batch import Batch
+from .checkpoint import Position, find_latest, load_checkpoint, make_payload, prune, rng_state, save_checkpoint, set_rng_state, write_latest
+from .config import StageConfig
+from .model import ImageBert, flops_per_token
+from .runtime import MetricLogger, Runtime, make_optimizer, make_scheduler
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StagePlan:
+    """A stage as the loop runs it: its config, length, and how to open its data stream."""
+
+    index: int
+    config: StageConfig
+    steps: int
+    open_stream: Callable[[int], Iterator[Batch]]  # batches already consumed -> stream
+    prepare: Callable[[Batch], Batch] = lambda b: b  # on-device work before the forward (regions)
+    on_start: Callable[[], None] | None = None  # e.g. switch the task weights to this stage's
+
+
+def unwrap(module: torch.nn.Module) -> torch.nn.Module:
+    return module.module if isinstance(module, torch.nn.parallel.DistributedDataParallel) else module
+
+
+class Trainer:
+    """Runs a list of stages over one model, checkpointing into ``out_dir/checkpoints``."""
+
+    def __init__(self, task: torch.nn.Module, model: ImageBert, rt: Runtime, out_dir: Path, run_config: dict, *,
+                 log_every: int = 10, checkpoint_every: int = 500, keep_checkpoints: int = 2,
+                 tensorboard: bool = True, peak_flops: float | None = None, num_workers: int = 0):
+        self.model, self.rt, self.out_dir = model, rt, Path(out_dir)
+        self.ckpt_dir = self.out_dir / "checkpoints"
+        self.run_config = run_config
+        self.log_every, self.checkpoint_every, self.keep = log_every, checkpoint_every, keep_checkpoints
+        self.peak = rt.peak_flops(peak_flops)
+        self.num_workers = num_workers
+        task.to(rt.device)
+        if rt.distributed:
+            # Some heads sit idle in some runs (MOC without labels, the embedding head while
+            # pretraining), so DDP must look for unused parameters.
+            task = torch.nn.parallel.DistributedDataParallel(
+                task, device_ids=[rt.local_rank] if rt.device.type == "cuda" else None, find_unused_parameters=True
+            )
+        self.task = task
+        self.logger = MetricLogger(self.out_dir, rt.is_main, tensorboard)
+        self.history: list[dict] = []  # every logged record, for callers and tests
+
+    # ---- checkpoints ---------------------------------------------------------------------------
+    def _all_rng(self) -> list:
+        mine = rng_state()
+        if not self.rt.distributed:
+            return [mine]
+        out: list = [None] * self.rt.world_size
+        torch.distributed.all_gather_object(out, mine)
+        return out
+
+    def save(self, pos: Position, opt, sched, name: str | None = None) -> Path | None:
+        rngs = self._all_rng()  # collective: every rank takes part
+        path = None
+        if self.rt.is_main:
+            path = self.ckpt_dir / (name or f"step-{pos.global_step:08d}.pt")
+            state = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+            save_checkpoint(path, make_payload(state, opt, sched, pos, rngs, self.run_config, asdict(self.model.config)))
+            write_latest(self.ckpt_dir, path)
+            prune(self.ckpt_dir, self.keep)
+            log.info("checkpoint/saved %s", path)
+        if self.rt.distributed:
+            torch.distributed.barrier()
+        return path
+
+    def resume_point(self, resume: str | None) -> dict | None:
+        if not resume:
+            return None
+        path = find_latest(self.ckpt_dir) if resume == "auto" else Path(resume)
+        if path is None:
+            log.info("checkpoint/none_found starting fresh in %s", self.ckpt_dir)
+            return None
+        ck = load_checkpoint(path)
+        pos = Position(**ck["position"])
+        if pos.num_workers != self.num_workers or pos.world_size != self.rt.world_size:
+            raise ValueError(
+                f"{path} was written with {pos.world_size} process(es) x {pos.num_workers} data worker(s); "
+                f"resume with the same numbers (the data order depends on them)"
+            )
+        self.model.load_state_dict(ck["model"])
+        log.info("checkpoint/resumed %s at stage %d step %d", path, pos.stage, pos.step)
+        return ck
+
+    # ---- stages ----------------------------------------------------------------------------------
+    def run(self, stages: list[StagePlan], resume: str | None = None) -> list[dict]:
+        ck = self.resume_point(resume)
+        pos = Position(**ck["position"]) if ck else Position(num_workers=self.num_workers, world_size=self.rt.world_size)
+        for plan in stages:
+            if plan.index < pos.stage or (plan.index == pos.stage and ck and pos.step >= plan.steps):
+                continue  # finished before the interruption
+            if plan.index > pos.stage:
+                pos = Position(plan.index, 0, pos.global_step, 0, self.num_workers, self.rt.world_size)
+                ck = None
+            pos = self.run_stage(plan, pos, ck)
+            self.save(pos, None, None, name=f"stage-{plan.index}-{plan.config.name}.pt")
+            ck = None
+        self.logger.close()
+        return self.history
+
+    def run_stage(self, plan: StagePlan, pos: Position, ck: dict | None) -> Position:
+        cfg = plan.config
+        if plan.on_start is not None:
+            plan.on_start()
+        opt = make_optimizer(self.task, cfg.optim, self.rt.device)
+        sched = make_scheduler(opt, cfg.optim, plan.steps)
+        # Open the stream first: a DataLoader draws its workers' base seed from the global RNG,
+        # which must happen before the checkpointed RNG state is restored, as in the original run.
+        stream = iter(plan.open_stream(pos.batches))
+        if ck is not None and ck.get("optimizer") is not None:
+            opt.load_state_dict(ck["optimizer"])
+            sched.load_state_dict(ck["scheduler"])
+            set_rng_state(ck["rng"][self.rt.rank])
+        accum = max(1, cfg.optim.accum_steps)
+        params = [p for p in self.task.parameters() if p.requires_grad]
+        self.task.train()
+        bar = tqdm(total=plan.steps, initial=pos.step, desc=cfg.name, disable=not self.rt.is_main, dynamic_ncols=True)
+        window = _Window()
+        while pos.step < plan.steps:
+            t0 = time.perf_counter()
+            sums: dict[str, float] = {}
+            for micro in range(accum):
+                t_wait = time.perf_counter()
+                batch = next(stream)
+                window.wait += time.perf_counter() - t_wait
+                pos.batches += 1
+                batch = plan.prepare(batch.to(self.rt.device))
+                sync = micro == accum - 1 or not self.rt.distributed
+                ctx = contextlib.nullcontext() if sync else self.task.no_sync()
+                with ctx:
+                    with self.rt.autocast():
+                        loss, losses, report = self.task(batch)
+                    (loss / accum).backward()
+                for k, v in losses.items():
+                    sums[k] = sums.get(k, 0.0) + float(v.detach()) / accum
+                for k, v in report.items():
+                    sums[k] = sums.get(k, 0.0) + v / accum
+                sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) / accum
+                window.samples += batch.size
+                window.tokens += batch.num_tokens
+                window.seq = batch.input_ids.shape[1] + (0 if batch.region_valid is None else batch.region_valid.shape[1])
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip) if cfg.optim.grad_clip else None
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            pos.step += 1
+            pos.global_step += 1
+            window.time += time.perf_counter() - t0
+            window.steps += 1
+            bar.update(1)
+            record = {"stage": plan.index, "stage_name": cfg.name, "step": pos.step, "global_step": pos.global_step,
+                      "lr": sched.get_last_lr()[0], **sums}
+            if grad_norm is not None:
+                record["grad_norm"] = float(grad_norm)
+            self.history.append(record)
+            window.add(record)
+            if pos.step % self.log_every == 0 or pos.step == plan.steps:
+                # The log line averages the window's steps: single-step losses are too noisy.
+                self.logger.log({**record, **window.means(), **window.rates(self.rt.world_size, self.model.config, self.peak)})
+                bar.set_postfix(loss=f"{sums['loss']:.3f}")
+                window = _Window()
+            if not math.isfinite(sums["loss"]):
+                raise FloatingPointError(f"non-finite loss at stage {cfg.name} step {pos.step}: {sums}")
+            if self.checkpoint_every and pos.step % self.checkpoint_every == 0 and pos.step < plan.steps:
+                self.save(pos, opt, sched)
+        bar.close()
+        return pos
+
+
+@dataclass
+class _Window:
+    """Throughput counters between two log lines."""
+
+    time: float = 0.0
+    wait: float = 0.0
+    samples: int = 0
+    tokens: int = 0
+    steps: int = 0
+    seq: int = 0
+    totals: dict = field(default_factory=dict)
+    counts: dict = field(default_factory=dict)
+
+    _KEEP = ("stage", "stage_name", "step", "global_step", "lr")
+
+    def add(self, record: dict) -> None:
+        for k, v in record.items():
+            if k not in self._KEEP and isinstance(v, float) and math.isfinite(v):
+                self.totals[k] = self.totals.get(k, 0.0) + v
+                self.counts[k] = self.counts.get(k, 0) + 1
+
+    def means(self) -> dict:
+        return {k: v / self.counts[k] for k, v in self.totals.items()}
+
+    def rates(self, world: int, cfg, peak: float | None) -> dict:
+        t = max(self.time, 1e-9)
+        out = {
+            "samples_per_s": self.samples * world / t,
+            "tokens_per_s": self.tokens * world / t,
+            "data_wait_share": self.wait / t,
+        }
+        if peak:
+            out["mfu"] = self.tokens * flops_per_token(cfg, self.seq) / t / peak
+        return out

@@ -1,0 +1,93 @@
+"""The four pretraining tasks of ImageBERT as one module, so DDP sees a single forward.
+
+``PretrainTask(batch)`` returns ``(loss, losses, report)``: the weighted sum to backpropagate,
+each task's loss tensor, and float metrics for the logs. Masked losses only count on matching
+pairs; ``collate`` already restricted the masks to them (conditional masking).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .batch import IGNORE, Batch
+from .config import TaskWeights
+from .model import ImageBert
+
+
+def _mean_over(total: torch.Tensor, n: int) -> torch.Tensor:
+    # Sum / max(n, 1) instead of a mean: an empty selection gives 0 (still in the graph, so DDP
+    # and gradient accumulation see every head every step) rather than NaN.
+    return total / max(n, 1)
+
+
+def mlm_loss(model: ImageBert, text_hidden: torch.Tensor, labels: torch.Tensor):
+    sel = labels != IGNORE
+    logits = model.mlm_logits(text_hidden[sel]).float()
+    target = labels[sel]
+    loss = _mean_over(F.cross_entropy(logits, target, reduction="sum"), target.numel())
+    acc = (logits.argmax(-1) == target).float().mean().item() if target.numel() else float("nan")
+    return loss, {"mlm_acc": acc, "mlm_tokens": float(target.numel())}
+
+
+def moc_loss(model: ImageBert, region_hidden: torch.Tensor, masked: torch.Tensor, labels: torch.Tensor):
+    """Masked object classification: CE on hard labels, or KL(target || prediction) on soft ones."""
+    if labels.dim() == 3:  # soft labels [B,R,C]
+        sel = masked
+        logp = F.log_softmax(model.moc_head(region_hidden[sel]).float(), -1)
+        n = int(sel.sum())
+        return _mean_over(F.kl_div(logp, labels[sel].float(), reduction="sum"), n), {"moc_regions": float(n)}
+    sel = masked & (labels != IGNORE)
+    logits = model.moc_head(region_hidden[sel]).float()
+    n = int(sel.sum())
+    loss = _mean_over(F.cross_entropy(logits, labels[sel], reduction="sum"), n)
+    acc = (logits.argmax(-1) == labels[sel]).float().mean().item() if n else float("nan")
+    return loss, {"moc_acc": acc, "moc_regions": float(n)}
+
+
+def mrfr_loss(model: ImageBert, region_hidden: torch.Tensor, masked: torch.Tensor, targets: torch.Tensor):
+    """Masked region feature regression: L2 to the input feature, averaged over its dimensions so
+    that the loss scale does not depend on the feature width (2048 for detectors, 768 for CLIP)."""
+    pred = model.mrfr_head(region_hidden[masked]).float()
+    n = int(masked.sum())
+    sq = (pred - targets[masked].float()).pow(2).mean(-1)
+    return _mean_over(sq.sum(), n), {"mrfr_regions": float(n)}
+
+
+def itm_loss(model: ImageBert, cls_hidden: torch.Tensor, labels: torch.Tensor):
+    logits = model.itm_logits(cls_hidden).float()
+    loss = F.cross_entropy(logits, labels)
+    return loss, {"itm_acc": (logits.argmax(-1) == labels).float().mean().item()}
+
+
+class PretrainTask(nn.Module):
+    """MLM + MOC + MRFR + ITM on ``[CLS] text [SEP] regions``."""
+
+    def __init__(self, model: ImageBert, weights: TaskWeights):
+        super().__init__()
+        self.model = model
+        self.weights = weights
+
+    def forward(self, batch: Batch):
+        m = self.model
+        hidden = m(batch.input_ids, batch.text_mask, batch.region_features, batch.region_locations, batch.region_valid)
+        t = batch.input_ids.shape[1]
+        text_h, region_h = hidden[:, :t], hidden[:, t:]
+        w = self.weights
+        losses: dict[str, torch.Tensor] = {}
+        report: dict[str, float] = {}
+        if w.mlm:
+            losses["mlm"], r = mlm_loss(m, text_h, batch.mlm_labels)
+            report.update(r)
+        if w.moc and batch.moc_labels is not None:
+            losses["moc"], r = moc_loss(m, region_h, batch.region_masked, batch.moc_labels)
+            report.update(r)
+        if w.mrfr:
+            losses["mrfr"], r = mrfr_loss(m, region_h, batch.region_masked, batch.region_targets)
+            report.update(r)
+        if w.itm:
+            losses["itm"], r = itm_loss(m, hidden[:, 0], batch.itm_labels)
+            report.update(r)
+        total = sum(getattr(w, k) * v for k, v in losses.items())
+        return total, losses, report

@@ -1,0 +1,163 @@
+"""Region feature sources: pixel patches (in the data workers), or a frozen open_clip visual tower
+or torchvision detector run on the training device. Every source yields features, normalised
+x1,y1,x2,y2 boxes and, where it has them, object classes for MOC."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .batch import Batch, box_locations, round_up, set_regions
+from .config import RegionConfig
+
+log = logging.getLogger(__name__)
+
+
+def grid_boxes(rows: int, cols: int) -> np.ndarray:
+    ys, xs = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    return np.stack([xs / cols, ys / rows, (xs + 1) / cols, (ys + 1) / rows], -1).reshape(-1, 4).astype(np.float32)
+
+
+@dataclass
+class PatchPooling:
+    """Regions = grid cells, each average-pooled to ``pixels x pixels`` RGB values (no model).
+
+    Cheap enough for the data workers; the feature is what the pixels of that cell look like.
+    """
+
+    rows: int = 6
+    cols: int = 6
+    pixels: int = 4
+
+    @property
+    def feature_dim(self) -> int:
+        return 3 * self.pixels * self.pixels
+
+    def __call__(self, image: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        small = F.adaptive_avg_pool2d(image[None], (self.rows * self.pixels, self.cols * self.pixels))[0]
+        cells = small.view(3, self.rows, self.pixels, self.cols, self.pixels).permute(1, 3, 0, 2, 4)
+        feats = (cells.reshape(self.rows * self.cols, -1) - 0.5) * 4.0  # centred, ~unit scale
+        return feats.numpy().astype(np.float16), grid_boxes(self.rows, self.cols)
+
+
+class ClipRegions(torch.nn.Module):
+    """Patch tokens of a frozen open_clip visual tower, one region per patch."""
+
+    def __init__(self, cfg: RegionConfig):
+        super().__init__()
+        import open_clip
+
+        if cfg.clip_pretrained is None and not cfg.allow_random_weights:
+            raise ValueError("regions.clip_pretrained is required (a pretrained tag or checkpoint path)")
+        model = open_clip.create_model(cfg.clip_model, pretrained=cfg.clip_pretrained)  # raises if unloadable
+        visual = model.visual.eval().requires_grad_(False)
+        if not hasattr(visual, "output_tokens"):
+            raise ValueError(f"{cfg.clip_model}: only ViT towers expose patch tokens")
+        visual.output_tokens = True
+        self.visual = visual
+        size = visual.image_size if isinstance(visual.image_size, int) else visual.image_size[0]
+        self.image_size = size
+        grid = visual.grid_size
+        self.boxes = torch.from_numpy(grid_boxes(grid[0], grid[1]))
+        mean = getattr(visual, "image_mean", None) or open_clip.OPENAI_DATASET_MEAN
+        std = getattr(visual, "image_std", None) or open_clip.OPENAI_DATASET_STD
+        self.register_buffer("mean", torch.tensor(mean).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(std).view(1, 3, 1, 1), persistent=False)
+        self.feature_dim = visual.transformer.width
+        self.num_classes = 0
+
+    @torch.no_grad()
+    def forward(self, images: torch.Tensor):
+        x = F.interpolate(images, size=(self.image_size, self.image_size), mode="bilinear", align_corners=False)
+        _, tokens = self.visual((x - self.mean) / self.std)
+        b = tokens.shape[0]
+        boxes = self.boxes.to(tokens.device).expand(b, -1, -1)
+        valid = torch.ones(tokens.shape[:2], dtype=torch.bool, device=tokens.device)
+        return tokens.float(), boxes, valid, None
+
+
+class DetectorRegions(torch.nn.Module):
+    """RoI features (the box head's output) and classes of a frozen torchvision Faster R-CNN."""
+
+    def __init__(self, cfg: RegionConfig, max_regions: int):
+        super().__init__()
+        import torchvision
+
+        weights = cfg.detector_weights
+        if weights is None and not cfg.allow_random_weights:
+            raise ValueError("regions.detector_weights is required")
+        builder = getattr(torchvision.models.detection, cfg.detector)
+        if weights and weights.endswith((".pth", ".pt")):
+            model = builder(weights=None, weights_backbone=None)
+            model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+        else:
+            model = builder(weights=weights, weights_backbone=None)
+        model.roi_heads.score_thresh = cfg.detector_score_threshold
+        model.roi_heads.detections_per_img = max_regions
+        self.model = model.eval().requires_grad_(False)
+        self.max_regions = max_regions
+        self.feature_dim = model.roi_heads.box_head(torch.zeros(1, *self._roi_shape())).shape[-1]
+        self.num_classes = model.roi_heads.box_predictor.cls_score.out_features
+
+    def _roi_shape(self):
+        channels = self.model.backbone.out_channels
+        size = self.model.roi_heads.box_roi_pool.output_size
+        size = size if isinstance(size, (list, tuple)) else (size, size)
+        return (channels, *size)
+
+    @torch.no_grad()
+    def forward(self, images: torch.Tensor):
+        m = self.model
+        image_list, _ = m.transform(list(images))
+        features = m.backbone(image_list.tensors)
+        proposals, _ = m.rpn(image_list, features)
+        dets, _ = m.roi_heads(features, proposals, image_list.image_sizes)
+        boxes = [d["boxes"] for d in dets]
+        roi = m.roi_heads.box_head(m.roi_heads.box_roi_pool(features, boxes, image_list.image_sizes))
+        b, r = len(dets), self.max_regions
+        feats = images.new_zeros(b, r, self.feature_dim)
+        out_boxes = images.new_zeros(b, r, 4)
+        labels = torch.full((b, r), -100, dtype=torch.long, device=images.device)
+        valid = torch.zeros(b, r, dtype=torch.bool, device=images.device)
+        start = 0
+        for i, d in enumerate(dets):
+            n = min(r, len(d["boxes"]))
+            sh, sw = image_list.image_sizes[i]
+            scale = torch.tensor([sw, sh, sw, sh], device=images.device, dtype=images.dtype)
+            feats[i, :n] = roi[start : start + n]
+            out_boxes[i, :n] = d["boxes"][:n] / scale
+            labels[i, :n] = d["labels"][:n]
+            valid[i, :n] = True
+            start += len(d["boxes"])
+        return feats, out_boxes, valid, labels
+
+
+def build_online_regions(cfg: RegionConfig) -> torch.nn.Module | None:
+    """The frozen model that computes regions on the training device, or None for shard/patches."""
+    if cfg.source == "clip":
+        return ClipRegions(cfg)
+    if cfg.source == "detector":
+        return DetectorRegions(cfg, cfg.max_regions)
+    if cfg.source in ("shard", "patches"):
+        return None
+    raise ValueError(f"unknown regions.source {cfg.source!r} (shard | patches | clip | detector)")
+
+
+def fill_regions(batch: Batch, encoder: torch.nn.Module, region_mask_prob: float) -> Batch:
+    """Run the frozen region model on a batch's images, then mask regions (as ``collate`` would)."""
+    feats, boxes, valid, labels = encoder(batch.images)
+    r = round_up(feats.shape[1])
+    pad = r - feats.shape[1]
+    if pad:
+        feats, boxes = F.pad(feats, (0, 0, 0, pad)), F.pad(boxes, (0, 0, 0, pad))
+        valid = F.pad(valid, (0, pad), value=False)
+        labels = None if labels is None else F.pad(labels, (0, pad), value=-100)
+    if batch.region_draws.shape[1] < r:
+        raise ValueError(f"region model gives {r} regions but regions.max_regions is smaller")
+    set_regions(batch, feats, box_locations(boxes), valid, labels, region_mask_prob)
+    batch.images = None  # no longer needed; frees memory before the forward pass
+    return batch
