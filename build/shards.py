@@ -153,7 +153,7 @@ class _RowGroupBytes:
             self._futures[g] = self._pool.submit(self._read, *g)
             self._next += 1
 
-    def get(self, src_file: str, row_group: int, row_index: int) -> bytes | None:
+    def get(self, src_file: str, row_group: int, row_index: int) -> pa.Buffer | None:
         key = (src_file, row_group)
         if self._key != key:
             self._fill()
@@ -161,7 +161,9 @@ class _RowGroupBytes:
             self._col = fut.result() if fut is not None else self._read(*key)
             self._key = key
             self._fill()
-        return self._col[row_index].as_py()
+        # A view of Arrow's buffer, not a copy: the tar writer reads it once.
+        value = self._col[row_index]
+        return value.as_buffer() if value.is_valid else None
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
