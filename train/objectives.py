@@ -13,6 +13,7 @@ from torch import nn
 
 from .batch import IGNORE, Batch
 from .config import TaskWeights
+from .finetune import TEMPERATURE
 from .model import ImageBert
 
 
@@ -61,8 +62,31 @@ def itm_loss(model: ImageBert, cls_hidden: torch.Tensor, labels: torch.Tensor):
     return loss, {"itm_acc": (logits.argmax(-1) == labels).float().mean().item()}
 
 
+def itc_loss(model: ImageBert, batch: Batch, temperature: float):
+    """Symmetric in-batch contrastive loss between unimodal text and region embeddings.
+
+    Only matching rows take part: their images are distinct (an ITM negative row reuses another
+    row's image, which would be a false negative). Texts are fed unmasked (MLM labels restore the
+    masked tokens of matching rows) and regions unmasked (the MRFR targets).
+    """
+    pos = batch.itm_labels == 1
+    n = int(pos.sum())
+    if n < 2:
+        zero = sum(p.sum() * 0.0 for p in model.embed_head.parameters())
+        return zero, {"itc_acc": float("nan")}
+    ids = torch.where(batch.mlm_labels != IGNORE, batch.mlm_labels, batch.input_ids)[pos]
+    mask = batch.text_mask[pos]
+    t = model.embed(model(ids, mask, None, None, None), mask)
+    valid = batch.region_valid[pos]
+    i = model.embed(model(None, None, batch.region_targets[pos], batch.region_locations[pos], valid), valid)
+    sim = t @ i.t() / temperature
+    target = torch.arange(n, device=sim.device)
+    loss = (F.cross_entropy(sim, target) + F.cross_entropy(sim.t(), target)) / 2
+    return loss, {"itc_acc": (sim.argmax(1) == target).float().mean().item()}
+
+
 class PretrainTask(nn.Module):
-    """MLM + MOC + MRFR + ITM on ``[CLS] text [SEP] regions``."""
+    """MLM + MOC + MRFR + ITM on ``[CLS] text [SEP] regions``, optionally ITC on unimodal passes."""
 
     def __init__(self, model: ImageBert, weights: TaskWeights):
         super().__init__()
@@ -88,6 +112,9 @@ class PretrainTask(nn.Module):
             report.update(r)
         if w.itm:
             losses["itm"], r = itm_loss(m, hidden[:, 0], batch.itm_labels)
+            report.update(r)
+        if w.itc:
+            losses["itc"], r = itc_loss(m, batch, TEMPERATURE)
             report.update(r)
         total = sum(getattr(w, k) * v for k, v in losses.items())
         return total, losses, report

@@ -83,3 +83,17 @@ def test_two_stages_chain_weights(tmp_path, object_shards, minilm_dir, pretrain_
     assert logs[-3]["lr"] <= 5.0e-4 + 1e-12
     ck = torch.load(out / "checkpoints" / "stage-1-indomain.pt", weights_only=True)
     assert ck["position"]["global_step"] == 7
+
+
+def test_itc_task_learns_alignment(tmp_path, object_shards, minilm_dir, pretrain_args):
+    """``tasks.itc`` (off by default) adds the unimodal contrastive loss, which must go down."""
+    out = tmp_path / "itc"
+    args = pretrain_args(out, object_shards, minilm_dir, steps=40)
+    i = args.index(next(a for a in args if a.startswith("stages=")))
+    args[i] = args[i].replace("optim: {lr: 3.0e-3, warmup_steps: 2, schedule: constant}}",
+                              "optim: {lr: 3.0e-3, warmup_steps: 2, schedule: constant}, tasks: {itc: 1.0}}")
+    assert "itc: 1.0" in args[i]
+    assert main(args) == 0
+    values = [r["itc"] for r in _records(out)]
+    assert all(math.isfinite(v) for v in values)
+    assert sum(values[-3:]) / 3 < sum(values[:3]) / 3, values
