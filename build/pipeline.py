@@ -96,8 +96,8 @@ def build(cfg: BuildConfig) -> BuildResult:
         reset(work)
         atomic_write_json(fp_path, {"fingerprint": fp, "config": cfg.content()})
     work.write_config("build", cfg.to_yaml())
-    executor = make_executor(cfg.executor, workers=cfg.workers or None, retries=cfg.retries,
-                             show_progress=cfg.progress)
+    executor = make_executor(cfg.executor, ray_address=cfg.ray_address, workers=cfg.workers or None,
+                             retries=cfg.retries, show_progress=cfg.progress)
     result = BuildResult()
 
     result.reports.append(executor.run(PickStage(), work))

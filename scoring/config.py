@@ -28,6 +28,9 @@ class ScoreConfig(StageConfig):
                              choices=["auto", "fp32", "bf16"])
     batch_size: int = setting(128, "images per model batch")
     text_batch_size: int = setting(256, "texts per model batch")
+    threads: int = setting(0, "CPU threads of each scoring process (0: the machine's cores divided by "
+                           "--workers); fixed, so that scores do not depend on the executor, whose "
+                           "workers would otherwise start with different thread counts")
     loader_workers: int = setting(2, "processes decoding and resizing images beside the model (0: inline)")
     fast_decode: bool = setting(True, "let JPEG decoding downscale by 2/4/8 when the image is much larger "
                                 "than the model input (faster; pixels differ slightly from a full decode)")
@@ -57,6 +60,8 @@ class ScoreConfig(StageConfig):
             raise ConfigError(f"checkpoint not found: {self.checkpoint}")
         if not 1 <= self.max_regions:
             raise ConfigError("max_regions must be >= 1")
+        if self.threads < 0:
+            raise ConfigError("threads must be >= 0")
         if self.batch_size < 1 or self.text_batch_size < 1 or self.loader_workers < 0:
             raise ConfigError("batch sizes must be >= 1 and loader_workers >= 0")
         if self.codebook_k < 1 or self.near_dup_k < 1:

@@ -50,7 +50,7 @@ def make_stage_executor(cfg: ScoreConfig, workers: int | None = None):
     if cfg.executor == "local":
         kwargs["start_method"] = "spawn" if n > 1 else "fork"
     else:
-        kwargs["ray_address"] = getattr(cfg, "ray_address", None)
+        kwargs["ray_address"] = cfg.ray_address
     try:
         return make_executor(cfg.executor, **kwargs)
     except ValueError as exc:

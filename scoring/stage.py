@@ -14,6 +14,7 @@ only counted here (`score/no_image`), so the funnel does not count it twice.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 
 import numpy as np
@@ -29,6 +30,17 @@ from scoring.tables import to_bytes
 log = logging.getLogger(__name__)
 
 
+def set_threads(cfg: ScoreConfig) -> None:
+    """One thread count per scoring process whatever started it: a Ray worker starts with one
+    (OMP_NUM_THREADS=1), a local one with all cores, and matrix products summed in another
+    order differ in their last bits, which would make scores depend on the executor."""
+    import torch
+
+    n = cfg.threads or max(1, (os.cpu_count() or 1) // max(1, cfg.workers))
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+
+
 class ScoreStage(Stage):
     """Stage 4 over one partition: scores, embeddings and (optionally) region features."""
 
@@ -41,6 +53,7 @@ class ScoreStage(Stage):
 
     def process(self, ctx: PartContext) -> None:
         cfg = self.cfg
+        set_threads(cfg)
         scorer = get_scorer(cfg)
         work = ctx.work
 
