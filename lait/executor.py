@@ -61,6 +61,13 @@ class RunReport:
     def ok(self) -> bool:
         return not self.failed
 
+    def finish(self) -> RunReport:
+        """Order the results by partition and log the summary; every executor ends with this."""
+        self.done.sort()
+        self.stats.sort(key=lambda s: s["partition"])
+        log.info(self.summary())
+        return self
+
     def summary(self) -> str:
         s = f"{self.stage}: {len(self.done)} done, {len(self.skipped)} already done, {len(self.failed)} failed"
         for p, err in sorted(self.failed.items()):
@@ -115,10 +122,7 @@ class LocalExecutor:
                 self._run_pool(stage, str(work.root), pending, report, bar)
         finally:
             bar.close()
-        report.done.sort()
-        report.stats.sort(key=lambda s: s["partition"])
-        log.info(report.summary())
-        return report
+        return report.finish()
 
     def _record(self, report: RunReport, p: int, stats: dict[str, Any], bar: Any) -> None:
         report.done.append(p)

@@ -89,10 +89,7 @@ class RayExecutor:
                     bar.update(1)
         finally:
             bar.close()
-        report.done.sort()
-        report.stats.sort(key=lambda s: s["partition"])
-        log.info(report.summary())
-        return report
+        return report.finish()
 
     def _submitter(self, ray: Any, stage: Stage) -> Any:
         num_gpus = float(getattr(stage, "num_gpus", 0) or 0)
