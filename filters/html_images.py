@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from urllib.parse import urljoin
 
 from lxml import html as lxml_html
@@ -52,6 +53,11 @@ def resolve_url(base: str, url: str | None) -> str | None:
     url = (url or "").strip()
     if not url or url.startswith("#") or url.lower().startswith(_SKIP_SCHEMES):
         return None
+    return _resolve(base, url)
+
+
+@lru_cache(maxsize=16384)  # src, data-src and srcset often repeat one URL; logos repeat per site
+def _resolve(base: str, url: str) -> str | None:
     absolute = urljoin(base, url)
     if not absolute.lower().startswith(("http://", "https://")):
         return None
@@ -149,15 +155,17 @@ def _figcaption_of(img: lxml_html.HtmlElement) -> str:
     return ""
 
 
-def find_images(tree: lxml_html.HtmlElement, page_url: str, *, with_texts: bool = True) -> list[PageImage]:
+def find_images(tree: lxml_html.HtmlElement, page_url: str, *, with_texts: bool = True,
+                elements: list[lxml_html.HtmlElement] | None = None) -> list[PageImage]:
     """Image elements (`<img>` with their `<picture>` sources) and og:image, in document order.
 
     Positions count images and `BLOCK_TAGS` elements only: iterating over those tags alone
-    spares lxml building a Python proxy for every element of the page.
+    spares lxml building a Python proxy for every element of the page. `elements`, when given,
+    is `list(tree.iter("img", *BLOCK_TAGS))` already made by the caller.
     """
     base = page_base(tree, page_url)
     out: list[PageImage] = []
-    for pos, el in enumerate(tree.iter("img", *BLOCK_TAGS)):
+    for pos, el in enumerate(tree.iter("img", *BLOCK_TAGS) if elements is None else elements):
         if el.tag != "img":
             continue
         urls = _element_urls(el, base)

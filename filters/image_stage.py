@@ -175,8 +175,11 @@ def phash_of(image: Any) -> int:
     from PIL import Image
 
     pixels = np.asarray(image.convert("L").resize((32, 32), Image.Resampling.LANCZOS), np.float64)
-    low = _DCT8 @ pixels @ _DCT8.T
-    bits = (low > np.median(low)).reshape(-1)
+    low = (_DCT8 @ pixels @ _DCT8.T).reshape(-1)
+    # np.median of 64 values is the mean of the middle two; sorting 64 floats is ~20x cheaper
+    # than np.median's general machinery, and (a + b) / 2 is the same float np.median returns.
+    middle = np.sort(low)[31:33]
+    bits = low > (middle[0] + middle[1]) / 2
     return int.from_bytes(np.packbits(bits).tobytes(), "big")
 
 

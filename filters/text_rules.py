@@ -95,8 +95,8 @@ class LetterShareFilter(Filter):
         self.min_share = min_share
 
     def keep(self, c: Candidate) -> KeepResult:
-        chars = [ch for ch in c.text if not ch.isspace()]
-        share = sum(ch.isalpha() for ch in chars) / max(1, len(chars))
+        chars = "".join(c.text.split())  # str.split() and str.isspace() agree on whitespace
+        share = sum(map(str.isalpha, chars)) / max(1, len(chars))
         return share >= self.min_share or (False, f"{share:.2f} letters < {self.min_share}")
 
 

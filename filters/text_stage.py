@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 SOURCES = ("alt", "title", "aria", "figcaption", "og", "context")
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([\w.:-]+)""", re.I)
 _XML_DECL = re.compile(r"^\s*<\?xml[^>]*\?>")
+_CONTROL_BYTES = bytes([*range(9), *range(14, 32)])  # control bytes other than \t \n \v \f \r
 
 
 @dataclass
@@ -113,7 +114,7 @@ def decode_page(row: dict[str, Any], max_bytes: int) -> tuple[str, bool]:
     if ctype and not any(t in ctype for t in ("html", "xml", "text/plain")):
         raise PageRejected("not_html", f"content type {ctype}")
     head = body[:4096]
-    if head.count(b"\x00") > 8 or sum(b < 9 or 13 < b < 32 for b in head) > len(head) // 10:
+    if head.count(b"\x00") > 8 or len(head) - len(head.translate(None, _CONTROL_BYTES)) > len(head) // 10:
         raise PageRejected("not_html", "binary content")
     truncated = len(body) > max_bytes
     body = body[:max_bytes]
@@ -127,14 +128,23 @@ def decode_page(row: dict[str, Any], max_bytes: int) -> tuple[str, bool]:
     return _XML_DECL.sub("", text, count=1), truncated
 
 
-def _blocks(tree: Any) -> list[tuple[int, str]]:
-    """(position, text) of the paragraph-like elements; positions as in `find_images`."""
+def _blocks(elements: list[Any], images: list[PageImage], window: int) -> list[tuple[int, str]]:
+    """(position, text) of the paragraph-like elements; positions as in `find_images`.
+
+    Only the blocks within `window` positions of an image: `_context` never looks further, and
+    the text of every block of a page (nested ones over and over) is the costly part."""
+    near: set[int] = set()
+    for img in images:
+        if img.position >= 0:
+            near.update(range(max(0, img.position - window), img.position + window + 1))
     out = []
-    for pos, el in enumerate(tree.iter("img", *BLOCK_TAGS)):
-        if el.tag != "img":
-            text = normalise_space(el.text_content())
-            if text:
-                out.append((pos, text))
+    for pos in sorted(near):
+        if pos < len(elements):
+            el = elements[pos]
+            if el.tag != "img":
+                text = normalise_space(el.text_content())
+                if text:
+                    out.append((pos, text))
     return out
 
 
@@ -179,12 +189,14 @@ def page_candidates(row: dict[str, Any], cfg: CleanConfig) -> tuple[list[tuple[s
         # libxml2 drops whatever lies deeper than 256 elements: say so rather than lose it quietly.
         if "Excessive depth" in err.message:
             raise PageRejected("too_deep", err.message)
-    images = find_images(tree, row["url"])
+    elements = list(tree.iter("img", *BLOCK_TAGS))  # one pass for the images and the blocks
+    images = find_images(tree, row["url"], elements=elements)
     if not images:
         return [], truncated
     want_context = "context" in cfg.sources
-    blocks = _blocks(tree) if want_context else []
-    main = _main_text(tree) if want_context else ""
+    blocks = _blocks(elements, images, cfg.context_window) if want_context else []
+    # No paragraph near any image: `_context` has nothing to take, whatever the main text is.
+    main = _main_text(tree) if blocks else ""
     per_url: dict[str, list[tuple[str, str]]] = {}
     for img in images:
         texts = [t for t in img.texts if t[0] in cfg.sources]
@@ -205,11 +217,18 @@ class CleanStage(Stage):
 
     def __init__(self, cfg: CleanConfig):
         self.cfg = cfg
+        self._rules: list | None = None
+        self._repaired: dict[str, str] = {}
+
+    def __getstate__(self) -> dict[str, Any]:  # sent to worker processes without the caches
+        return {**self.__dict__, "_rules": None, "_repaired": {}}
 
     def process(self, ctx: PartContext) -> None:
         cfg = self.cfg
-        rules = text_filters(min_words=cfg.min_words, max_words=cfg.max_words,
-                             min_letter_share=cfg.min_letter_share, languages=cfg.languages)
+        if self._rules is None:  # once per stage object: language IDs cached across its partitions
+            self._rules = text_filters(min_words=cfg.min_words, max_words=cfg.max_words,
+                                       min_letter_share=cfg.min_letter_share, languages=cfg.languages)
+        rules = self._rules
         # Pass 1: every page's raw candidates; pass 2 needs the site-wide text counts.
         pages: list[tuple[str, list[tuple[str, list[tuple[str, str]]]]]] = []
         site_pages: Counter[str] = Counter()
@@ -249,7 +268,12 @@ class CleanStage(Stage):
                 ctx.reject("site_boilerplate", image_url=image_url, page_url=page_url, text=text,
                            detail=f"{source} text on {counts[text]} pages of the site")
                 continue
-            text = repair(text)
+            fixed = self._repaired.get(text)
+            if fixed is None:  # one text often goes with several image URLs (srcset) and pages
+                if len(self._repaired) > 100_000:
+                    self._repaired.clear()
+                fixed = self._repaired[text] = repair(text)
+            text = fixed
             pieces = [text] if len(text.split()) <= cfg.max_words else split_sentences(text)
             cands = [Candidate(p, source, image_url, page_url) for p in pieces if p not in seen]
             for c in ctx.apply_filters(cands, rules, ids=lambda c: {"image_url": c.image_url,

@@ -137,7 +137,11 @@ class PartWriter:
         table = pa.Table.from_pylist(validate_rows(self._buffer, self.schema), schema=self.schema)
         if self._writer is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._writer = pq.ParquetWriter(self._tmp, self.schema, compression=compression_of(self.schema))
+            codecs = compression_of(self.schema)
+            plain = [c for c, codec in codecs.items() if codec != "none"]
+            # Media bytes: no codec, no dictionary, no min/max statistics (all wasted on JPEGs).
+            self._writer = pq.ParquetWriter(self._tmp, self.schema, compression=codecs,
+                                            use_dictionary=plain, write_statistics=plain)
         self._writer.write_table(table)
         self.rows += table.num_rows
         self._buffer = []
