@@ -16,7 +16,6 @@ import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from urllib.parse import urljoin
 
 import pyarrow as pa
 
@@ -52,55 +51,33 @@ def _clean(text: str | None) -> str | None:
     return text or None
 
 
-def _absolute(url: str | None, base: str) -> str | None:
-    if not url:
-        return None
-    url = url.strip()
-    if not url or url.startswith(("data:", "javascript:", "about:", "blob:")):
-        return None
-    try:
-        out = urljoin(base, url)
-    except ValueError:  # malformed IPv6 host and the like
-        return None
-    return out if out.startswith(("http://", "https://")) else None
-
-
-def _srcset_first(srcset: str | None) -> str | None:
-    if not srcset:
-        return None
-    first = srcset.split(",")[0].strip().split()
-    return first[0] if first else None
-
-
 def html_image_links(html: bytes, page_url: str, encoding: str | None = None) -> list[ImageLink]:
-    """Every `<img>` (src, else data-src, else the first srcset candidate) and `og:image`."""
-    import lxml.etree
-    import lxml.html
+    """Every `<img>` (src, else data-src, else the largest srcset candidate) and `og:image`.
+
+    URLs are resolved by the crawler's own `crawler.extract` rules (`<base href>`, no fragment,
+    safe characters, largest srcset candidate), so a reference joins the `images/` rows and
+    stage 3's candidates for the same image, whichever way the page arrived.
+    """
+    from crawler.extract import Resolver, base_url, largest_candidate, parse_html
 
     if not html.strip():
         return []
-    try:
-        parser = lxml.html.HTMLParser(encoding=encoding) if encoding else None
-        doc = lxml.html.document_fromstring(html, parser=parser)
-    except (lxml.etree.ParserError, ValueError, LookupError):
-        # LookupError: an encoding name lxml does not know; retry letting lxml guess.
-        try:
-            doc = lxml.html.document_fromstring(html)
-        except (lxml.etree.ParserError, ValueError):
-            return []
-    base = page_url
-    for href in doc.xpath("//base/@href")[:1]:
-        base = urljoin(page_url, href.strip())
+    # LookupError inside: an encoding name lxml does not know; retry letting lxml guess.
+    doc = parse_html(html, encoding) if encoding else None
+    if doc is None:
+        doc = parse_html(html)
+    if doc is None:
+        return []
+    resolve = Resolver(base_url(doc, page_url))
     out: list[ImageLink] = []
     for img in doc.iter("img"):
         a = img.attrib
-        url = (_absolute(a.get("src"), base) or _absolute(a.get("data-src"), base)
-               or _absolute(_srcset_first(a.get("srcset")), base))
+        url = resolve(a.get("src")) or resolve(a.get("data-src")) or resolve(largest_candidate(a.get("srcset")))
         if url:
             out.append(ImageLink(url, _clean(a.get("alt")), _clean(a.get("title")), "html"))
     for meta in doc.iter("meta"):
         if (meta.get("property") or meta.get("name") or "").lower() in ("og:image", "og:image:url"):
-            url = _absolute(meta.get("content"), base)
+            url = resolve(meta.get("content"))
             if url:
                 out.append(ImageLink(url, _clean(meta.get("alt")), None, "html"))
     return out
@@ -121,6 +98,8 @@ def wat_image_links(block: bytes, target_url: str | None = None) -> WatPage | No
     Image links are the `Links` entries whose path starts with `IMG@` (`IMG@/src`,
     `IMG@/data-src`, ...); their `alt` and `title` are kept.
     """
+    from crawler.extract import resolve
+
     env = json.loads(block).get("Envelope") or {}
     url = (env.get("WARC-Header-Metadata") or {}).get("WARC-Target-URI") or target_url
     resp = (env.get("Payload-Metadata") or {}).get("HTTP-Response-Metadata")
@@ -134,7 +113,7 @@ def wat_image_links(block: bytes, target_url: str | None = None) -> WatPage | No
     for link in html_meta.get("Links") or []:
         if not isinstance(link, dict) or not str(link.get("path", "")).upper().startswith("IMG@"):
             continue
-        image_url = _absolute(link.get("url"), base)
+        image_url = resolve(base, link.get("url"))
         if image_url:
             links.append(ImageLink(image_url, _clean(link.get("alt")), _clean(link.get("title")), "wat"))
     return WatPage(url, robots if isinstance(robots, str) else None, links)
