@@ -66,12 +66,10 @@ def run_build(cfg) -> int:
 
 
 def run_stats(cfg: StatsConfig) -> int:
-    from pathlib import Path
-
     from build.report import stats_json, summary_text, write_report
+    from lait.commands import open_work_dir
 
-    if not (Path(cfg.work) / "lait.json").exists():
-        raise ConfigError(f"not a lait work directory (no lait.json): {cfg.work}")
+    open_work_dir(cfg.work, initialized=True)
     st, page = write_report(cfg.work, cfg.html or None)
     print(stats_json(st) if cfg.json else summary_text(st))
     if page is not None:

@@ -51,6 +51,11 @@ class DemoConfig(Config):
     def validate(self) -> None:
         if not self.out:
             raise ConfigError("--out is required")
+        from lait.storage import is_remote_url
+
+        if is_remote_url(self.out):
+            raise ConfigError("lait demo writes a local folder; run the stages yourself for a work "
+                              "directory on object storage (lait crawl --out s3://..., lait run s3://...)")
         if self.pages < 1:
             raise ConfigError("--pages must be >= 1")
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-import pyarrow.parquet as pq
-
+from lait import storage
 from lait.parts import WorkDir
 
 log = logging.getLogger(__name__)
@@ -19,7 +18,7 @@ def embedding_pairs(work: WorkDir, index: Mapping[str, int]) -> list[tuple[int, 
     """Index pairs (into `index`) of images stage 4 found to be near-duplicates (`near_dups/`)."""
     pairs: list[tuple[int, int]] = []
     for f in work.part_files("near_dups"):
-        t = pq.read_table(f, columns=["image_url_a", "image_url_b"])
+        t = storage.read_table(f, columns=["image_url_a", "image_url_b"])
         for a, b in zip(t.column(0).to_pylist(), t.column(1).to_pylist()):
             if a in index and b in index and a != b:
                 pairs.append((index[a], index[b]))

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-import pyarrow.parquet as pq
-
 from build import tables  # noqa: F401  (registers the build tables)
+from lait import storage
 from lait.stage import PartContext, Stage
 
 OK_COLUMNS = ["image_url", "sha256", "phash", "width", "height", "format"]
@@ -32,7 +31,7 @@ class PickStage(Stage):
         ctx.count("build/scored_pairs", sum(len(v) for v in by_url.values()))
         seen: set[str] = set()
         for path in ctx.work.part_files("images_ok", ctx.partition):
-            pf = pq.ParquetFile(path)
+            pf = storage.parquet_file(path)
             for rg in range(pf.metadata.num_row_groups):
                 group = pf.read_row_group(rg, columns=OK_COLUMNS).to_pylist()
                 for idx, img in enumerate(group):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import shutil
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -26,9 +25,11 @@ from build.aggregate import PLAN_TAG, plan_build
 from build.config import BuildConfig
 from build.pick import PickStage
 from build.shards import ShardStage, write_sizes, write_stats
+from lait import storage
+from lait.commands import open_work_dir
 from lait.config import ConfigError
 from lait.executor import RunReport, make_executor
-from lait.parts import WorkDir, atomic_write_json
+from lait.parts import WorkDir, atomic_write_json, stats_path
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +61,8 @@ class BuildResult:
 def fingerprint(work: WorkDir, cfg: BuildConfig) -> str:
     listing = []
     for table in INPUT_TABLES:
-        for p in work.part_files(table):
-            listing.append([table, p.name, p.stat().st_size])
+        for name, size in work.part_sizes(table):
+            listing.append([table, name, size])
     blob = json.dumps({"config": cfg.content(), "inputs": listing}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -69,27 +70,25 @@ def fingerprint(work: WorkDir, cfg: BuildConfig) -> str:
 def reset(work: WorkDir) -> None:
     """Remove every output of an earlier build (markers, build tables, its rejects, shards)."""
     for stage in STAGES:
-        shutil.rmtree(work.root / "_done" / stage, ignore_errors=True)
+        work.clear_done(stage)
     for table in tables.BUILD_TABLES:
-        shutil.rmtree(work.table_dir(table), ignore_errors=True)
+        storage.remove_tree(work.table_dir(table))
     for p in work.part_files("rejected"):
         tag = p.name.split("-", 1)[1].rsplit(".", 1)[0]
         if tag.startswith(("build_pick", "build_shards")) or tag == PLAN_TAG:
-            p.with_name(p.name[: -len(".parquet")] + ".stats.json").unlink(missing_ok=True)
-            p.unlink()
-    shutil.rmtree(work.root / "shards", ignore_errors=True)
+            storage.remove(stats_path(p))
+            storage.remove(p)
+    storage.remove_tree(work.root / "shards")
 
 
 def build(cfg: BuildConfig) -> BuildResult:
     """Run stage 5 on `cfg.work`; returns the reports of the passes and the dataset counters."""
-    work = WorkDir(cfg.work)
-    if not (work.root / "lait.json").exists():
-        raise ConfigError(f"not a lait work directory (no lait.json): {work.root}")
+    work = open_work_dir(cfg.work, initialized=True)
     if not work.part_files("scored"):
         raise ConfigError(f"{work.root} has no scored/ table yet: run `lait score` first")
     fp = fingerprint(work, cfg)
     fp_path = work.root / "_done" / FINGERPRINT
-    old = json.loads(fp_path.read_text())["fingerprint"] if fp_path.exists() else None
+    old = json.loads(storage.read_text(fp_path))["fingerprint"] if storage.exists(fp_path) else None
     if old != fp:
         if old is not None:
             log.info("build: inputs or settings changed since the last build; rebuilding")
@@ -139,6 +138,6 @@ def collect_stats(work: WorkDir, sizes: dict[str, int]) -> dict[str, Any]:
         "shards": len(sizes),
         "shard_bytes": int(counters.get("build/shard_bytes", 0)),
         "counters": dict(sorted(counters.items())),
-        "config": json.loads((work.root / "_done" / FINGERPRINT).read_text())["config"],
+        "config": json.loads(storage.read_text(work.root / "_done" / FINGERPRINT))["config"],
         "plan_seconds": plan[0].get("seconds") if plan else None,
     }

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import pyarrow.parquet as pq
-
 from build.shards import shard_files
+from lait import storage
 from lait.parts import WorkDir
+from lait.storage import Location
 
 log = logging.getLogger(__name__)
 
@@ -64,15 +64,16 @@ class DatasetStats:
 def _column(work: WorkDir, table: str, column: str) -> list[Any]:
     out: list[Any] = []
     for f in work.part_files(table):
-        if column in pq.ParquetFile(f).schema_arrow.names:
-            out += pq.read_table(f, columns=[column]).column(0).to_pylist()
+        pf = storage.parquet_file(f)
+        if column in pf.schema_arrow.names:
+            out += pf.read(columns=[column]).column(0).to_pylist()
     return out
 
 
 def gather(work_root: str | Path) -> DatasetStats:
     """Read the counts, distributions and kept samples of a work directory (never image bytes)."""
     work = WorkDir(work_root)
-    st = DatasetStats(str(work.root))
+    st = DatasetStats(work.url)
     for table, label in FUNNEL:
         if work.part_files(table):
             st.funnel.append((label, work.count(table)))
@@ -82,11 +83,11 @@ def gather(work_root: str | Path) -> DatasetStats:
     st.scored_scores = [float(s) for s in _column(work, "scored", "score")]
     for tar in shard_files(work):
         side = tar.with_suffix(".parquet")
-        if side.exists():
-            rows = pq.read_table(side).to_pylist()
+        if storage.exists(side):
+            rows = storage.read_table(side).to_pylist()
             st.samples += [dict(r, tar=tar.name) for r in rows if r["status"] == "success"]
         st.shards += 1
-        st.shard_bytes += tar.stat().st_size
+        st.shard_bytes += storage.size(tar)
     if st.samples:
         st.funnel.append(("samples in shards", len(st.samples)))
     return st
@@ -181,13 +182,13 @@ def plots(st: DatasetStats) -> list[tuple[str, str]]:
 
 
 # -- samples --------------------------------------------------------------------------------
-def thumbnails(shard_dir: Path, keys_by_tar: dict[str, set[str]]) -> dict[str, str]:
+def thumbnails(shard_dir: Location, keys_by_tar: dict[str, set[str]]) -> dict[str, str]:
     """key -> JPEG data URI of a small thumbnail, read from the tars that hold the keys."""
     from PIL import Image
 
     out = {}
     for tar_name, keys in sorted(keys_by_tar.items()):
-        with tarfile.open(shard_dir / tar_name) as tf:
+        with storage.open_input(shard_dir / tar_name) as f, tarfile.open(fileobj=f) as tf:
             for m in tf:
                 key, _, ext = m.name.partition(".")
                 if ext != "jpg" or key not in keys:
@@ -270,7 +271,7 @@ def write_report(work_root: str | Path, out: str | Path | None = None) -> tuple[
     wanted: dict[str, set[str]] = defaultdict(set)
     for s in grid + best + worst:
         wanted[s["tar"]].add(s["key"])
-    thumbs = thumbnails(Path(work_root) / "shards", wanted)
+    thumbs = thumbnails(storage.location(work_root) / "shards", wanted)
     page = render_html(st, plots(st), thumbs)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,6 @@ import logging
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 
@@ -125,9 +124,13 @@ def resolve_configs(work: str, sections: dict[str, dict], steps: list[str],
 def run_pipeline(work: str, sections: dict[str, dict], *, steps: list[str] | None = None,
                  overrides: dict[str, Any] | None = None, where: str = "pipeline") -> bool:
     """Run the steps in order; stops at the first that fails. Returns True when all succeeded."""
+    from lait.commands import open_work_dir
+
     steps = steps or STEP_NAMES
-    if not (Path(work) / "lait.json").exists():
-        raise ConfigError(f"not a lait work directory (no lait.json): {work}; crawl into it first")
+    try:
+        open_work_dir(work, initialized=True)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}; crawl into it first") from None
     # Resolve every config first, so a typo in `build:` fails before an hour of scoring.
     configs = resolve_configs(work, sections, steps, overrides, where)
     for name, cfg in configs.items():

@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 import re
 import tarfile
-import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -25,8 +22,10 @@ import pyarrow.parquet as pq
 
 from build import tables  # noqa: F401  (registers the build tables)
 from build.regions import RegionReader
+from lait import storage
 from lait.parts import WorkDir, atomic_write_bytes, atomic_write_json
 from lait.stage import PartContext, Stage
+from lait.storage import Location
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +88,13 @@ def ustar_header(name: str, size: int) -> bytes:
 
 
 class TarShardWriter:
-    """Streams samples (dicts of extension -> bytes) into a tar that appears atomically."""
+    """Streams samples (dicts of extension -> bytes) into a tar that appears atomically
+    (a local temporary file renamed into place, or an upload completed on `close`)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Location):
         self.path = path
-        self._tmp = path.with_name(f".tmp-{uuid.uuid4().hex}-{path.name}")
-        self._file = open(self._tmp, "wb", buffering=1 << 20)
+        self._out = storage.open_output(path)
+        self._file = self._out.stream(buffering=1 << 20)
         self.samples = 0
         self.bytes = 0
 
@@ -113,14 +113,10 @@ class TarShardWriter:
         # End of archive: two zero blocks, padded to tarfile's 10 KiB record size.
         written = self._file.tell() + 1024
         self._file.write(b"\0" * (1024 + (-written % tarfile.RECORDSIZE)))
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        os.replace(self._tmp, self.path)
+        self._out.commit()  # flush, fsync and rename; or complete the upload
 
     def abort(self) -> None:
-        self._file.close()
-        self._tmp.unlink(missing_ok=True)
+        self._out.discard()
 
 
 class _RowGroupBytes:
@@ -144,7 +140,7 @@ class _RowGroupBytes:
     def _read(self, src_file: str, row_group: int) -> pa.ChunkedArray:
         pf = self._files.get(src_file)
         if pf is None:
-            pf = self._files[src_file] = pq.ParquetFile(self.dir / src_file)
+            pf = self._files[src_file] = storage.parquet_file(self.dir / src_file)
         return pf.read_row_group(row_group, columns=["bytes"]).column(0).combine_chunks()
 
     def _fill(self) -> None:
@@ -183,7 +179,7 @@ class ShardStage(Stage):
     def process(self, ctx: PartContext) -> None:
         work = ctx.work
         out_dir = work.root / "shards"
-        out_dir.mkdir(exist_ok=True)
+        storage.make_dirs(out_dir)
         name = shard_name(ctx.partition)
         plan = work.read("build_plan", ctx.partition).to_pylist()
         plan.sort(key=lambda r: (r["src_file"], r["row_group"], r["row_index"], r["key"]))
@@ -232,9 +228,9 @@ class ShardStage(Stage):
             source.close()
 
 
-def shard_files(work: WorkDir) -> list[Path]:
-    d = work.root / "shards"
-    return sorted(d.glob("[0-9][0-9][0-9][0-9][0-9].tar")) if d.is_dir() else []
+def shard_files(work: WorkDir) -> list[Location]:
+    return sorted((p for p in storage.list_dir(work.root / "shards") if re.fullmatch(r"[0-9]{5}\.tar", p.name)),
+                  key=lambda p: p.name)
 
 
 def write_sizes(work: WorkDir) -> dict[str, int]:
@@ -242,7 +238,7 @@ def write_sizes(work: WorkDir) -> dict[str, int]:
     sizes = {}
     for tar in shard_files(work):
         side = tar.with_suffix(".parquet")
-        table = pq.read_table(side, columns=["status"])
+        table = storage.read_table(side, columns=["status"])
         sizes[tar.name] = sum(1 for s in table.column("status").to_pylist() if s == "success")
     atomic_write_json(work.root / "shards" / "sizes.json", sizes)
     return sizes

@@ -150,31 +150,29 @@ def crawl(cfg: CrawlConfig, *, timeout: float | None = None, quiet: bool = False
 
     Raises RuntimeError when the crawler process fails.
     """
+    from lait.commands import open_work_dir
+
     cfg.validate()
     cfg.seed_urls()  # fail here, not in the subprocess, on bad seeds
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    config_path = out / "_configs" / "crawl.yaml"
-    config_path.parent.mkdir(parents=True, exist_ok=True)
-    config_path.write_text(cfg.to_yaml())
-    fd, stats_name = tempfile.mkstemp(prefix="crawl-stats-", suffix=".json", dir=out / "_configs")
-    os.close(fd)
-    stats_path = Path(stats_name)
-    cmd = [sys.executable, "-m", "crawler.run", str(config_path), "--stats-json", str(stats_path)]
-    env = dict(os.environ)
-    repo = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [repo, env.get("PYTHONPATH")]))
-    log.info("crawling %d seed(s) into %s", len(cfg.seed_urls()), out)
-    try:
+    work = open_work_dir(cfg.out, create=True, n_partitions=cfg.n_partitions or None)
+    work.write_config("crawl", cfg.to_yaml())
+    # The subprocess's config and stats are local files even when the work directory is remote
+    # (as Scrapy's JOBDIR is); it inherits this environment, storage settings included.
+    with tempfile.TemporaryDirectory(prefix="lait-crawl-") as tmp:
+        config_path, stats_path = Path(tmp) / "crawl.yaml", Path(tmp) / "stats.json"
+        config_path.write_text(cfg.to_yaml())
+        cmd = [sys.executable, "-m", "crawler.run", str(config_path), "--stats-json", str(stats_path)]
+        env = dict(os.environ)
+        repo = str(Path(__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [repo, env.get("PYTHONPATH")]))
+        log.info("crawling %d seed(s) into %s", len(cfg.seed_urls()), work.url)
         proc = subprocess.run(cmd, env=env, timeout=timeout,
                               stdout=subprocess.DEVNULL if quiet else None,
                               stderr=subprocess.DEVNULL if quiet else None)
         if proc.returncode != 0:
             raise RuntimeError(f"crawler process exited with status {proc.returncode}")
-        text = stats_path.read_text()
+        text = stats_path.read_text() if stats_path.exists() else ""
         return json.loads(text) if text.strip() else {}
-    finally:
-        stats_path.unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:

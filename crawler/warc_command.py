@@ -97,16 +97,13 @@ def format_summary(reports) -> str:
 
 def run(cfg: WarcIngestConfig) -> int:
     from crawler.warc_ingest import IngestOptions, ingest_files
-    from lait.parts import WorkDir
+    from lait.commands import open_work_dir
 
-    try:
-        work = WorkDir(cfg.out, n_partitions=cfg.partitions).init()
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    work = open_work_dir(cfg.out, create=True, n_partitions=cfg.partitions)
     work.write_config("ingest-warc", cfg.to_yaml())
     opts = IngestOptions(links=cfg.links, max_record_bytes=cfg.max_record_mb << 20,
                          check_gzip=cfg.check_gzip, force=cfg.force)
-    reports = ingest_files(cfg.files, work.root, opts, workers=cfg.workers or os.cpu_count() or 1,
+    reports = ingest_files(cfg.files, work.url, opts, workers=cfg.workers or os.cpu_count() or 1,
                            show_progress=cfg.progress)
     print(format_summary(reports), file=sys.stderr)
     for r in reports:

@@ -37,7 +37,9 @@ from typing import Any
 
 from crawler.warc import HttpError, WarcReader, WarcRecord, decode_body, parse_http
 from crawler.warc_links import html_image_links, iter_link_rows, wat_image_links
+from lait import storage
 from lait.parts import PartWriter, WorkDir, atomic_write_json, partition_of
+from lait.storage import Location
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +93,7 @@ def file_tag(path: str | Path) -> str:
     return f"warc-{stem}-{digest}"
 
 
-def marker_path(work: WorkDir, tag: str) -> Path:
+def marker_path(work: WorkDir, tag: str) -> Location:
     return work.root / "_done" / STAGE / f"{tag}.json"
 
 
@@ -105,10 +107,10 @@ def is_ingested(work: WorkDir, path: str | Path) -> bool:
     import json
 
     m = marker_path(work, file_tag(path))
-    if not m.exists():
+    if not storage.exists(m):
         return False
     try:
-        done = json.loads(m.read_text())
+        done = json.loads(storage.read_text(m))
     except ValueError:
         return False
     fp = _fingerprint(Path(path))
@@ -288,7 +290,7 @@ class _FileIngest:
                 w.abort()
 
 
-def ingest_file(path: str | Path, work_root: str | Path, opts: IngestOptions | None = None) -> FileReport:
+def ingest_file(path: str | Path, work_root: str | Location, opts: IngestOptions | None = None) -> FileReport:
     """Ingest one archive into a work directory; the unit of work of `lait ingest-warc`.
 
     Never raises for bad archive content (that is damage in the report); an unexpected error
@@ -305,7 +307,7 @@ def ingest_file(path: str | Path, work_root: str | Path, opts: IngestOptions | N
     start = time.perf_counter()
     for table in OUTPUT_TABLES:
         work.remove_parts(table, tag)
-    marker_path(work, tag).unlink(missing_ok=True)
+    storage.remove(marker_path(work, tag))
     job = _FileIngest(work, path, tag, opts)
     try:
         reader = WarcReader(path, max_record_bytes=opts.max_record_bytes, check_gzip=opts.check_gzip)
@@ -337,7 +339,7 @@ def ingest_file(path: str | Path, work_root: str | Path, opts: IngestOptions | N
     return report
 
 
-def ingest_files(paths: list[str | Path], work_root: str | Path, opts: IngestOptions | None = None, *,
+def ingest_files(paths: list[str | Path], work_root: str | Location, opts: IngestOptions | None = None, *,
                  workers: int = 1, show_progress: bool = True) -> list[FileReport]:
     """Ingest several archives, `workers` at a time in a process pool; reports in input order."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -356,11 +358,11 @@ def ingest_files(paths: list[str | Path], work_root: str | Path, opts: IngestOpt
     try:
         if workers <= 1 or len(unique) <= 1:
             for p in unique:
-                reports[p] = ingest_file(p, work.root, opts)
+                reports[p] = ingest_file(p, work.url, opts)
                 bar.update(sizes[p])
         else:
             with ProcessPoolExecutor(min(workers, len(unique))) as pool:
-                futures = {pool.submit(ingest_file, p, str(work.root), opts): p for p in unique}
+                futures = {pool.submit(ingest_file, p, work.url, opts): p for p in unique}
                 for fut in as_completed(futures):
                     p = futures[fut]
                     try:

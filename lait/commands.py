@@ -8,7 +8,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from lait.config import Config, StageConfig
+from lait import storage
+from lait.config import Config, ConfigError, StageConfig
 from lait.executor import RunReport, make_executor
 from lait.parts import WorkDir
 from lait.stage import Stage
@@ -27,13 +28,48 @@ def add_config_command(sub: argparse._SubParsersAction, name: str, config_cls: t
     return parser
 
 
+def open_work_dir(root: str, *, create: bool = False, n_partitions: int | None = None,
+                  initialized: bool = False) -> WorkDir:
+    """The work directory of a command, or a ConfigError that says what is wrong with it.
+
+    `create` makes it (crawl, ingest); otherwise it must exist and, with `initialized`, hold
+    `lait.json`. Storage failures (no such bucket, no credentials, s3fs missing) become errors
+    with the location in the message instead of tracebacks.
+    """
+    try:
+        work = WorkDir(root, n_partitions=n_partitions)
+        if create:
+            try:
+                return work.init()
+            except FileNotFoundError as exc:
+                if work.remote:  # S3 answers NoSuchBucket, which s3fs raises as FileNotFoundError
+                    raise ConfigError(f"bucket not found: {work.root.bucket} (create it first): {exc}") from None
+                raise
+        if not work.exists():
+            if work.remote and not storage.exists(work.root.bucket):
+                raise ConfigError(f"bucket not found (or not accessible): {work.root.bucket}")
+            raise ConfigError(f"work directory not found: {work.root}")
+        if initialized and not work.is_initialized():
+            raise ConfigError(f"not a lait work directory (no lait.json): {work.root}")
+        return work
+    except ConfigError:
+        raise
+    except ValueError as exc:  # partition count, bad URL or LAIT_STORAGE_OPTIONS
+        raise ConfigError(str(exc)) from None
+    except (ImportError, NotImplementedError) as exc:  # s3fs not installed, unsupported protocol
+        raise ConfigError(str(exc)) from None
+    except OSError as exc:  # permissions, a full disk; s3fs turns S3 errors into OSError too
+        raise ConfigError(f"cannot open work directory {root}: {type(exc).__name__}: {exc}") from None
+    except Exception as exc:
+        if not storage.is_remote_url(root):
+            raise
+        # botocore's own errors: no credentials, endpoint unreachable, ...
+        raise ConfigError(f"cannot open work directory {root}: {type(exc).__name__}: {exc}") from None
+
+
 def run_stage(stage: Stage, cfg: StageConfig, command: str) -> RunReport:
     """Run a stage over the work directory with the executor the config names."""
-    work = WorkDir(cfg.work)
-    if not work.root.is_dir():
-        from lait.config import ConfigError
-
-        raise ConfigError(f"work directory not found: {work.root}")
+    work = open_work_dir(cfg.work)
     work.write_config(command, cfg.to_yaml())
     executor = make_executor(cfg.executor, ray_address=cfg.ray_address, workers=cfg.workers or None,
                              retries=cfg.retries, show_progress=cfg.progress)

@@ -27,7 +27,10 @@ log = logging.getLogger(__name__)
 
 
 def run_part(stage: Stage, work_root: str, partition: int) -> dict[str, Any]:
-    """Process one partition of `stage` in `work_root`; the only entry point of every executor."""
+    """Process one partition of `stage` in `work_root`; the only entry point of every executor.
+
+    `work_root` is a path or URL (`WorkDir.url`), not a WorkDir: each worker process opens its
+    own, so no filesystem connection crosses a fork or a pickle."""
     work = WorkDir(work_root)
     if work.is_done(stage.name, partition):
         return {"stage": stage.name, "partition": partition, "skipped": True}
@@ -107,8 +110,9 @@ class LocalExecutor:
         todo = sorted(stage.partitions(work) if partitions is None else partitions)
         report = RunReport(stage.name)
         pending = []
+        done = work.done_partitions(stage.name)
         for p in todo:
-            if work.is_done(stage.name, p):
+            if p in done:
                 report.skipped.append(p)
             else:
                 pending.append(p)
@@ -117,9 +121,9 @@ class LocalExecutor:
         bar = progress(total=len(pending), desc=stage.name, unit="part", disable=not self.show_progress)
         try:
             if self.workers == 1 or len(pending) <= 1:
-                self._run_inline(stage, str(work.root), pending, report, bar)
+                self._run_inline(stage, work.url, pending, report, bar)
             else:
-                self._run_pool(stage, str(work.root), pending, report, bar)
+                self._run_pool(stage, work.url, pending, report, bar)
         finally:
             bar.close()
         return report.finish()

@@ -10,6 +10,10 @@ Layout of a work directory::
 
 A partition of a table is the union of its parts, read in file-name order, so several writers
 (crawler processes, or stage tasks that re-partition) can add to the same partition.
+
+WORK is a local folder or an object storage URL such as `s3://bucket/prefix` (see
+`lait.storage`): `WorkDir.root` is a `Path` or a `RemotePath`, and every file operation here
+goes through `lait.storage`, which keeps local paths on plain os and pyarrow calls.
 """
 
 from __future__ import annotations
@@ -21,15 +25,15 @@ import json
 import logging
 import os
 import re
-import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lait import storage
 from lait.schemas import Table, get_table
+from lait.storage import Location, RemotePath
 
 log = logging.getLogger(__name__)
 
@@ -50,18 +54,12 @@ def part_name(partition: int, tag: str) -> str:
     return f"p{partition:05d}-{tag}.parquet"
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Location, data: bytes) -> None:
     """Write a file so that readers see either nothing or all of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".tmp-{uuid.uuid4().hex}-{path.name}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    storage.write_atomic(path, data)
 
 
-def atomic_write_json(path: Path, obj: Any) -> None:
+def atomic_write_json(path: Location, obj: Any) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=1, sort_keys=True, default=str) + "\n").encode())
 
 
@@ -102,12 +100,14 @@ def compression_of(schema: pa.Schema) -> dict[str, str]:
 class PartWriter:
     """Streams rows of one table into one part file, which appears atomically on `close`.
 
-    Rows go to a hidden temporary file in row groups; `close` renames it into place next to
-    its stats JSON. A writer that is never closed (crash, kill) leaves only a hidden temporary
-    file, which readers ignore and `WorkDir.clean_temp` removes.
+    Rows go out in row groups: locally to a hidden temporary file that `close` renames into
+    place, remotely as an upload to the final key that `close` completes; the stats JSON is
+    written just before. A writer that is never closed (crash, kill) leaves only a hidden
+    temporary file, which readers ignore and `WorkDir.clean_temp` removes, or an unfinished
+    upload, which no reader can see.
     """
 
-    def __init__(self, path: Path, schema: pa.Schema, *, row_group_rows: int = 2048,
+    def __init__(self, path: Location, schema: pa.Schema, *, row_group_rows: int = 2048,
                  row_group_bytes: int = 64 << 20, extra_stats: Mapping[str, Any] | None = None):
         self.path = path
         self.schema = schema
@@ -118,7 +118,7 @@ class PartWriter:
         self._buffer: list[Mapping[str, Any]] = []
         self._buffer_bytes = 0
         self._writer: pq.ParquetWriter | None = None
-        self._tmp = path.with_name(f".tmp-{uuid.uuid4().hex}-{path.name}")
+        self._out: storage.LocalOutput | storage.RemoteOutput | None = None
         self.closed = False
 
     def write(self, row: Mapping[str, Any]) -> None:
@@ -136,11 +136,11 @@ class PartWriter:
             return
         table = pa.Table.from_pylist(validate_rows(self._buffer, self.schema), schema=self.schema)
         if self._writer is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._out = storage.open_output(self.path)
             codecs = compression_of(self.schema)
             plain = [c for c, codec in codecs.items() if codec != "none"]
             # Media bytes: no codec, no dictionary, no min/max statistics (all wasted on JPEGs).
-            self._writer = pq.ParquetWriter(self._tmp, self.schema, compression=codecs,
+            self._writer = pq.ParquetWriter(self._out.sink, self.schema, compression=codecs,
                                             use_dictionary=plain, write_statistics=plain)
         self._writer.write_table(table)
         self.rows += table.num_rows
@@ -156,30 +156,39 @@ class PartWriter:
         if self._writer is None:
             return None
         self._writer.close()
-        stats = {"rows": self.rows, "bytes": self._tmp.stat().st_size, **self.extra_stats}
+        stats = {"rows": self.rows, "bytes": self._out.size(), **self.extra_stats}
         atomic_write_json(stats_path(self.path), stats)
-        os.replace(self._tmp, self.path)
+        self._out.commit()
         return stats
 
     def abort(self) -> None:
         self.closed = True
         if self._writer is not None:
-            self._writer.close()
-        self._tmp.unlink(missing_ok=True)
+            try:
+                self._writer.close()
+            except Exception as exc:  # the part is discarded anyway; the error that led here matters
+                log.debug("closing aborted part %s: %r", self.path, exc)
+            finally:
+                self._out.discard()
 
 
-def stats_path(part: Path) -> Path:
+def stats_path(part: Location) -> Location:
     return part.with_name(part.name[: -len(".parquet")] + ".stats.json")
 
 
 class WorkDir:
-    """A work directory: the tables of DESIGN.md as folders of Parquet parts."""
+    """A work directory: the tables of DESIGN.md as folders of Parquet parts.
 
-    def __init__(self, root: str | os.PathLike, *, n_partitions: int | None = None):
-        self.root = Path(root)
+    `root` is a local folder or an object storage URL (`s3://bucket/prefix`); `url` is it as a
+    string, which is what executors hand to workers (a WorkDir is cheap to rebuild and holds no
+    connection). Listings are never cached: other processes add parts while this one runs.
+    """
+
+    def __init__(self, root: str | os.PathLike | RemotePath, *, n_partitions: int | None = None):
+        self.root = storage.location(root)
         meta = self.root / META_FILE
-        if meta.exists():
-            stored = json.loads(meta.read_text())["partitions"]
+        if storage.exists(meta):
+            stored = json.loads(storage.read_text(meta))["partitions"]
             if n_partitions is not None and n_partitions != stored:
                 raise ValueError(
                     f"{self.root} was created with {stored} partitions, not {n_partitions}; "
@@ -189,30 +198,46 @@ class WorkDir:
         else:
             self.n_partitions = int(n_partitions or DEFAULT_PARTITIONS)
 
+    @property
+    def url(self) -> str:
+        return str(self.root)
+
+    @property
+    def remote(self) -> bool:
+        return isinstance(self.root, RemotePath)
+
+    def __repr__(self) -> str:
+        return f"WorkDir({self.url!r})"
+
+    def exists(self) -> bool:
+        """Whether the directory exists (remotely: whether any object lies under its prefix)."""
+        return storage.is_dir(self.root)
+
+    def is_initialized(self) -> bool:
+        """Whether the directory holds `lait.json` (made by `init`, i.e. by a crawl or ingest)."""
+        return storage.exists(self.root / META_FILE)
+
     def init(self) -> WorkDir:
         """Create the directory and fix its partition count."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        storage.make_dirs(self.root)
         meta = self.root / META_FILE
-        if not meta.exists():
+        if not storage.exists(meta):
             atomic_write_json(meta, {"partitions": self.n_partitions})
         return self
 
     # -- parts -----------------------------------------------------------------------------
-    def table_dir(self, table: str) -> Path:
+    def table_dir(self, table: str) -> Location:
         return self.root / table
 
-    def part_path(self, table: str, partition: int, tag: str) -> Path:
+    def part_path(self, table: str, partition: int, tag: str) -> Location:
         return self.table_dir(table) / part_name(partition, tag)
 
     def writer(self, table: str, partition: int, tag: str, **kwargs: Any) -> PartWriter:
         return PartWriter(self.part_path(table, partition, tag), get_table(table).schema, **kwargs)
 
-    def part_files(self, table: str, partition: int | None = None) -> list[Path]:
-        d = self.table_dir(table)
-        if not d.is_dir():
-            return []
+    def part_files(self, table: str, partition: int | None = None) -> list[Location]:
         out = []
-        for p in d.iterdir():
+        for p in storage.list_dir(self.table_dir(table)):
             m = _PART_RE.match(p.name)
             if m and (partition is None or int(m.group(1)) == partition):
                 out.append(p)
@@ -230,19 +255,23 @@ class WorkDir:
             schema = pa.schema([schema.field(c) for c in columns])
         if not files:
             return schema.empty_table()
-        tables = [pq.read_table(f, columns=columns, schema=schema) for f in files]
+        tables = [storage.read_table(f, columns=columns, schema=schema) for f in files]
         return pa.concat_tables(tables)
 
     def iter_rows(self, table: str, partition: int | None = None, columns: list[str] | None = None,
                   batch_size: int = 256) -> Iterator[dict[str, Any]]:
         """Rows as dicts, streamed batch by batch so a large partition never sits in memory."""
         for f in self.part_files(table, partition):
-            pf = pq.ParquetFile(f)
+            pf = storage.parquet_file(f)
             for batch in pf.iter_batches(batch_size=batch_size, columns=columns):
                 yield from batch.to_pylist()
 
     def count(self, table: str, partition: int | None = None) -> int:
-        return sum(pq.ParquetFile(f).metadata.num_rows for f in self.part_files(table, partition))
+        return sum(storage.parquet_file(f).metadata.num_rows for f in self.part_files(table, partition))
+
+    def part_sizes(self, table: str) -> list[tuple[str, int]]:
+        """(file name, bytes) of every part of a table, in name order."""
+        return [(p.name, storage.size(p)) for p in self.part_files(table)]
 
     def remove_parts(self, table: str, tag: str) -> int:
         """Remove every part of a table written under `tag`, with its stats and any temporary
@@ -250,42 +279,55 @@ class WorkDir:
         n = 0
         for p in self.part_files(table):
             if _PART_RE.match(p.name).group(2) == tag:
-                stats_path(p).unlink(missing_ok=True)
-                p.unlink()
+                storage.remove(stats_path(p))
+                storage.remove(p)
                 n += 1
-        d = self.table_dir(table)
-        if d.is_dir():
-            leftover = re.compile(rf"^\.tmp-[0-9a-f]{{32}}-p\d{{5}}-{re.escape(tag)}\.(parquet|stats\.json)$")
-            for p in d.iterdir():
-                if leftover.match(p.name):
-                    p.unlink(missing_ok=True)
+        if not self.remote:  # object storage has no temporary files: uploads are invisible
+            d = self.table_dir(table)
+            if d.is_dir():
+                leftover = re.compile(rf"^\.tmp-[0-9a-f]{{32}}-p\d{{5}}-{re.escape(tag)}\.(parquet|stats\.json)$")
+                for p in d.iterdir():
+                    if leftover.match(p.name):
+                        p.unlink(missing_ok=True)
         return n
 
     def clean_temp(self) -> None:
-        """Remove temporary files left by writers that were killed."""
-        if not self.root.is_dir():
+        """Remove temporary files left by writers that were killed (local only: remotely an
+        unfinished upload is invisible, and the bucket's lifecycle rule expires it)."""
+        if self.remote or not self.root.is_dir():
             return
         for p in self.root.rglob(".tmp-*"):
             p.unlink(missing_ok=True)
 
     # -- task markers ----------------------------------------------------------------------
-    def marker_path(self, stage: str, partition: int) -> Path:
+    def marker_path(self, stage: str, partition: int) -> Location:
         return self.root / "_done" / stage / f"p{partition:05d}.json"
 
     def is_done(self, stage: str, partition: int) -> bool:
-        return self.marker_path(stage, partition).exists()
+        return storage.exists(self.marker_path(stage, partition))
 
     def mark_done(self, stage: str, partition: int, stats: Mapping[str, Any]) -> None:
         atomic_write_json(self.marker_path(stage, partition), dict(stats))
 
+    def done_partitions(self, stage: str) -> set[int]:
+        """Partitions of a stage whose marker exists: one listing instead of a lookup each."""
+        return {int(m.group(1)) for p in storage.list_dir(self.root / "_done" / stage)
+                if (m := re.fullmatch(r"p(\d{5})\.json", p.name))}
+
+    def clear_done(self, stage: str, partition: int | None = None) -> None:
+        """Remove the marker of one task of a stage, or (no partition) every marker of it."""
+        if partition is None:
+            storage.remove_tree(self.root / "_done" / stage)
+        else:
+            storage.remove(self.marker_path(stage, partition))
+
     def done_stats(self, stage: str) -> list[dict[str, Any]]:
-        d = self.root / "_done" / stage
-        if not d.is_dir():
-            return []
-        return [json.loads(p.read_text()) for p in sorted(d.glob("p*.json"))]
+        files = sorted((p for p in storage.list_dir(self.root / "_done" / stage)
+                        if re.fullmatch(r"p.*\.json", p.name)), key=lambda p: p.name)
+        return [json.loads(b) for b in storage.read_many(files)]
 
     # -- configs ---------------------------------------------------------------------------
-    def write_config(self, command: str, text: str) -> Path:
+    def write_config(self, command: str, text: str) -> Location:
         path = self.root / "_configs" / f"{command}.yaml"
         atomic_write_bytes(path, text.encode())
         return path

@@ -1,7 +1,10 @@
 """RayExecutor: the same `run_part` as the local executor, as Ray tasks on a cluster.
 
 Past one machine, partitions become Ray tasks; the work directory must be reachable from every
-node (a shared filesystem). Ray retries a task whose worker died (`max_retries`) and, here, one
+node: a shared filesystem, or object storage (`s3://...`, see `lait.storage`). Workers of a
+local Ray started here inherit this process's environment (AWS variables,
+`LAIT_STORAGE_OPTIONS`); on a cluster, the nodes need them too (instance roles, or the job's
+runtime env: `ray job submit --runtime-env-json '{"env_vars": {...}}' -- lait ...`). Ray retries a task whose worker died (`max_retries`) and, here, one
 that raised (`retry_exceptions`); a partition that still fails is reported by number while the
 others complete. At most `max_in_flight` tasks are submitted at once, so the object store and
 the scheduler hold a bounded amount whatever the number of partitions.
@@ -63,9 +66,10 @@ class RayExecutor:
         work.clean_temp()
         todo = sorted(stage.partitions(work) if partitions is None else partitions)
         report = RunReport(stage.name)
-        pending = [p for p in todo if not work.is_done(stage.name, p)]
+        done = work.done_partitions(stage.name)
+        pending = [p for p in todo if p not in done]
         report.skipped = [p for p in todo if p not in set(pending)]
-        root = str(work.root)
+        root = work.url
         submit = self._submitter(ray, stage)
         cpus = int(ray.cluster_resources().get("CPU", 1))
         limit = self.max_in_flight or 2 * cpus

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 
+from lait import storage
+from lait.commands import open_work_dir
 from lait.config import ConfigError
 from lait.executor import RunReport
 from lait.parts import WorkDir
@@ -59,9 +60,7 @@ def make_stage_executor(cfg: ScoreConfig, workers: int | None = None):
 
 def score_work(cfg: ScoreConfig) -> RunReport:
     """Run stage 4 and its global steps over `cfg.work`; returns the scoring run's report."""
-    work = WorkDir(cfg.work)
-    if not (work.root / "lait.json").exists():
-        raise ConfigError(f"not a lait work directory (no lait.json): {work.root}")
+    work = open_work_dir(cfg.work, initialized=True)
     preflight(cfg)
     work.write_config("score", cfg.to_yaml())
     report = make_stage_executor(cfg).run(ScoreStage(cfg), work)
@@ -69,7 +68,7 @@ def score_work(cfg: ScoreConfig) -> RunReport:
         return report
     rescored = bool(report.done)
     if rescored or not work.is_done(NEAR_DUPS_STEP, 0):
-        work.marker_path(NEAR_DUPS_STEP, 0).unlink(missing_ok=True)
+        work.clear_done(NEAR_DUPS_STEP, 0)
         n = write_near_dups(work, cfg.near_dup_threshold, cfg.near_dup_k)
         work.mark_done(NEAR_DUPS_STEP, 0, {"pairs": n, "threshold": cfg.near_dup_threshold})
     if cfg.regions:
@@ -82,12 +81,12 @@ def run_region_labels(work: WorkDir, cfg: ScoreConfig, *, force: bool) -> RunRep
     """Train the codebook (when needed) and label every partition's regions with it."""
     stage = RegionLabelStage()
     if force or not work.is_done(CODEBOOK_STEP, 0):
-        work.marker_path(CODEBOOK_STEP, 0).unlink(missing_ok=True)
-        shutil.rmtree(work.root / "_done" / stage.name, ignore_errors=True)
+        work.clear_done(CODEBOOK_STEP, 0)
+        work.clear_done(stage.name)
         centroids = train_codebook(work, cfg.codebook_k, cfg.codebook_sample, cfg.codebook_iters, cfg.seed)
         if centroids is None:
             log.warning("score: --regions is set but no region features were written")
-            shutil.rmtree(work.root / CODEBOOK_DIR, ignore_errors=True)
+            storage.remove_tree(work.root / CODEBOOK_DIR)
             return RunReport(stage.name)
         work.mark_done(CODEBOOK_STEP, 0, {"k": int(centroids.shape[0])})
     # Labelling is light (nearest centroid, numpy only): one process is enough.

@@ -8,11 +8,13 @@ a faiss k-means codebook trained over all region features of the work directory.
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 
 import numpy as np
 
+from lait import storage
 from lait.parts import WorkDir, atomic_write_bytes, atomic_write_json
 from lait.stage import PartContext, Stage
 from scoring.tables import CODEBOOK_DIR, region_arrays, to_bytes
@@ -99,15 +101,14 @@ def train_codebook(work: WorkDir, k: int, sample: int, iters: int, seed: int) ->
 
 
 def _npy_bytes(a: np.ndarray) -> bytes:
-    import io
-
     buf = io.BytesIO()
     np.save(buf, a, allow_pickle=False)
     return buf.getvalue()
 
 
 def load_codebook(work: WorkDir) -> np.ndarray:
-    return np.load(work.root / CODEBOOK_DIR / "centroids.npy", allow_pickle=False)
+    with storage.open_input(work.root / CODEBOOK_DIR / "centroids.npy") as f:
+        return np.load(f, allow_pickle=False)
 
 
 def nearest_centroid(features: np.ndarray, centroids: np.ndarray) -> np.ndarray:

@@ -118,11 +118,12 @@ class LaitSpider(scrapy.Spider):
 
     def _load_done(self) -> list[scrapy.Request]:
         """Read what the work directory already holds; return the requests it still implies."""
+        from lait import storage
         from lait.parts import WorkDir
 
-        if not (Path(self.cfg.out) / "pages").is_dir():
-            return []
         work = WorkDir(self.cfg.out)
+        if not storage.is_dir(work.table_dir("pages")):
+            return []
         for row in work.iter_rows("images", columns=["image_url"]):
             self.done_images.add(row["image_url"])
         for row in work.iter_rows("rejected", columns=["reason", "page_url", "image_url"]):

@@ -114,3 +114,23 @@ def test_stage_owned_tables_load_on_first_use():
     assert "image_url_a" in out.stdout
     with pytest.raises(KeyError, match="unknown table"):
         get_table("no_such_table")
+
+
+def test_markers_sizes_and_local_paths(tmp_path):
+    work = WorkDir(str(tmp_path / "w") + "/").init()
+    assert work.root == tmp_path / "w" and not work.remote and work.url == str(tmp_path / "w")
+    assert WorkDir(f"file://{tmp_path / 'w'}").root == tmp_path / "w"
+    w = work.writer("images", 2, "t")
+    w.write(image_row(3))
+    stats = w.close()
+    assert work.part_sizes("images") == [("p00002-t.parquet", stats["bytes"])]
+    assert stats["bytes"] == (tmp_path / "w" / "images" / "p00002-t.parquet").stat().st_size
+    for p in (0, 2, 5):
+        work.mark_done("s", p, {"partition": p})
+    work.mark_done("s2", 1, {})
+    assert work.done_partitions("s") == {0, 2, 5} and work.done_partitions("none") == set()
+    work.clear_done("s", 2)
+    assert work.done_partitions("s") == {0, 5} and [d["partition"] for d in work.done_stats("s")] == [0, 5]
+    work.clear_done("s")
+    assert work.done_partitions("s") == set() and work.is_done("s2", 1)
+    assert not list(tmp_path.rglob(".tmp-*"))
