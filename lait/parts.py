@@ -107,8 +107,11 @@ class PartWriter:
     upload, which no reader can see.
     """
 
+    # Row groups are the unit every reader holds in memory (media tables: ~16 MiB of images),
+    # so they are capped by bytes as well as rows: a partition that grows 10x then gets more
+    # row groups, not bigger ones, and a worker's memory stays the same (bench/scale).
     def __init__(self, path: Location, schema: pa.Schema, *, row_group_rows: int = 2048,
-                 row_group_bytes: int = 64 << 20, extra_stats: Mapping[str, Any] | None = None):
+                 row_group_bytes: int = 16 << 20, extra_stats: Mapping[str, Any] | None = None):
         self.path = path
         self.schema = schema
         self.row_group_rows = row_group_rows
