@@ -21,7 +21,7 @@ import logging
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from build import tables  # noqa: F401  (registers the build tables)
 from build.config import BuildConfig
@@ -39,7 +39,21 @@ def norm_text(text: str) -> str:
     return " ".join(text.casefold().split())
 
 
-@dataclass
+class Cand(NamedTuple):
+    """One (image, text) candidate as the global pass holds it: a tuple, with the strings that
+    repeat across candidates (page URL, source, language, model) shared, so that the plan's
+    memory grows by about 140 bytes per candidate plus its text."""
+
+    text: str
+    source: str
+    lang: str | None
+    score: float
+    page_url: str
+    model: str
+    pretrained: str | None
+
+
+@dataclass(slots=True)
 class Image:
     """One image URL of `build_images/` (the global pass keeps only these small records)."""
 
@@ -52,7 +66,7 @@ class Image:
     src_file: str
     row_group: int
     row_index: int
-    candidates: list[dict[str, Any]]
+    candidates: list[Cand]
 
 
 @dataclass
@@ -61,12 +75,12 @@ class Group:
 
     members: list[Image]
     rep: Image
-    candidates: list[dict[str, Any]] = field(default_factory=list)  # ranked, one per distinct text
+    candidates: list[Cand] = field(default_factory=list)  # ranked, one per distinct text
     pages: int = 0
 
     @property
     def score(self) -> float:
-        return self.candidates[0]["score"]
+        return self.candidates[0].score
 
 
 class RejectSink:
@@ -83,7 +97,7 @@ class RejectSink:
         w = self.writers.get(p)
         if w is None:
             w = self.writers[p] = self.work.writer("rejected", p, PLAN_TAG)
-        page_url = page_url or (image.candidates[0]["page_url"] if image.candidates else None)
+        page_url = page_url or (image.candidates[0].page_url if image.candidates else None)
         w.write({"reason": f"build/{rule}", "image_url": image.url, "page_url": page_url,
                  "text": text, "detail": detail})
         self.counts[f"build/{rule}"] += 1
@@ -94,10 +108,19 @@ class RejectSink:
 
 
 def load_images(work: WorkDir) -> list[Image]:
+    shared: dict[Any, Any] = {}
+    share = shared.setdefault  # one object per distinct page URL, source, language, model
+
+    def cands(rows: list[dict[str, Any]]) -> list[Cand]:
+        return [Cand(c["text"], share(c["source"], c["source"]), share(c["lang"], c["lang"]), c["score"],
+                     share(c["page_url"], c["page_url"]), share(c["model"], c["model"]),
+                     share(c["pretrained"], c["pretrained"])) for c in rows]
+
     images = [
-        Image(r["image_url"], r["sha256"], phash_int(r["phash"]), r["width"], r["height"], r["format"],
-              r["src_file"], r["row_group"], r["row_index"], r["candidates"])
-        for r in work.iter_rows("build_images", batch_size=4096)
+        Image(r["image_url"], r["sha256"], phash_int(r["phash"]), r["width"], r["height"],
+              share(r["format"], r["format"]), share(r["src_file"], r["src_file"]), r["row_group"],
+              r["row_index"], cands(r["candidates"]))
+        for r in work.iter_rows("build_images", batch_size=1024)
     ]
     # Sorting makes every later step independent of partition and part order.
     images.sort(key=lambda im: im.url)
@@ -106,13 +129,13 @@ def load_images(work: WorkDir) -> list[Image]:
 
 def _rank_key(priority: dict[str, int]):
     worst = len(priority)
-    return lambda c: (-c["score"], priority.get(c["source"], worst), c["text"], c["page_url"])
+    return lambda c: (-c.score, priority.get(c.source, worst), c.text, c.page_url)
 
 
 def _rep_key(im: Image):
     # The largest copy is the best sample; among equal sizes the most referenced URL is the
     # canonical one; the URL itself makes the choice total.
-    pages = len({c["page_url"] for c in im.candidates})
+    pages = len({c.page_url for c in im.candidates})
     return (-(im.width * im.height), -pages, -len(im.candidates), im.url)
 
 
@@ -154,8 +177,8 @@ def plan_build(work: WorkDir, cfg: BuildConfig) -> dict[str, Any]:
         alive = []
         for g in groups:
             pooled = [c for im in g.members for c in im.candidates]
-            texts = {norm_text(c["text"]) for c in pooled}
-            g.pages = len({c["page_url"] for c in pooled})
+            texts = {norm_text(c.text) for c in pooled}
+            g.pages = len({c.page_url for c in pooled})
             if cfg.max_texts_per_image and len(texts) > cfg.max_texts_per_image:
                 sink.reject("too_many_texts", g.rep, detail=f"{len(texts)} distinct texts")
             elif cfg.max_pages_per_image and g.pages > cfg.max_pages_per_image:
@@ -166,18 +189,18 @@ def plan_build(work: WorkDir, cfg: BuildConfig) -> dict[str, Any]:
         # 3. texts attached to too many pictures
         generic: set[str] = set()
         if cfg.max_images_per_text:
-            per_text = Counter(t for g in alive for t in {norm_text(c["text"]) for c in g.candidates})
+            per_text = Counter(t for g in alive for t in {norm_text(c.text) for c in g.candidates})
             generic = {t for t, n in per_text.items() if n > cfg.max_images_per_text}
         # 4. best text and alternatives
         ranked = []
         for g in alive:
             best: dict[str, dict[str, Any]] = {}
             for c in sorted(g.candidates, key=rank):
-                t = norm_text(c["text"])
+                t = norm_text(c.text)
                 if t in generic:
                     continue
                 best.setdefault(t, c)
-            dropped = {norm_text(c["text"]) for c in g.candidates} & generic
+            dropped = {norm_text(c.text) for c in g.candidates} & generic
             g.candidates = list(best.values())
             if not g.candidates:
                 sink.reject("generic_texts", g.rep, detail=f"all {len(dropped)} texts are on too many images")
@@ -187,16 +210,16 @@ def plan_build(work: WorkDir, cfg: BuildConfig) -> dict[str, Any]:
         kept = []
         for g in ranked:
             if cfg.min_score is not None and g.score < cfg.min_score:
-                sink.reject("min_score", g.rep, text=g.candidates[0]["text"],
-                            page_url=g.candidates[0]["page_url"], detail=f"{g.score:.4f} < {cfg.min_score}")
+                sink.reject("min_score", g.rep, text=g.candidates[0].text,
+                            page_url=g.candidates[0].page_url, detail=f"{g.score:.4f} < {cfg.min_score}")
             else:
                 kept.append(g)
         if cfg.top_fraction < 1.0 and kept:
             kept.sort(key=lambda g: (-g.score, g.rep.url))
             n_keep = math.ceil(cfg.top_fraction * len(kept))
             for g in kept[n_keep:]:
-                sink.reject("top_fraction", g.rep, text=g.candidates[0]["text"],
-                            page_url=g.candidates[0]["page_url"],
+                sink.reject("top_fraction", g.rep, text=g.candidates[0].text,
+                            page_url=g.candidates[0].page_url,
                             detail=f"{g.score:.4f} below the top {cfg.top_fraction:g}")
             kept = kept[:n_keep]
         # 6. shards
@@ -233,8 +256,8 @@ def write_plan(work: WorkDir, kept: list[Group], cfg: BuildConfig) -> int:
 
 
 def _cand_json(c: dict[str, Any]) -> dict[str, Any]:
-    return {"text": c["text"], "source": c["source"], "lang": c["lang"],
-            "score": round(float(c["score"]), 6), "page_url": c["page_url"]}
+    return {"text": c.text, "source": c.source, "lang": c.lang,
+            "score": round(float(c.score), 6), "page_url": c.page_url}
 
 
 def plan_row(key: str, shard: int, g: Group, cfg: BuildConfig) -> dict[str, Any]:
@@ -242,13 +265,13 @@ def plan_row(key: str, shard: int, g: Group, cfg: BuildConfig) -> dict[str, Any]
     meta = {
         "key": key,
         "url": rep.url,
-        "page_url": best["page_url"],
-        "caption": best["text"],
-        "score": round(float(best["score"]), 6),
-        "source": best["source"],
-        "lang": best["lang"],
-        "model": best["model"],
-        "pretrained": best["pretrained"],
+        "page_url": best.page_url,
+        "caption": best.text,
+        "score": round(float(best.score), 6),
+        "source": best.source,
+        "lang": best.lang,
+        "model": best.model,
+        "pretrained": best.pretrained,
         "width": rep.width,
         "height": rep.height,
         "original_format": rep.format,
@@ -260,9 +283,9 @@ def plan_row(key: str, shard: int, g: Group, cfg: BuildConfig) -> dict[str, Any]
         "candidates": [_cand_json(c) for c in g.candidates[:cfg.max_candidates]],
         "status": "success",
     }
-    return {"key": key, "shard": shard, "image_url": rep.url, "page_url": best["page_url"],
-            "caption": best["text"], "source": best["source"], "lang": best["lang"],
-            "score": best["score"], "width": rep.width, "height": rep.height, "format": rep.format,
+    return {"key": key, "shard": shard, "image_url": rep.url, "page_url": best.page_url,
+            "caption": best.text, "source": best.source, "lang": best.lang,
+            "score": best.score, "width": rep.width, "height": rep.height, "format": rep.format,
             "sha256": rep.sha256, "phash": f"{rep.phash:016x}", "src_file": rep.src_file,
             "row_group": rep.row_group, "row_index": rep.row_index,
             "n_candidates": len(g.candidates), "n_duplicates": len(g.members) - 1,

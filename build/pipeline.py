@@ -15,7 +15,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import multiprocessing
 import time
+import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -108,7 +110,7 @@ def build(cfg: BuildConfig) -> BuildResult:
         plan_report.skipped.append(0)
     else:
         start = time.perf_counter()
-        counters = plan_build(work, cfg)
+        counters = plan_in_child(cfg)
         work.mark_done("build_plan", 0, {"stage": "build_plan", "partition": 0, "counters": counters,
                                           "seconds": round(time.perf_counter() - start, 3)})
         plan_report.done.append(0)
@@ -124,6 +126,48 @@ def build(cfg: BuildConfig) -> BuildResult:
     result.stats = collect_stats(work, sizes)
     write_stats(work, result.stats)
     return result
+
+
+def _plan_child(cfg: BuildConfig, conn) -> None:
+    try:
+        counters = plan_build(open_work_dir(cfg.work, initialized=True), cfg)
+        conn.send_bytes(json.dumps({"counters": counters}).encode())
+    except BaseException:
+        conn.send_bytes(json.dumps({"error": traceback.format_exc()}).encode())
+        raise
+    finally:
+        conn.close()
+
+
+def plan_in_child(cfg: BuildConfig) -> dict[str, Any]:
+    """`plan_build` in a forked child process; returns its counters.
+
+    The plan is the one global step of the build: it holds every image record at once. Run in
+    this process, that heap would stay mapped after the plan (freed Python objects seldom go
+    back to the system) and be inherited by every shard worker forked afterwards. In a child,
+    it is returned whole when the child exits, so the shard pass starts from a small parent.
+    Where fork is unavailable the plan runs here.
+    """
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return plan_build(open_work_dir(cfg.work, initialized=True), cfg)
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_plan_child, args=(cfg, send), name="lait-build-plan", daemon=True)
+    proc.start()
+    send.close()
+    try:
+        msg = json.loads(recv.recv_bytes())
+    except EOFError:
+        msg = None
+    finally:
+        recv.close()
+        proc.join()
+    if msg is None:
+        raise RuntimeError(f"build: the plan process died (exit code {proc.exitcode}, pid {proc.pid}); "
+                           "rerun `lait build` to redo the plan")
+    if "error" in msg:
+        raise RuntimeError(f"build: planning failed in process {proc.pid}:\n{msg['error']}")
+    return msg["counters"]
 
 
 def collect_stats(work: WorkDir, sizes: dict[str, int]) -> dict[str, Any]:

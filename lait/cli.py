@@ -14,6 +14,7 @@ import sys
 from lait import __version__
 from lait.config import ConfigError
 from lait.log import setup_logging
+from lait.memory import fix_mmap_threshold
 
 log = logging.getLogger("lait")
 
@@ -66,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     setup_logging(-1 if args.quiet else args.verbose)
+    fix_mmap_threshold()
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:

@@ -107,11 +107,11 @@ class PartWriter:
     upload, which no reader can see.
     """
 
-    # Row groups are the unit every reader holds in memory (media tables: ~16 MiB of images),
+    # Row groups are the unit every reader holds in memory (media tables: ~8 MiB of images),
     # so they are capped by bytes as well as rows: a partition that grows 10x then gets more
     # row groups, not bigger ones, and a worker's memory stays the same (bench/scale).
     def __init__(self, path: Location, schema: pa.Schema, *, row_group_rows: int = 2048,
-                 row_group_bytes: int = 16 << 20, extra_stats: Mapping[str, Any] | None = None):
+                 row_group_bytes: int = 8 << 20, extra_stats: Mapping[str, Any] | None = None):
         self.path = path
         self.schema = schema
         self.row_group_rows = row_group_rows
@@ -263,11 +263,17 @@ class WorkDir:
 
     def iter_rows(self, table: str, partition: int | None = None, columns: list[str] | None = None,
                   batch_size: int = 256) -> Iterator[dict[str, Any]]:
-        """Rows as dicts, streamed batch by batch so a large partition never sits in memory."""
+        """Rows as dicts, streamed batch by batch so a large partition never sits in memory.
+
+        One row group is read at a time: `ParquetFile.iter_batches` reads ahead and holds most
+        of a file (a 150 MB images_ok partition whole), so memory grew with partition size."""
         for f in self.part_files(table, partition):
             pf = storage.parquet_file(f)
-            for batch in pf.iter_batches(batch_size=batch_size, columns=columns):
-                yield from batch.to_pylist()
+            for i in range(pf.num_row_groups):
+                group = pf.read_row_group(i, columns=columns)
+                for batch in group.to_batches(max_chunksize=batch_size):
+                    yield from batch.to_pylist()
+                del group
 
     def count(self, table: str, partition: int | None = None) -> int:
         return sum(storage.parquet_file(f).metadata.num_rows for f in self.part_files(table, partition))

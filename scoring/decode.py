@@ -109,7 +109,10 @@ def decode_stream(decoder: ImageDecoder, items: Iterable[tuple[str, bytes]], bat
         import multiprocessing
 
         # fork: the children only run Pillow and numpy, never torch kernels.
-        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+        from lait.memory import large_mmap_threshold
+
+        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
+                                   initializer=large_mmap_threshold)
     window = 2 * max(1, workers) + 1
     pending: deque = deque()
     try:

@@ -11,7 +11,7 @@ While a stage runs, its whole process tree (the command and its worker processes
 every 0.1 s; the peak of the tree's summed proportional set size (PSS: shared pages counted once
 across forked workers) is that stage's peak memory. Time per page is the stage's wall time over
 the pages the crawl saved. Both sizes run with the same settings (16 partitions, the same
-workers), one after the other, so the ratios compare like with like.
+workers, 1,000 samples a shard), one after the other, so the ratios compare like with like.
 
     .venv/bin/python bench/scale/bench_scale.py [--sizes 2000 20000] [--workers 2] [--json out.json]
     .venv/bin/python bench/scale/bench_scale.py --keep /tmp/scale   # keep the work dirs; a rerun
@@ -142,7 +142,10 @@ def run_size(pages: int, workers: int, root: Path, seed: int, stages: list[str])
         "clean": lait("clean", str(work), "--languages", "en", "de", "fr", *common),
         # One scoring process using every core (the stage's own default); the demo scorer.
         "score": lait("score", str(work), "--model", "demo", "--near-dup-threshold", "0.999", "--no-progress"),
-        "build": lait("build", str(work), *common),
+        # 1,000 samples a shard at both sizes: with the default 10,000 the smaller crawl makes one
+        # shard, written inline by the command process, and the larger several written by the
+        # worker pool, so the two figures would compare one process with three.
+        "build": lait("build", str(work), "--samples-per-shard", "1000", *common),
     }
     for name, cmd in stage_cmds.items():
         if name not in stages:

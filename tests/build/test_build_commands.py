@@ -66,3 +66,27 @@ def test_run_build_step_only(tmp_path):
 def test_stats_needs_a_work_directory(tmp_path):
     with pytest.raises(ConfigError, match="lait.json"):
         cli(["stats", str(tmp_path)])
+
+
+def test_a_failing_plan_is_reported_and_a_rerun_finishes(tmp_path, monkeypatch):
+    """The plan runs in a forked child: its error reaches the caller with the child's traceback,
+    nothing is marked done, and the next run plans and writes the shards."""
+    from build import pipeline
+    from build.config import BuildConfig
+
+    data.make_work(tmp_path)
+    cfg = BuildConfig(work=str(tmp_path), workers=1, progress=False, samples_per_shard=16)
+    real = pipeline.plan_build
+
+    def broken(work, cfg):
+        raise ValueError("plan exploded on purpose")
+
+    monkeypatch.setattr(pipeline, "plan_build", broken)
+    with pytest.raises(RuntimeError, match="plan exploded on purpose"):
+        pipeline.build(cfg)
+    assert not (tmp_path / "shards").exists() or not list((tmp_path / "shards").glob("*.tar"))
+
+    monkeypatch.setattr(pipeline, "plan_build", real)
+    result = pipeline.build(cfg)
+    assert result.ok and result.stats["samples"] > 0
+    assert list((tmp_path / "shards").glob("*.tar"))

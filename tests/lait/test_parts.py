@@ -134,3 +134,32 @@ def test_markers_sizes_and_local_paths(tmp_path):
     work.clear_done("s")
     assert work.done_partitions("s") == set() and work.is_done("s2", 1)
     assert not list(tmp_path.rglob(".tmp-*"))
+
+
+def test_iter_rows_holds_one_row_group_at_a_time(tmp_path):
+    """A 40 MB partition of 4 MB row groups streams in about one group's worth of Arrow memory
+    (pyarrow's own `iter_batches` read the whole file ahead). Measured in a fresh process,
+    since Arrow's peak counter is process-wide."""
+    import os
+    import random
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    work = WorkDir(tmp_path, n_partitions=1).init()
+    w = work.writer("images", 0, "t", row_group_bytes=4 << 20)
+    rng = random.Random(0)
+    for i in range(160):  # 256 KB of incompressible bytes per row: 16 rows per group, 10 groups
+        w.write({**image_row(i), "bytes": rng.randbytes(256 << 10)})
+    w.close()
+    script = (
+        "import sys, pyarrow as pa\n"
+        "from lait.parts import WorkDir\n"
+        "work = WorkDir(sys.argv[1])\n"
+        "n = sum(len(r['bytes']) for r in work.iter_rows('images', 0, batch_size=4))\n"
+        "print(n, pa.default_memory_pool().max_memory())\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert int(out[0]) == 160 * (256 << 10)
+    assert int(out[1]) < 24 << 20, out  # a few 4 MB groups at most, not the 40 MB file
