@@ -17,22 +17,26 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gl
 # Large buffers freed while small blocks allocated after them stay alive: the pattern of a
 # partition's image bytes and decoded arrays among its rows. Prints the MiB still resident.
 SCRIPT = textwrap.dedent("""
-    import sys, psutil
+    import os, sys
+
+    def rss():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
     if sys.argv[1] == "fix":
         from lait.memory import fix_mmap_threshold
         print(fix_mmap_threshold(), fix_mmap_threshold())
     else:
         print("default")
-    p = psutil.Process()
     big = bytearray(8 << 20)
     del big  # by default this raises glibc's mmap threshold to 8 MiB
-    base = p.memory_info().rss
+    base = rss()
     bufs, small = [], []
     for _ in range(100):
         bufs.append(bytearray(2 << 20))
         small.append(bytearray(3000))
     del bufs
-    print((p.memory_info().rss - base) >> 20)
+    print((rss() - base) >> 20)
 """)
 
 
