@@ -17,8 +17,9 @@ import json
 import logging
 import multiprocessing
 import time
-import traceback
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,15 +129,8 @@ def build(cfg: BuildConfig) -> BuildResult:
     return result
 
 
-def _plan_child(cfg: BuildConfig, conn) -> None:
-    try:
-        counters = plan_build(open_work_dir(cfg.work, initialized=True), cfg)
-        conn.send_bytes(json.dumps({"counters": counters}).encode())
-    except BaseException:
-        conn.send_bytes(json.dumps({"error": traceback.format_exc()}).encode())
-        raise
-    finally:
-        conn.close()
+def _plan(cfg: BuildConfig) -> dict[str, Any]:
+    return plan_build(open_work_dir(cfg.work, initialized=True), cfg)
 
 
 def plan_in_child(cfg: BuildConfig) -> dict[str, Any]:
@@ -149,25 +143,14 @@ def plan_in_child(cfg: BuildConfig) -> dict[str, Any]:
     Where fork is unavailable the plan runs here.
     """
     if "fork" not in multiprocessing.get_all_start_methods():
-        return plan_build(open_work_dir(cfg.work, initialized=True), cfg)
-    ctx = multiprocessing.get_context("fork")
-    recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_plan_child, args=(cfg, send), name="lait-build-plan", daemon=True)
-    proc.start()
-    send.close()
-    try:
-        msg = json.loads(recv.recv_bytes())
-    except EOFError:
-        msg = None
-    finally:
-        recv.close()
-        proc.join()
-    if msg is None:
-        raise RuntimeError(f"build: the plan process died (exit code {proc.exitcode}, pid {proc.pid}); "
-                           "rerun `lait build` to redo the plan")
-    if "error" in msg:
-        raise RuntimeError(f"build: planning failed in process {proc.pid}:\n{msg['error']}")
-    return msg["counters"]
+        return _plan(cfg)
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+        try:
+            return pool.submit(_plan, cfg).result()
+        except BrokenProcessPool as exc:
+            raise RuntimeError("build: the plan process died; rerun `lait build` to redo the plan") from exc
+        except Exception as exc:  # the child's traceback is chained as the cause
+            raise RuntimeError(f"build: planning failed: {type(exc).__name__}: {exc}") from exc
 
 
 def collect_stats(work: WorkDir, sizes: dict[str, int]) -> dict[str, Any]:
