@@ -14,7 +14,7 @@ import sys
 from lait import __version__
 from lait.config import ConfigError
 from lait.log import setup_logging
-from lait.memory import fix_mmap_threshold
+from lait.memory import apply_memory_settings
 
 log = logging.getLogger("lait")
 
@@ -61,13 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    apply_memory_settings()  # before the command modules load pyarrow: see lait.memory
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
     setup_logging(-1 if args.quiet else args.verbose)
-    fix_mmap_threshold()
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lait.log import progress
-from lait.memory import fix_mmap_threshold
+from lait.memory import apply_memory_settings
 from lait.parts import WorkDir
 from lait.stage import PartContext, Stage, task_tag
 
@@ -32,7 +32,7 @@ def run_part(stage: Stage, work_root: str, partition: int) -> dict[str, Any]:
 
     `work_root` is a path or URL (`WorkDir.url`), not a WorkDir: each worker process opens its
     own, so no filesystem connection crosses a fork or a pickle."""
-    fix_mmap_threshold()  # spawned and Ray workers start with glibc's defaults
+    apply_memory_settings()  # spawned and Ray workers start with glibc's and Arrow's defaults
     work = WorkDir(work_root)
     if work.is_done(stage.name, partition):
         return {"stage": stage.name, "partition": partition, "skipped": True}

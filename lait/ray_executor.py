@@ -22,10 +22,17 @@ from typing import Any
 
 from lait.executor import RunReport, run_part
 from lait.log import progress
+from lait.memory import arrow_env
 from lait.parts import WorkDir
 from lait.stage import Stage
 
 log = logging.getLogger(__name__)
+
+
+def _worker_env() -> dict[str, Any]:
+    """Ray starts its workers itself, so they get lait's Arrow pool through their runtime
+    environment (merged with the job's): pyarrow reads it when it loads (see lait.memory)."""
+    return {"env_vars": arrow_env()}
 
 
 def _import_ray() -> Any:
@@ -104,12 +111,14 @@ class RayExecutor:
             num_cpus=float(getattr(stage, "num_cpus", 1) or 1),
             max_retries=self.retries,
             retry_exceptions=True,
+            runtime_env=_worker_env(),
         )
         stage_ref = ray.put(stage)
         return lambda root, p: task.remote(stage_ref, root, p)
 
     def _gpu_actor_submitter(self, ray: Any, stage: Stage, gpus: int) -> Any:
-        @ray.remote(num_gpus=1, max_restarts=self.retries, max_task_retries=self.retries)
+        @ray.remote(num_gpus=1, max_restarts=self.retries, max_task_retries=self.retries,
+                    runtime_env=_worker_env())
         class PartRunner:
             """Holds a stage on one GPU; its model stays loaded between partitions."""
 

@@ -1,4 +1,5 @@
-"""lait.memory: the pinned mmap threshold gives freed multi-MB buffers back to the system."""
+"""lait.memory: the pinned mmap threshold gives freed multi-MB buffers back to the system, and
+Arrow (the Parquet reader included) allocates from the system pool, not mimalloc."""
 
 from __future__ import annotations
 
@@ -60,3 +61,44 @@ def test_pinned_threshold_returns_freed_buffers():
 def test_threshold_from_the_environment_wins():
     flags, _ = _retained("fix", {"MALLOC_MMAP_THRESHOLD_": "65536"})
     assert flags == "False False"  # the user's setting is left alone
+
+
+# Writes and reads a Parquet file, then reports the environment variable, pyarrow's default pool
+# and how much the Parquet code took from mimalloc, the pool lait moves Arrow off.
+ARROW_SCRIPT = textwrap.dedent("""
+    import io, os, sys
+    if sys.argv[1] == "late":
+        import pyarrow
+    from lait.memory import apply_memory_settings
+    apply_memory_settings()
+    apply_memory_settings()
+    import pyarrow as pa, pyarrow.parquet as pq
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"b": [os.urandom(1000) for _ in range(2000)]}), buf)
+    assert pq.read_table(io.BytesIO(buf.getvalue())).num_rows == 2000
+    mi = pa.mimalloc_memory_pool().max_memory() if hasattr(pa, "mimalloc_memory_pool") else 0
+    print(os.environ.get("ARROW_DEFAULT_MEMORY_POOL"), pa.default_memory_pool().backend_name, mi > 0)
+""")
+
+
+def _arrow(mode: str, env_extra: dict | None = None) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    env.update({"PYTHONPATH": str(REPO), **(env_extra or {})})
+    return subprocess.run([sys.executable, "-c", ARROW_SCRIPT, mode], env=env, capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
+def test_arrow_allocates_from_the_system_pool():
+    # Applied before pyarrow loads (as the CLI does): all of Arrow, Parquet reader included.
+    assert _arrow("early") == "system system False"
+
+
+def test_arrow_pool_after_pyarrow_loaded_reaches_pyarrow_calls():
+    # A worker that loaded pyarrow first gets pyarrow's default switched; the Parquet reader's
+    # C++ buffers stay on the pool Arrow chose at load, which is why Ray workers get the variable.
+    env, backend, _ = _arrow("late").split()
+    assert (env, backend) == ("None", "system")
+
+
+def test_arrow_pool_from_the_environment_wins():
+    assert _arrow("early", {"ARROW_DEFAULT_MEMORY_POOL": "mimalloc"}) == "mimalloc mimalloc True"

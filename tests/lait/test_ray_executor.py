@@ -69,3 +69,26 @@ def test_ray_reports_a_part_that_always_fails(tmp_path, ray_cluster):
     report = RayExecutor(retries=1, show_progress=False).run(toy.ToyStage(fail_partition=bad), work)
     assert list(report.failed) == [bad] and "toy failure" in report.failed[bad]
     assert len(report.done) == len(work.partitions("images")) - 1
+
+
+class PoolProbe(toy.ToyStage):
+    """Records the Arrow pool a Ray worker allocates from, and whether the Parquet reader's own
+    allocations went to mimalloc (which keeps what it has used; see lait.memory)."""
+
+    def process(self, ctx):
+        import os
+
+        import pyarrow as pa
+
+        super().process(ctx)
+        used = pa.mimalloc_memory_pool().max_memory() if hasattr(pa, "mimalloc_memory_pool") else 0
+        (ctx.work.root / f"pool-{ctx.partition}").write_text(
+            f"{os.environ.get('ARROW_DEFAULT_MEMORY_POOL')} {pa.default_memory_pool().backend_name} {used}")
+
+
+def test_ray_workers_allocate_from_the_system_pool(tmp_path, ray_cluster):
+    work = toy.make_input(tmp_path)
+    report = RayExecutor(show_progress=False).run(PoolProbe(), work)
+    assert report.ok, report.summary()
+    seen = {p.read_text() for p in tmp_path.glob("pool-*")}
+    assert seen == {"system system 0"}
