@@ -246,6 +246,13 @@ def parquet_file(path: Location) -> pq.ParquetFile:
 def read_table(path: Location, **kwargs: Any) -> pa.Table:
     """`pyarrow.parquet.read_table` of one file (a native path locally)."""
     if isinstance(path, RemotePath):
+        # From a Python file object (every object-storage read), pyarrow 26's threaded read can
+        # leave the last reference to a buffer Python's `read` returned on one of its pool
+        # threads. If that thread drops it after the interpreter has begun to shut down, it
+        # cannot take the GIL and the process aborts at exit ("terminate called without an
+        # active exception"; gdb: `arrow::py::PyBuffer::~PyBuffer` on an Arrow pool thread).
+        # That happened in 8 runs of 10 of a script reading a file 30 times. Read on one thread.
+        kwargs.setdefault("use_threads", False)
         with _parquet_source(path) as f:
             return pq.read_table(f, **kwargs)
     return pq.read_table(path, **kwargs)
