@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Iterator
 from urllib.parse import urlsplit
 
 from lait.config import ConfigError, StageConfig, setting
+from lait.memory import release_free_memory
 from lait.parts import partition_of
 from lait.stage import PartContext, Stage
 from filters.html_images import BLOCK_TAGS, PageImage, find_images, normalise_space
@@ -33,6 +34,7 @@ from filters.text_rules import Candidate, repair, split_sentences, text_filters
 log = logging.getLogger(__name__)
 
 SOURCES = ("alt", "title", "aria", "figcaption", "og", "context")
+BIG_PAGE = 1 << 20  # bytes of HTML after which the heap is trimmed (see lait.memory)
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([\w.:-]+)""", re.I)
 _XML_DECL = re.compile(r"^\s*<\?xml[^>]*\?>")
 _CONTROL_BYTES = bytes([*range(9), *range(14, 32)])  # control bytes other than \t \n \v \f \r
@@ -233,7 +235,11 @@ class CleanStage(Stage):
         pages: list[tuple[str, list[tuple[str, list[tuple[str, str]]]]]] = []
         site_pages: Counter[str] = Counter()
         site_texts: dict[str, Counter[str]] = defaultdict(Counter)
+        big = False
         for row in ctx.work.iter_rows("pages", ctx.partition, batch_size=16):
+            if big:  # the last page's parse tree, many small blocks, left the heap at its peak
+                release_free_memory()
+            big = len(row.get("html") or b"") >= BIG_PAGE
             ctx.count("pages_in")
             url = row["url"]
             try:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lait.log import progress
-from lait.memory import apply_memory_settings
+from lait.memory import apply_memory_settings, release_free_memory
 from lait.parts import WorkDir
 from lait.stage import PartContext, Stage, task_tag
 
@@ -47,6 +47,8 @@ def run_part(stage: Stage, work_root: str, partition: int) -> dict[str, Any]:
     except BaseException:
         ctx.abort()
         raise
+    finally:
+        release_free_memory()  # the next partition of this worker starts from what is live
     stats["seconds"] = round(time.perf_counter() - start, 3)
     work.mark_done(stage.name, partition, stats)
     return stats

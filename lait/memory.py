@@ -70,6 +70,24 @@ def large_mmap_threshold() -> None:
         _mallopt(M_MMAP_THRESHOLD, 32 << 20)
 
 
+def release_free_memory() -> bool:
+    """Give the heap's free pages back to the system (glibc `malloc_trim`); True if any were.
+
+    Small blocks (lxml's nodes, Python objects) never reach the mmap threshold, so after a big
+    burst of them the heap keeps its high-water mark: parsing one 2.2 MB page took a clean
+    process from 216 to 349 MB RSS, and a trim brought it to 185 MB. It walks the heap, so call
+    it after such bursts and between partitions, not per row."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        trim = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim(0) == 1
+
+
 def arrow_env() -> dict[str, str]:
     """The environment a lait worker process should start with: the user's Arrow pool or ours."""
     return {_ARROW_ENV: os.environ.get(_ARROW_ENV) or ARROW_POOL}
