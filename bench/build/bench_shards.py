@@ -91,12 +91,16 @@ def tarfile_baseline(shards: list[list[tuple[str, bytes]]], out: Path) -> float:
     return time.perf_counter() - start
 
 
-def shard_pass(root: Path, workers: int) -> float:
-    work = WorkDir(root)
-    shutil.rmtree(root / "_done" / "build_shards", ignore_errors=True)
+def remove_tars(root: Path) -> None:
     # Start from no tars, as the tarfile baseline does: replacing a large file costs its unlink.
     for old in (root / "shards").glob("*.tar"):
         old.unlink()
+
+
+def shard_pass(root: Path, workers: int) -> float:
+    work = WorkDir(root)
+    shutil.rmtree(root / "_done" / "build_shards", ignore_errors=True)
+    remove_tars(root)
     start = time.perf_counter()
     report = LocalExecutor(workers=workers, retries=0, show_progress=False).run(ShardStage(), work)
     assert report.ok, report.summary()
@@ -107,6 +111,7 @@ def full_build(root: Path) -> float:
     work = WorkDir(root)
     for stage in ("build_pick", "build_plan", "build_shards"):
         shutil.rmtree(work.root / "_done" / stage, ignore_errors=True)
+    remove_tars(root)
     start = time.perf_counter()
     result = build(BuildConfig(work=str(root), workers=1, progress=False, samples_per_shard=1000))
     assert result.ok
