@@ -29,8 +29,10 @@ before its first partition.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import sys
+from typing import Any
 
 M_MMAP_THRESHOLD = -3  # <malloc.h>
 MMAP_THRESHOLD = 1 << 20
@@ -39,19 +41,26 @@ ARROW_POOL = "system"  # see the module docstring
 _ARROW_ENV = "ARROW_DEFAULT_MEMORY_POOL"
 
 _applied: bool | None = None
-_settings_applied = False
+
+
+@functools.lru_cache(maxsize=1)
+def _glibc() -> Any:
+    """glibc with `mallopt` and `malloc_trim` typed, or None (another platform or C library)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
+    except (OSError, AttributeError):  # not glibc (musl, ...)
+        return None
+    libc.mallopt.restype = libc.malloc_trim.restype = ctypes.c_int
+    return libc
 
 
 def _mallopt(param: int, value: int) -> bool:
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        mallopt = ctypes.CDLL("libc.so.6").mallopt
-    except (OSError, AttributeError):  # not glibc (musl, ...)
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    return mallopt(param, value) == 1
+    libc = _glibc()
+    return libc is not None and libc.mallopt(param, value) == 1
 
 
 def fix_mmap_threshold(size: int = MMAP_THRESHOLD) -> bool:
@@ -77,15 +86,8 @@ def release_free_memory() -> bool:
     burst of them the heap keeps its high-water mark: parsing one 2.2 MB page took a clean
     process from 216 to 349 MB RSS, and a trim brought it to 185 MB. It walks the heap, so call
     it after such bursts and between partitions, not per row."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        trim = ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # not glibc
-        return False
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return trim(0) == 1
+    libc = _glibc()
+    return libc is not None and libc.malloc_trim(0) == 1
 
 
 def arrow_env() -> dict[str, str]:
@@ -117,9 +119,6 @@ def fix_arrow_pool() -> str:
 
 
 def apply_memory_settings() -> None:
-    """Every memory setting of this module; cheap after the first call."""
-    global _settings_applied
-    if not _settings_applied:
-        fix_mmap_threshold()
-        fix_arrow_pool()
-        _settings_applied = True
+    """Every memory setting of this module; both are cheap after the first call."""
+    fix_mmap_threshold()
+    fix_arrow_pool()
