@@ -194,7 +194,7 @@ def plan_build(work: WorkDir, cfg: BuildConfig) -> dict[str, Any]:
         # 4. best text and alternatives
         ranked = []
         for g in alive:
-            best: dict[str, dict[str, Any]] = {}
+            best: dict[str, Cand] = {}
             for c in sorted(g.candidates, key=rank):
                 t = norm_text(c.text)
                 if t in generic:
@@ -255,7 +255,7 @@ def write_plan(work: WorkDir, kept: list[Group], cfg: BuildConfig) -> int:
     return shard + 1
 
 
-def _cand_json(c: dict[str, Any]) -> dict[str, Any]:
+def _cand_json(c: Cand) -> dict[str, Any]:
     return {"text": c.text, "source": c.source, "lang": c.lang,
             "score": round(float(c.score), 6), "page_url": c.page_url}
 

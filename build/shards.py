@@ -188,7 +188,7 @@ class ShardStage(Stage):
         groups = list(dict.fromkeys(zip(table.column("src_file").to_pylist(),
                                         table.column("row_group").to_pylist())))
         source = _RowGroupBytes(work, groups)
-        regions = (RegionReader.load(work, table.column("image_url").to_pylist()) if self.regions else None)
+        regions = RegionReader.load(work, table.column("image_url").to_pylist()) if self.regions else None
         plan = (r for batch in table.to_batches(max_chunksize=512) for r in batch.to_pylist())
         tar = TarShardWriter(out_dir / f"{name}.tar")
         sidecar: list[dict[str, Any]] = []
