@@ -4,6 +4,11 @@ Each crawler process writes its own parts, tagged ``crawl-<run id>-<seq>``, so s
 processes (a Redis-shared crawl, or a resumed one) can fill the same work directory. A part is
 committed (closed, renamed into place with its stats) when it reaches ``LAIT_PART_ROWS`` rows or
 ``LAIT_PART_BYTES`` bytes, every ``LAIT_PART_SECONDS`` seconds, and when the spider closes.
+
+Rows wait in their part's buffer until a row group fills (256 rows or 8 MiB). One part is open
+per (table, partition), so without a shared limit the buffers could hold 8 MiB times twice the
+partitions; ``LAIT_PART_BUFFER_BYTES`` caps them all together: past it, the fullest buffers are
+written out as (smaller) row groups until half of it remains.
 Committed parts are the crawl's checkpoint: a process killed with SIGKILL loses only the rows of
 its open parts, and a restarted crawl (see `crawler.spiders.lait`) fetches those again.
 """
@@ -29,7 +34,7 @@ class PartsPipeline:
     """Writes PageItem, ImageItem and RejectedItem rows into `LAIT_OUT` (a lait work dir)."""
 
     def __init__(self, out: str, n_partitions: int | None, part_rows: int, part_bytes: int,
-                 part_seconds: float, stats=None):
+                 part_seconds: float, stats=None, buffer_bytes: int = 32 << 20):
         if not out:
             raise ValueError("LAIT_OUT (the spider's `out` argument) is required")
         self.out = out
@@ -37,6 +42,8 @@ class PartsPipeline:
         self.part_rows = part_rows
         self.part_bytes = part_bytes
         self.part_seconds = part_seconds
+        self.buffer_bytes = buffer_bytes
+        self._buffered = 0  # an upper bound of the open writers' buffered bytes
         self.stats = stats
         self.work: WorkDir | None = None
         self.run_id = new_run_id()
@@ -50,7 +57,8 @@ class PartsPipeline:
         s = crawler.settings
         parts = s.get("LAIT_PARTITIONS")
         return cls(s.get("LAIT_OUT"), int(parts) if parts else None, s.getint("LAIT_PART_ROWS"),
-                   s.getint("LAIT_PART_BYTES"), s.getfloat("LAIT_PART_SECONDS"), crawler.stats)
+                   s.getint("LAIT_PART_BYTES"), s.getfloat("LAIT_PART_SECONDS"), crawler.stats,
+                   buffer_bytes=s.getint("LAIT_PART_BUFFER_BYTES", 32 << 20))
 
     def open_spider(self, spider=None):
         self.work = WorkDir(self.out, n_partitions=self.n_partitions).init()
@@ -69,11 +77,16 @@ class PartsPipeline:
         writer, counts = self._writer(item.table, partition)
         row = item.row()
         writer.write(row)
+        size = sum(len(v) for v in row.values() if isinstance(v, (bytes, str)))
         counts[0] += 1
-        counts[1] += sum(len(v) for v in row.values() if isinstance(v, (bytes, str)))
+        counts[1] += size
         self._inc(f"crawl/rows_{item.table}")
         if counts[0] >= self.part_rows or counts[1] >= self.part_bytes:
             self._commit(item.table, partition)
+        else:
+            self._buffered += size
+            if self._buffered > self.buffer_bytes:
+                self._flush_fullest()
         if time.monotonic() - self._last_commit >= self.part_seconds:
             self.commit_all()
         return item
@@ -89,6 +102,17 @@ class PartsPipeline:
             entry = self._writers[(table, partition)] = (writer, [0, 0])
         return entry
 
+    def _flush_fullest(self) -> None:
+        """Bring the open writers' buffers together under half of `buffer_bytes`."""
+        writers = sorted((w for w, _ in self._writers.values()), key=lambda w: w.buffered_bytes)
+        total = sum(w.buffered_bytes for w in writers)
+        while writers and total > self.buffer_bytes // 2:
+            writer = writers.pop()
+            total -= writer.buffered_bytes
+            writer.flush()
+            self._inc("crawl/buffer_flushes")
+        self._buffered = total
+
     def _commit(self, table: str, partition: int) -> None:
         writer, _ = self._writers.pop((table, partition))
         stats = writer.close()
@@ -100,6 +124,7 @@ class PartsPipeline:
         """Close every open part, so that everything written so far is durable."""
         for key in list(self._writers):
             self._commit(*key)
+        self._buffered = 0
         self._last_commit = time.monotonic()
 
     def close_spider(self, spider=None):

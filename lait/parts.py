@@ -134,6 +134,15 @@ class PartWriter:
         for row in rows:
             self.write(row)
 
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of str/bytes values in rows not yet written out as a row group."""
+        return self._buffer_bytes
+
+    def flush(self) -> None:
+        """Write the buffered rows out now, as a (smaller) row group."""
+        self._flush()
+
     def _flush(self) -> None:
         if not self._buffer:
             return
