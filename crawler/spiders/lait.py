@@ -16,6 +16,11 @@ What it writes (through `crawler.pipelines.PartsPipeline`):
   ``crawl/refused_<kind>`` (the host resolves to a loopback, private, link_local, metadata or
   reserved address; see `crawler.middlewares`).
 
+Frontier: links found wait in a compact `crawler.frontier.Frontier` (URLs, breadth-first), and
+become Scrapy Requests only as Scrapy's scheduler runs low (`LaitSpider.top_up`), so a crawl
+whose pages link to thousands of others does not hold thousands of Requests. With
+``--redis-url`` the frontier is the shared Redis queue instead.
+
 Resume: committed parts of the output are the checkpoint. On start, the spider reads the
 pages and images already in the work directory, never requests them again, and rebuilds the
 frontier from the stored HTML of those pages, so a crawl killed at any moment (SIGKILL
@@ -39,6 +44,7 @@ from scrapy import signals
 from scrapy.exceptions import DontCloseSpider, IgnoreRequest
 
 from crawler.extract import extract
+from crawler.frontier import Frontier
 from crawler.items import ImageItem, PageItem, RejectedItem
 from crawler.middlewares import AddressRefused
 from crawler.pipelines import new_run_id
@@ -91,6 +97,11 @@ class LaitSpider(scrapy.Spider):
         self.pages_seen = 0  # pages in the output: committed before this run, and written now
         self.done_pages: set[str] = set()
         self.done_images: set[str] = set()
+        # Links wait here as URLs, not as Scrapy Requests (see crawler.frontier); with Redis the
+        # shared frontier is Redis, and every link goes to Scrapy's (scrapy-redis) scheduler.
+        self.frontier: Frontier | None = None if config.redis_url else Frontier()
+        # Requests Scrapy's scheduler should hold before the frontier hands it more pages.
+        self.low_water = 2 * config.concurrency
         self._idle_since: float | None = None
         idle = config.idle_seconds or (5.0 if config.redis_url else 0.0)
         self.idle_seconds = idle
@@ -114,6 +125,8 @@ class LaitSpider(scrapy.Spider):
             if url not in self.done_pages:
                 yield self._page_request(url, depth=0, referer=None)
         for request in replay:
+            yield request
+        for request in self.top_up():
             yield request
 
     def _load_done(self) -> list[scrapy.Request]:
@@ -189,11 +202,42 @@ class LaitSpider(scrapy.Spider):
             return out
         for link in page.links:
             if link not in self.done_pages and self._allowed(link):
-                out.append(self._page_request(link, depth + 1, url))
+                if self.frontier is None:
+                    out.append(self._page_request(link, depth + 1, url))
+                else:
+                    self.frontier.add(link, depth + 1, url)
+        return out
+
+    def _max_pages_reached(self) -> bool:
+        return bool(self.cfg.max_pages) and self.pages_seen >= self.cfg.max_pages
+
+    def top_up(self, limit: int | None = None) -> list[scrapy.Request]:
+        """Page requests from the frontier, until Scrapy's scheduler holds `low_water` requests.
+
+        Called after every response and error (the crawl's clock), at start and when the spider
+        goes idle; `limit` caps how many (the idle path, where the scheduler is known empty).
+        """
+        if not self.frontier or self._max_pages_reached():
+            return []
+        scheduler = self.crawler.engine.scheduler if self.crawler.engine else None
+        room = self.low_water - (len(scheduler) if scheduler is not None else 0)
+        if limit is not None:
+            room = min(room, limit)
+        out = []
+        while room > 0 and self.frontier:
+            url, depth, referer = self.frontier.pop()
+            if url in self.done_pages:  # reached meanwhile through a redirect
+                continue
+            out.append(self._page_request(url, depth, referer))
+            room -= 1
         return out
 
     # -- callbacks -----------------------------------------------------------------------------
     def parse_page(self, response):
+        yield from self._parse_page(response)
+        yield from self.top_up()
+
+    def _parse_page(self, response):
         meta = response.meta
         depth = meta.get("depth", 0)
         replay = meta.get("lait_replay", False)
@@ -256,9 +300,14 @@ class LaitSpider(scrapy.Spider):
             item.bytes = response.body
         self._count("image_ok" if item.error is None else f"image_{item.error}")
         yield item
+        yield from self.top_up()
 
     def on_error(self, failure):
         """A request that got no response: refused, forbidden by robots.txt, or failed."""
+        yield from self._on_error(failure)
+        yield from self.top_up()
+
+    def _on_error(self, failure):
         request = failure.request
         kind = request.meta.get("lait_kind", "page")
         referer = request.meta.get("lait_referer")
@@ -297,7 +346,12 @@ class LaitSpider(scrapy.Spider):
 
     # -- idle and close ------------------------------------------------------------------------
     def _on_idle(self, spider=None):
-        """With a shared frontier, other processes may still add requests: wait a little."""
+        """Feed the frontier's next pages, if any; with Redis, wait a little for other processes."""
+        requests = self.top_up(limit=self.low_water)
+        if requests:
+            for request in requests:
+                self.crawler.engine.crawl(request)
+            raise DontCloseSpider
         if self.idle_seconds <= 0:
             return
         now = time.monotonic()
