@@ -24,13 +24,13 @@ there are not fetched again, even after the crawler was killed.
 
 
 def run(cfg) -> int:
-    from crawler.run import crawl
+    from crawler.run import crawl, crawl_succeeded
 
     stats = crawl(cfg)
     summary = {k: v for k, v in sorted(stats.items())
                if k.startswith("crawl/") or k in ("finish_reason", "elapsed_time_seconds")}
     print(json.dumps(summary, indent=1), file=sys.stderr)
-    return 0 if stats.get("finish_reason") == "finished" else 1
+    return 0 if crawl_succeeded(stats.get("finish_reason")) else 1
 
 
 def register(sub) -> None:

@@ -145,6 +145,16 @@ def scrapy_settings(cfg: CrawlConfig) -> dict[str, Any]:
     return s
 
 
+# Finish reasons of a crawl that stopped where it was asked to: done, --max-pages, or one of
+# Scrapy's CloseSpider limits a user set (CLOSESPIDER_TIMEOUT, _ITEMCOUNT, _PAGECOUNT).
+SUCCESS_REASONS = frozenset({"finished", "max_pages", "closespider_timeout", "closespider_itemcount",
+                             "closespider_pagecount"})
+
+
+def crawl_succeeded(reason: str | None) -> bool:
+    return reason in SUCCESS_REASONS
+
+
 def crawl(cfg: CrawlConfig, *, timeout: float | None = None, quiet: bool = False) -> dict[str, Any]:
     """Run the crawl in a subprocess; returns its stats (Scrapy's and `crawl/*` counters).
 
@@ -203,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     process.crawl(crawler, config=cfg.to_dict(), stats_json=args.stats_json)
     process.start()
     reason = crawler.stats.get_value("finish_reason") if crawler.stats else None
-    return 0 if reason in ("finished", "closespider_pagecount", "max_pages") else 1
+    return 0 if crawl_succeeded(reason) else 1
 
 
 if __name__ == "__main__":

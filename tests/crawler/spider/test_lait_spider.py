@@ -145,6 +145,17 @@ def test_max_pages_and_max_depth(local_web, tmp_path, helpers):
     assert {_path(p["url"]) for p in pages} >= {"/", "/about.html", "/category/shapes.html"}
 
 
+def test_a_scrapy_closespider_limit_is_a_successful_stop(local_web, tmp_path, helpers, capsys):
+    from crawler.command import run
+
+    _, base = local_web
+    cfg = helpers.crawl_config(tmp_path / "w", [base + "/"], fetch_images=False, concurrency=1,
+                               per_domain=1, scrapy_settings=["CLOSESPIDER_ITEMCOUNT=3"])
+    assert run(cfg) == 0
+    assert '"finish_reason": "closespider_itemcount"' in capsys.readouterr().err
+    assert 3 <= WorkDir(tmp_path / "w").count("pages") < 10  # the site has over 40
+
+
 def test_scrapy_crawl_lait_from_the_repo_root(local_web, tmp_path, repo_root, helpers):
     _, base = local_web
     seeds = tmp_path / "seeds.txt"
