@@ -5,10 +5,9 @@ link to every article of a site, and the links of each depth wait until the dept
 done. As Scrapy ``Request`` objects, the 19,208 links of the local web's 20,000-article home
 page took 13 MB, and their fingerprints another 8 MB (measured in-process), before the
 scheduler and middlewares add theirs. This frontier holds each link as ``(url, referer)`` in a
-FIFO per depth, about 200 bytes with its URL, and the spider turns links into Requests only as Scrapy's
-scheduler runs low
-(`crawler.spiders.lait.LaitSpider.top_up`), shallowest depth first, so the crawl order stays
-breadth-first.
+FIFO per depth, about 200 bytes with its URL, and the spider turns links into Requests only as
+Scrapy's scheduler runs low (`crawler.spiders.lait.LaitSpider.top_up`), shallowest depth
+first, so the crawl order stays breadth-first.
 
 A URL enters the frontier at most once (exact string; Scrapy's duplicate filter still
 canonicalises behind it). With a Redis-shared crawl the frontier is Redis, and this class is
