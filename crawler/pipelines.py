@@ -4,13 +4,13 @@ Each crawler process writes its own parts, tagged ``crawl-<run id>-<seq>``, so s
 processes (a Redis-shared crawl, or a resumed one) can fill the same work directory. A part is
 committed (closed, renamed into place with its stats) when it reaches ``LAIT_PART_ROWS`` rows or
 ``LAIT_PART_BYTES`` bytes, every ``LAIT_PART_SECONDS`` seconds, and when the spider closes.
+Committed parts are the crawl's checkpoint: a process killed with SIGKILL loses only the rows of
+its open parts, and a restarted crawl (see `crawler.spiders.lait`) fetches those again.
 
 Rows wait in their part's buffer until a row group fills (256 rows or 8 MiB). One part is open
 per (table, partition), so without a shared limit the buffers could hold 8 MiB times twice the
 partitions; ``LAIT_PART_BUFFER_BYTES`` caps them all together: past it, the fullest buffers are
 written out as (smaller) row groups until half of it remains.
-Committed parts are the crawl's checkpoint: a process killed with SIGKILL loses only the rows of
-its open parts, and a restarted crawl (see `crawler.spiders.lait`) fetches those again.
 """
 
 from __future__ import annotations

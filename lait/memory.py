@@ -21,9 +21,9 @@ before pyarrow loads: by the CLI first thing, inherited by forked and spawned wo
 to Ray workers in their runtime environment (`arrow_env`).
 
 A setting in the environment (`MALLOC_MMAP_THRESHOLD_`, `ARROW_DEFAULT_MEMORY_POOL`) wins; other
-C libraries and platforms are left as they are. `apply_memory_settings` does both, once per
-process: the CLI calls it before anything imports pyarrow, and every executor worker calls it
-before its first partition.
+C libraries and platforms are left as they are. `apply_memory_settings` does both and is cheap
+to repeat: the CLI calls it before anything imports pyarrow, and executor workers call it before
+every partition.
 """
 
 from __future__ import annotations
@@ -106,15 +106,13 @@ def fix_arrow_pool() -> str:
     wanted = arrow_env()[_ARROW_ENV]
     if "pyarrow" not in sys.modules:
         os.environ[_ARROW_ENV] = wanted
-        import pyarrow as pa
-    else:
-        import pyarrow as pa
+    import pyarrow as pa
 
-        if pa.default_memory_pool().backend_name != wanted:
-            try:
-                pa.set_memory_pool(getattr(pa, f"{wanted}_memory_pool")())
-            except (AttributeError, NotImplementedError):  # a pool this build of Arrow lacks
-                pass
+    if pa.default_memory_pool().backend_name != wanted:  # pyarrow was loaded before this call
+        try:
+            pa.set_memory_pool(getattr(pa, f"{wanted}_memory_pool")())
+        except (AttributeError, NotImplementedError):  # a pool this build of Arrow lacks
+            pass
     return pa.default_memory_pool().backend_name
 
 

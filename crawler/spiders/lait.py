@@ -198,7 +198,7 @@ class LaitSpider(scrapy.Spider):
             return out
         if self.cfg.max_depth and depth >= self.cfg.max_depth:
             return out
-        if self.cfg.max_pages and self.pages_seen >= self.cfg.max_pages:
+        if self._max_pages_reached():
             return out
         for link in page.links:
             if link not in self.done_pages and self._allowed(link):
@@ -211,18 +211,16 @@ class LaitSpider(scrapy.Spider):
     def _max_pages_reached(self) -> bool:
         return bool(self.cfg.max_pages) and self.pages_seen >= self.cfg.max_pages
 
-    def top_up(self, limit: int | None = None) -> list[scrapy.Request]:
+    def top_up(self) -> list[scrapy.Request]:
         """Page requests from the frontier, until Scrapy's scheduler holds `low_water` requests.
 
         Called after every response and error (the crawl's clock), at start and when the spider
-        goes idle; `limit` caps how many (the idle path, where the scheduler is known empty).
+        goes idle.
         """
         if not self.frontier or self._max_pages_reached():
             return []
         scheduler = self.crawler.engine.scheduler if self.crawler.engine else None
         room = self.low_water - (len(scheduler) if scheduler is not None else 0)
-        if limit is not None:
-            room = min(room, limit)
         out = []
         while room > 0 and self.frontier:
             url, depth, referer = self.frontier.pop()
@@ -245,7 +243,7 @@ class LaitSpider(scrapy.Spider):
             if response.url in self.done_pages:  # a redirect to a page already recorded
                 self._count("page_duplicate")
                 return
-            if self.cfg.max_pages and self.pages_seen >= self.cfg.max_pages:
+            if self._max_pages_reached():
                 self._count("page_over_max_pages")
                 return
             self.pages_seen += 1
@@ -329,7 +327,7 @@ class LaitSpider(scrapy.Spider):
         if kind == "image":
             yield ImageItem(image_url=request.url, status=0, page_url=referer, error=error)
         elif not request.meta.get("lait_replay"):
-            if self.cfg.max_pages and self.pages_seen >= self.cfg.max_pages:
+            if self._max_pages_reached():
                 return
             self.pages_seen += 1
             yield PageItem(url=request.url, status=0, depth=request.meta.get("depth", 0),
@@ -347,7 +345,7 @@ class LaitSpider(scrapy.Spider):
     # -- idle and close ------------------------------------------------------------------------
     def _on_idle(self, spider=None):
         """Feed the frontier's next pages, if any; with Redis, wait a little for other processes."""
-        requests = self.top_up(limit=self.low_water)
+        requests = self.top_up()
         if requests:
             for request in requests:
                 self.crawler.engine.crawl(request)
