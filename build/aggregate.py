@@ -23,10 +23,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from build import tables  # noqa: F401  (registers the build tables)
-from build.config import BuildConfig
-from build.dedup import group_duplicates, hamming, phash_int
-from build.neardup import embedding_pairs
+from lait.build import tables  # noqa: F401  (registers the build tables)
+from lait.build.config import BuildConfig
+from lait.build.dedup import group_duplicates, hamming, phash_int
+from lait.build.neardup import embedding_pairs
 from lait.parts import PartWriter, WorkDir, partition_of
 
 log = logging.getLogger(__name__)

@@ -58,7 +58,7 @@ class StatsConfig(Config):
 
 
 def run_build(cfg) -> int:
-    from build.pipeline import build
+    from lait.build.pipeline import build
 
     result = build(cfg)
     print(result.summary(), file=sys.stderr)
@@ -66,7 +66,7 @@ def run_build(cfg) -> int:
 
 
 def run_stats(cfg: StatsConfig) -> int:
-    from build.report import stats_json, summary_text, write_report
+    from lait.build.report import stats_json, summary_text, write_report
     from lait.commands import open_work_dir
 
     open_work_dir(cfg.work, initialized=True)
@@ -78,7 +78,7 @@ def run_stats(cfg: StatsConfig) -> int:
 
 
 def run_run(args: argparse.Namespace) -> int:
-    from build.runner import STEP_NAMES, load_pipeline_yaml, run_pipeline
+    from lait.build.runner import STEP_NAMES, load_pipeline_yaml, run_pipeline
 
     steps = STEP_NAMES[STEP_NAMES.index(args.from_stage): STEP_NAMES.index(args.to_stage) + 1]
     if not steps:
@@ -90,15 +90,15 @@ def run_run(args: argparse.Namespace) -> int:
 
 
 def run_demo(cfg) -> int:
-    from build.demo import run_demo as demo
+    from lait.build.demo import run_demo as demo
 
     return demo(cfg)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `build`, `stats`, `run` and `demo` to the `lait` command."""
-    from build import demo
-    from build.config import BuildConfig
+    from lait.build import demo
+    from lait.build.config import BuildConfig
 
     add_config_command(sub, "build", BuildConfig, run_build,
                        help="stage 5: aggregate scored pairs into WebDataset shards",

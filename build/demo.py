@@ -89,9 +89,9 @@ def crawl_site(cfg: DemoConfig, work: Path) -> dict[str, Any]:
     if marker.exists():
         print(f"lait demo: reusing the finished crawl in {work}", file=sys.stderr)
         return json.loads(marker.read_text())
-    from crawler.run import CrawlConfig, crawl
-    from crawler.site.generator import generate_site
-    from crawler.site.server import SiteServer
+    from lait.crawler.run import CrawlConfig, crawl
+    from lait.crawler.site.generator import generate_site
+    from lait.crawler.site.server import SiteServer
 
     state = Path(cfg.out) / "demo.json"
     port = json.loads(state.read_text())["port"] if state.exists() else cfg.port
@@ -115,8 +115,8 @@ def crawl_site(cfg: DemoConfig, work: Path) -> dict[str, Any]:
 
 
 def run_demo(cfg: DemoConfig) -> int:
-    from build.report import summary_text, write_report
-    from build.runner import run_pipeline
+    from lait.build.report import summary_text, write_report
+    from lait.build.runner import run_pipeline
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from build import tables  # noqa: F401  (registers the build tables)
+from lait.build import tables  # noqa: F401  (registers the build tables)
 from lait import storage
 from lait.stage import PartContext, Stage
 

@@ -23,11 +23,11 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
-from build import tables
-from build.aggregate import PLAN_TAG, plan_build
-from build.config import BuildConfig
-from build.pick import PickStage
-from build.shards import ShardStage, write_sizes, write_stats
+from lait.build import tables
+from lait.build.aggregate import PLAN_TAG, plan_build
+from lait.build.config import BuildConfig
+from lait.build.pick import PickStage
+from lait.build.shards import ShardStage, write_sizes, write_stats
 from lait import storage
 from lait.commands import open_work_dir
 from lait.config import ConfigError

@@ -48,7 +48,7 @@ class RegionReader:
         """Read only the partitions and rows these images need; None without a `regions/` table."""
         if not work.part_files("regions"):
             return None
-        from scoring.tables import region_arrays  # registers stage 4's tables
+        from lait.scoring.tables import region_arrays  # registers stage 4's tables
 
         by_part: dict[int, set[str]] = defaultdict(set)
         for url in urls:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from build.shards import shard_files
+from lait.build.shards import shard_files
 from lait import storage
 from lait.parts import WorkDir
 from lait.storage import Location

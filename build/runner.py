@@ -43,16 +43,16 @@ class Step:
 
 
 STEPS = (
-    Step("filter", "filters.image_stage", "FilterConfig", "images"),
-    Step("clean", "filters.text_stage", "CleanConfig", "pages"),
-    Step("score", "scoring.config", "ScoreConfig", "candidates"),
-    Step("build", "build.config", "BuildConfig", "scored"),
+    Step("filter", "lait.filters.image_stage", "FilterConfig", "images"),
+    Step("clean", "lait.filters.text_stage", "CleanConfig", "pages"),
+    Step("score", "lait.scoring.config", "ScoreConfig", "candidates"),
+    Step("build", "lait.build.config", "BuildConfig", "scored"),
 )
 STEP_NAMES = [s.name for s in STEPS]
 
 
 def _run_filter(cfg: Any) -> bool:
-    from filters.image_stage import ImageFilterStage
+    from lait.filters.image_stage import ImageFilterStage
     from lait.commands import run_stage
 
     report = run_stage(ImageFilterStage(cfg), cfg, "filter")
@@ -61,7 +61,7 @@ def _run_filter(cfg: Any) -> bool:
 
 
 def _run_clean(cfg: Any) -> bool:
-    from filters.text_stage import CleanStage
+    from lait.filters.text_stage import CleanStage
     from lait.commands import run_stage
 
     report = run_stage(CleanStage(cfg), cfg, "clean")
@@ -70,7 +70,7 @@ def _run_clean(cfg: Any) -> bool:
 
 
 def _run_score(cfg: Any) -> bool:
-    from scoring.pipeline import score_work
+    from lait.scoring.pipeline import score_work
 
     report = score_work(cfg)
     print(report.summary(), file=sys.stderr)
@@ -78,7 +78,7 @@ def _run_score(cfg: Any) -> bool:
 
 
 def _run_build(cfg: Any) -> bool:
-    from build.pipeline import build
+    from lait.build.pipeline import build
 
     result = build(cfg)
     print(result.summary(), file=sys.stderr)

@@ -20,8 +20,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from build import tables  # noqa: F401  (registers the build tables)
-from build.regions import RegionReader
+from lait.build import tables  # noqa: F401  (registers the build tables)
+from lait.build.regions import RegionReader
 from lait import storage
 from lait.parts import WorkDir, atomic_write_bytes, atomic_write_json
 from lait.stage import PartContext, Stage

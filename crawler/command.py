@@ -24,7 +24,7 @@ there are not fetched again, even after the crawler was killed.
 
 
 def run(cfg) -> int:
-    from crawler.run import crawl, crawl_succeeded
+    from lait.crawler.run import crawl, crawl_succeeded
 
     stats = crawl(cfg)
     summary = {k: v for k, v in sorted(stats.items())
@@ -35,7 +35,7 @@ def run(cfg) -> int:
 
 def register(sub) -> None:
     """Add `lait crawl` to the `lait` command."""
-    from crawler.run import CrawlConfig
+    from lait.crawler.run import CrawlConfig
 
     add_config_command(sub, "crawl", CrawlConfig, run,
                        help="stage 1: crawl pages and their images (Scrapy)",

@@ -137,7 +137,7 @@ def scrapy_settings(cfg: CrawlConfig) -> dict[str, Any]:
             "SCHEDULER_DUPEFILTER_KEY": f"{cfg.redis_key}:dupefilter",
             "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.PriorityQueue",
             # Requests travel through Redis as JSON, never pickle.
-            "SCHEDULER_SERIALIZER": "crawler.jsonqueue",
+            "SCHEDULER_SERIALIZER": "lait.crawler.jsonqueue",
         })
     for item in cfg.scrapy_settings:
         name, value = item.split("=", 1)
@@ -171,7 +171,7 @@ def crawl(cfg: CrawlConfig, *, timeout: float | None = None, quiet: bool = False
     with tempfile.TemporaryDirectory(prefix="lait-crawl-") as tmp:
         config_path, stats_path = Path(tmp) / "crawl.yaml", Path(tmp) / "stats.json"
         config_path.write_text(cfg.to_yaml())
-        cmd = [sys.executable, "-m", "crawler.run", str(config_path), "--stats-json", str(stats_path)]
+        cmd = [sys.executable, "-m", "lait.crawler.run", str(config_path), "--stats-json", str(stats_path)]
         env = dict(os.environ)
         repo = str(Path(__file__).resolve().parents[1])
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [repo, env.get("PYTHONPATH")]))
@@ -192,11 +192,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("config", help="CrawlConfig YAML")
     parser.add_argument("--stats-json", help="write the final crawl stats here")
     args = parser.parse_args(argv)
-    os.environ.setdefault("SCRAPY_SETTINGS_MODULE", "crawler.settings")
+    os.environ.setdefault("SCRAPY_SETTINGS_MODULE", "lait.crawler.settings")
     from scrapy.crawler import CrawlerProcess
     from scrapy.utils.project import get_project_settings
 
-    from crawler.spiders.lait import LaitSpider
+    from lait.crawler.spiders.lait import LaitSpider
 
     try:
         cfg = CrawlConfig.from_dict(CrawlConfig.load_yaml(args.config), where=args.config)

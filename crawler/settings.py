@@ -8,8 +8,8 @@ uses it too. The spider lays the values of its `CrawlConfig` over these at "spid
 from lait import __version__
 
 BOT_NAME = "lait"
-SPIDER_MODULES = ["crawler.spiders"]
-NEWSPIDER_MODULE = "crawler.spiders"
+SPIDER_MODULES = ["lait.crawler.spiders"]
+NEWSPIDER_MODULE = "lait.crawler.spiders"
 
 # An identifying user agent with a contact page: site owners can find out who crawls them.
 USER_AGENT = f"lait/{__version__} (image-text dataset crawler; +https://pypi.org/project/lait/)"
@@ -42,14 +42,14 @@ HTTPERROR_ALLOW_ALL = True
 LAIT_ALLOW_LOOPBACK = False
 LAIT_ALLOW_PRIVATE = False
 LAIT_ALLOW_METADATA = False
-TWISTED_DNS_RESOLVER = "crawler.middlewares.GuardedResolver"
+TWISTED_DNS_RESOLVER = "lait.crawler.middlewares.GuardedResolver"
 DOWNLOADER_MIDDLEWARES = {
     # After the offsite filter (50), before robots.txt (100): refused hosts see no request at all.
-    "crawler.middlewares.AddressGuardMiddleware": 60,
+    "lait.crawler.middlewares.AddressGuardMiddleware": 60,
 }
 
 ITEM_PIPELINES = {
-    "crawler.pipelines.PartsPipeline": 300,
+    "lait.crawler.pipelines.PartsPipeline": 300,
 }
 
 # Breadth-first, so max_pages takes the pages nearest to the seeds.

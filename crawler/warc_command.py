@@ -96,7 +96,7 @@ def format_summary(reports) -> str:
 
 
 def run(cfg: WarcIngestConfig) -> int:
-    from crawler.warc_ingest import IngestOptions, ingest_files
+    from lait.crawler.warc_ingest import IngestOptions, ingest_files
     from lait.commands import open_work_dir
 
     work = open_work_dir(cfg.out, create=True, n_partitions=cfg.partitions)

@@ -35,8 +35,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from crawler.warc import HttpError, WarcReader, WarcRecord, decode_body, parse_http
-from crawler.warc_links import html_image_links, iter_link_rows, wat_image_links
+from lait.crawler.warc import HttpError, WarcReader, WarcRecord, decode_body, parse_http
+from lait.crawler.warc_links import html_image_links, iter_link_rows, wat_image_links
 from lait import storage
 from lait.parts import PartWriter, WorkDir, atomic_write_json, partition_of
 from lait.storage import Location

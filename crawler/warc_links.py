@@ -58,7 +58,7 @@ def html_image_links(html: bytes, page_url: str, encoding: str | None = None) ->
     safe characters, largest srcset candidate), so a reference joins the `images/` rows and
     stage 3's candidates for the same image, whichever way the page arrived.
     """
-    from crawler.extract import Resolver, base_url, largest_candidate, parse_html
+    from lait.crawler.extract import Resolver, base_url, largest_candidate, parse_html
 
     if not html.strip():
         return []
@@ -98,7 +98,7 @@ def wat_image_links(block: bytes, target_url: str | None = None) -> WatPage | No
     Image links are the `Links` entries whose path starts with `IMG@` (`IMG@/src`,
     `IMG@/data-src`, ...); their `alt` and `title` are kept.
     """
-    from crawler.extract import resolve
+    from lait.crawler.extract import resolve
 
     env = json.loads(block).get("Envelope") or {}
     url = (env.get("WARC-Header-Metadata") or {}).get("WARC-Target-URI") or target_url

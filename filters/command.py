@@ -29,20 +29,20 @@ example:
 
 
 def _run_filter(cfg) -> int:
-    from filters.image_stage import ImageFilterStage
+    from lait.filters.image_stage import ImageFilterStage
 
     return report_exit_code(run_stage(ImageFilterStage(cfg), cfg, "filter"))
 
 
 def _run_clean(cfg) -> int:
-    from filters.text_stage import CleanStage
+    from lait.filters.text_stage import CleanStage
 
     return report_exit_code(run_stage(CleanStage(cfg), cfg, "clean"))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from filters.image_stage import FilterConfig
-    from filters.text_stage import CleanConfig
+    from lait.filters.image_stage import FilterConfig
+    from lait.filters.text_stage import CleanConfig
 
     add_config_command(sub, "filter", FilterConfig, _run_filter, epilog=FILTER_EPILOG,
                        help="stage 2: image content filtering (size, aspect, format, duplicates)")

@@ -25,7 +25,7 @@ import numpy as np
 
 from lait.config import ConfigError, StageConfig, setting
 from lait.stage import Filter, KeepResult, PartContext, Stage
-from filters.image_decode import (ImageHeader, ImageRejected, decode_small, encode_for_storage,
+from lait.filters.image_decode import (ImageHeader, ImageRejected, decode_small, encode_for_storage,
                                   open_image, sniff)
 
 log = logging.getLogger(__name__)
@@ -205,7 +205,7 @@ class ImageFilterStage(Stage):
         self.cfg = cfg
 
     def _classifier(self) -> Any:
-        from filters.uninformative import load_classifier
+        from lait.filters.uninformative import load_classifier
 
         key = (self.cfg.uninformative, self.cfg.flat_max_colours)
         if key not in _CLASSIFIERS:

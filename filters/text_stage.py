@@ -28,8 +28,8 @@ from lait.config import ConfigError, StageConfig, setting
 from lait.memory import release_free_memory
 from lait.parts import partition_of
 from lait.stage import PartContext, Stage
-from filters.html_images import BLOCK_TAGS, PageImage, find_images, normalise_space
-from filters.text_rules import Candidate, repair, split_sentences, text_filters
+from lait.filters.html_images import BLOCK_TAGS, PageImage, find_images, normalise_space
+from lait.filters.text_rules import Candidate, repair, split_sentences, text_filters
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import Protocol
 
-from filters.image_decode import Preview
+from lait.filters.image_decode import Preview
 from lait.config import ConfigError
 
 

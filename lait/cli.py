@@ -20,13 +20,13 @@ log = logging.getLogger("lait")
 
 # In the order `lait --help` lists them.
 COMMAND_MODULES = [
-    "crawler.site.command",
-    "crawler.command",
-    "crawler.warc_command",
-    "filters.command",
-    "scoring.command",
-    "build.command",
-    "train.command",
+    "lait.crawler.site.command",
+    "lait.crawler.command",
+    "lait.crawler.warc_command",
+    "lait.filters.command",
+    "lait.scoring.command",
+    "lait.build.command",
+    "lait.train.command",
 ]
 
 EPILOG = """\

@@ -131,14 +131,14 @@ def register_table(table: Table) -> Table:
 # Tables a stage owns and registers in its own module; imported on first use, so a reader of
 # `near_dups/` (stage 5, `lait stats`) need not know which module defines it.
 TABLE_MODULES = {
-    "warc_links": "crawler.warc_links",
-    "image_embs": "scoring.tables",
-    "text_embs": "scoring.tables",
-    "regions": "scoring.tables",
-    "region_labels": "scoring.tables",
-    "near_dups": "scoring.tables",
-    "build_images": "build.tables",
-    "build_plan": "build.tables",
+    "warc_links": "lait.crawler.warc_links",
+    "image_embs": "lait.scoring.tables",
+    "text_embs": "lait.scoring.tables",
+    "regions": "lait.scoring.tables",
+    "region_labels": "lait.scoring.tables",
+    "near_dups": "lait.scoring.tables",
+    "build_images": "lait.build.tables",
+    "build_plan": "lait.build.tables",
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from scoring.config import ScoreConfig
+from lait.scoring.config import ScoreConfig
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +35,12 @@ examples:
 
 def run(cfg: ScoreConfig) -> int:
     if cfg.build_demo_model:
-        from scoring.demo_model import ensure_demo_model
+        from lait.scoring.demo_model import ensure_demo_model
 
         print(ensure_demo_model(cfg.demo_dir or None).root)
         return 0
     from lait.commands import report_exit_code
-    from scoring.pipeline import score_work
+    from lait.scoring.pipeline import score_work
 
     return report_exit_code(score_work(cfg))
 

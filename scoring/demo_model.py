@@ -165,7 +165,7 @@ def junk_text(rng: random.Random) -> str:
 
 def caption_text(scene, rng: random.Random) -> str:
     """A true caption of `scene` as a page may carry it: plain, in a sentence, or with a credit."""
-    from crawler.site.scenes import describe
+    from lait.crawler.site.scenes import describe
 
     lang = rng.choices(("en", "de", "fr"), (0.6, 0.2, 0.2))[0]
     cap = describe(scene, rng, lang)
@@ -185,7 +185,7 @@ def _render(args: tuple[int, int]) -> tuple[np.ndarray, object]:
     """Scene `k` of the training set as the scorer sees it (a uint8 HWC array)."""
     from PIL import Image
 
-    from crawler.site.scenes import random_scene, render_scene
+    from lait.crawler.site.scenes import random_scene, render_scene
 
     seed, k = args
     rng = random.Random(seed * 1_000_003 + k)

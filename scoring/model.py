@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from lait.config import ConfigError
-from scoring.config import ScoreConfig
+from lait.scoring.config import ScoreConfig
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ class WeightsUnavailable(ConfigError):
 def resolve_model(cfg: ScoreConfig) -> tuple[str, str | None, str]:
     """(open_clip model name, pretrained tag or file, label of the weights for `scored.pretrained`)."""
     if cfg.model == "demo":
-        from scoring.demo_model import DEMO_VERSION, ensure_demo_model
+        from lait.scoring.demo_model import DEMO_VERSION, ensure_demo_model
 
         demo = ensure_demo_model(cfg.demo_dir or os.environ.get("LAIT_DEMO_MODEL_DIR") or None)
         return demo.model_name, None, f"lait-demo-{DEMO_VERSION}"

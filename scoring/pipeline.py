@@ -19,12 +19,12 @@ from lait.commands import open_work_dir
 from lait.config import ConfigError
 from lait.executor import RunReport
 from lait.parts import WorkDir
-from scoring.config import ScoreConfig
-from scoring.model import get_scorer, load_scorer, pick_device
-from scoring.neardup import write_near_dups
-from scoring.regions import RegionLabelStage, train_codebook
-from scoring.stage import ScoreStage
-from scoring.tables import CODEBOOK_DIR
+from lait.scoring.config import ScoreConfig
+from lait.scoring.model import get_scorer, load_scorer, pick_device
+from lait.scoring.neardup import write_near_dups
+from lait.scoring.regions import RegionLabelStage, train_codebook
+from lait.scoring.stage import ScoreStage
+from lait.scoring.tables import CODEBOOK_DIR
 
 log = logging.getLogger(__name__)
 

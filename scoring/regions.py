@@ -17,7 +17,7 @@ import numpy as np
 from lait import storage
 from lait.parts import WorkDir, atomic_write_bytes, atomic_write_json
 from lait.stage import PartContext, Stage
-from scoring.tables import CODEBOOK_DIR, region_arrays, to_bytes
+from lait.scoring.tables import CODEBOOK_DIR, region_arrays, to_bytes
 
 log = logging.getLogger(__name__)
 

@@ -20,12 +20,12 @@ from collections.abc import Iterator
 import numpy as np
 
 from lait.stage import PartContext, Stage
-from scoring import tables  # noqa: F401  (registers image_embs/, text_embs/, regions/ ...)
-from scoring.config import ScoreConfig
-from scoring.decode import ImageDecoder, decode_stream
-from scoring.model import get_scorer
-from scoring.regions import pool_tokens
-from scoring.tables import to_bytes
+from lait.scoring import tables  # noqa: F401  (registers image_embs/, text_embs/, regions/ ...)
+from lait.scoring.config import ScoreConfig
+from lait.scoring.decode import ImageDecoder, decode_stream
+from lait.scoring.model import get_scorer
+from lait.scoring.regions import pool_tokens
+from lait.scoring.tables import to_bytes
 
 log = logging.getLogger(__name__)
 

@@ -100,7 +100,7 @@ def object_samples(n: int, seed: int = 0, feature_dim: int = 16, num_classes: in
 
 def scene_samples(n: int, seed: int = 0, width: int = 192, height: int = 160, quality: int = 90) -> list[SyntheticSample]:
     """Rendered shapes scenes (JPEG) with their English captions."""
-    from crawler.site.scenes import describe, random_scene, render_scene
+    from lait.crawler.site.scenes import describe, random_scene, render_scene
 
     rng = random.Random(seed)
     out = []

@@ -30,9 +30,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from build.config import BuildConfig  # noqa: E402
-from build.pipeline import build  # noqa: E402
-from build.shards import ShardStage  # noqa: E402
+from lait.build.config import BuildConfig  # noqa: E402
+from lait.build.pipeline import build  # noqa: E402
+from lait.build.shards import ShardStage  # noqa: E402
 from lait.executor import LocalExecutor  # noqa: E402
 from lait.parts import WorkDir, partition_of  # noqa: E402
 

@@ -50,8 +50,8 @@ def main() -> None:
 
     import trafilatura
 
-    from filters.text_rules import LanguageFilter, Candidate
-    from filters.text_stage import CleanConfig, CleanStage
+    from lait.filters.text_rules import LanguageFilter, Candidate
+    from lait.filters.text_stage import CleanConfig, CleanStage
     from lait.executor import LocalExecutor
     from lait.parts import WorkDir
     import conftest as td  # tests/filters helpers: rows and table writing

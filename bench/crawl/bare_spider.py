@@ -44,7 +44,7 @@ class BareSpider(scrapy.Spider):
 
 def main(argv: list[str]) -> int:
     seed, stats_path, *overrides = argv
-    os.environ.setdefault("SCRAPY_SETTINGS_MODULE", "crawler.settings")
+    os.environ.setdefault("SCRAPY_SETTINGS_MODULE", "lait.crawler.settings")
     from scrapy.crawler import CrawlerProcess
     from scrapy.utils.project import get_project_settings
 

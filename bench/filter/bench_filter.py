@@ -60,7 +60,7 @@ def main() -> None:
     import imagehash
     from PIL import Image
 
-    from filters.image_stage import FilterConfig, ImageFilterStage
+    from lait.filters.image_stage import FilterConfig, ImageFilterStage
     from lait.executor import LocalExecutor
     from lait.parts import WorkDir
     import conftest as td  # tests/filters helpers: rows and table writing

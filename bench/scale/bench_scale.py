@@ -107,8 +107,8 @@ def reset_to_crawl(work: Path) -> None:
 
 
 def run_size(pages: int, workers: int, root: Path, seed: int, stages: list[str]) -> dict:
-    from crawler.site.generator import generate_site
-    from crawler.site.server import SiteServer
+    from lait.crawler.site.generator import generate_site
+    from lait.crawler.site.server import SiteServer
     from lait.parts import WorkDir
 
     work = root / f"work-{pages}"
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import psutil  # noqa: F401  (fail early, with the import error, if the bench extra is missing)
 
-    from scoring.demo_model import ensure_demo_model
+    from lait.scoring.demo_model import ensure_demo_model
 
     ensure_demo_model(None)  # built once per machine, outside the measurement
     root_ctx = tempfile.TemporaryDirectory() if args.keep is None else None

@@ -32,10 +32,10 @@ sys.path.insert(0, str(REPO / "tests" / "scoring"))
 
 from scoring_testdata import write_work  # noqa: E402
 
-from scoring.config import ScoreConfig  # noqa: E402
-from scoring.decode import ImageDecoder  # noqa: E402
-from scoring.model import get_scorer  # noqa: E402
-from scoring.pipeline import score_work  # noqa: E402
+from lait.scoring.config import ScoreConfig  # noqa: E402
+from lait.scoring.decode import ImageDecoder  # noqa: E402
+from lait.scoring.model import get_scorer  # noqa: E402
+from lait.scoring.pipeline import score_work  # noqa: E402
 
 JUNK = ["image", "photo", "click here", "IMG_2041.JPG", "logo", "untitled", "DSC01234.jpg", "picture"]
 

@@ -42,7 +42,7 @@ def main() -> None:
 
     from transformers import BertConfig, BertModel
 
-    from train.model import ImageBert, ImageBertConfig
+    from lait.train.model import ImageBert, ImageBertConfig
 
     dev = torch.device(args.device)
     inter = 4 * args.hidden

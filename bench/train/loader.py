@@ -37,16 +37,16 @@ def main() -> None:
 
     import torch
 
-    from train.bert_init import bundled_minilm_dir
-    from train.checkpoint import Position
-    from train.config import DataConfig, OptimConfig, RegionConfig, StageConfig, TaskWeights
-    from train.data import Decoder, WordPiece
-    from train.loop import StagePlan, Trainer
-    from train.model import ImageBert, ImageBertConfig
-    from train.objectives import PretrainTask
-    from train.pretrain import RegionSetup, make_prepare, stream_factory
-    from train.runtime import setup_runtime
-    from train.synthetic import object_samples, write_shards
+    from lait.train.bert_init import bundled_minilm_dir
+    from lait.train.checkpoint import Position
+    from lait.train.config import DataConfig, OptimConfig, RegionConfig, StageConfig, TaskWeights
+    from lait.train.data import Decoder, WordPiece
+    from lait.train.loop import StagePlan, Trainer
+    from lait.train.model import ImageBert, ImageBertConfig
+    from lait.train.objectives import PretrainTask
+    from lait.train.pretrain import RegionSetup, make_prepare, stream_factory
+    from lait.train.runtime import setup_runtime
+    from lait.train.synthetic import object_samples, write_shards
 
     rt = setup_runtime(args.device)
     tmp = Path(tempfile.mkdtemp(prefix="lait-bench-loader-"))

@@ -34,8 +34,8 @@ def main() -> None:
     ap.add_argument("--device", default="auto")
     args = ap.parse_args()
 
-    from train.config import EvalConfig
-    from train.evaluate import run_eval
+    from lait.train.config import EvalConfig
+    from lait.train.evaluate import run_eval
 
     ckpt, shards = args.checkpoint, args.shards
     if not ckpt:

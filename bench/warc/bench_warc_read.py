@@ -19,8 +19,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from crawler.warc import WarcReader, decode_body, parse_http  # noqa: E402
-from crawler.warc_ingest import IngestOptions, ingest_file  # noqa: E402
+from lait.crawler.warc import WarcReader, decode_body, parse_http  # noqa: E402
+from lait.crawler.warc_ingest import IngestOptions, ingest_file  # noqa: E402
 
 
 def read_lait(path: Path) -> int:

@@ -55,13 +55,13 @@ def main(args: ServeSiteConfig) -> int:
     """Build the site, print its URL (flushed, first line of stdout) and serve until Ctrl-C."""
     from pathlib import Path
 
-    from crawler.site.server import SiteServer
+    from lait.crawler.site.server import SiteServer
 
     logging.basicConfig(level=logging.INFO if args.log_requests else logging.WARNING)
     if args.log_requests:
-        logging.getLogger("crawler.site").setLevel(logging.INFO)
+        logging.getLogger("lait.crawler.site").setLevel(logging.INFO)
     if args.real_web:
-        from crawler.site.realweb import RealWebSite
+        from lait.crawler.site.realweb import RealWebSite
 
         try:
             site = RealWebSite(Path(args.data_dir) if args.data_dir else None)
@@ -69,7 +69,7 @@ def main(args: ServeSiteConfig) -> int:
             print(f"lait serve-site: {exc}", file=sys.stderr)
             return 2
     else:
-        from crawler.site.generator import generate_site
+        from lait.crawler.site.generator import generate_site
 
         site = generate_site(args.pages, args.seed)
     if args.ground_truth is not None:

@@ -31,7 +31,7 @@ from urllib.parse import urljoin, urlsplit
 import lxml.html
 from PIL import Image, ImageOps
 
-from crawler.site.generator import Response
+from lait.crawler.site.generator import Response
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol
 
-from crawler.site.generator import Response
+from lait.crawler.site.generator import Response
 
 log = logging.getLogger(__name__)
 

@@ -43,12 +43,12 @@ import scrapy
 from scrapy import signals
 from scrapy.exceptions import DontCloseSpider, IgnoreRequest
 
-from crawler.extract import extract
-from crawler.frontier import Frontier
-from crawler.items import ImageItem, PageItem, RejectedItem
-from crawler.middlewares import AddressRefused
-from crawler.pipelines import new_run_id
-from crawler.run import CrawlConfig, scrapy_settings
+from lait.crawler.extract import extract
+from lait.crawler.frontier import Frontier
+from lait.crawler.items import ImageItem, PageItem, RejectedItem
+from lait.crawler.middlewares import AddressRefused
+from lait.crawler.pipelines import new_run_id
+from lait.crawler.run import CrawlConfig, scrapy_settings
 
 log = logging.getLogger(__name__)
 

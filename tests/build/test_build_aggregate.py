@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from build.config import BuildConfig
-from build.pipeline import build
+from lait.build.config import BuildConfig
+from lait.build.pipeline import build
 from lait.config import ConfigError
 from lait.parts import WorkDir
 
@@ -171,7 +171,7 @@ def test_missing_inputs_are_config_errors(tmp_path):
 
 
 def test_tar_writer_matches_tarfile_byte_for_byte(tmp_path):
-    from build.shards import MTIME, TarShardWriter
+    from lait.build.shards import MTIME, TarShardWriter
 
     members = [("000000001.jpg", b"x" * 1000), ("000000001.txt", "héllo".encode()), ("000000001.json", b"{}"),
                ("000000002.jpg", b""), ("000000002.txt", b"a" * 512)]

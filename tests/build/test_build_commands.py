@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from build import command
+from lait.build import command
 from lait.config import ConfigError
 
 HERE = Path(__file__).parent
@@ -71,8 +71,8 @@ def test_stats_needs_a_work_directory(tmp_path):
 def test_a_failing_plan_is_reported_and_a_rerun_finishes(tmp_path, monkeypatch):
     """The plan runs in a forked child: its error reaches the caller with the child's traceback,
     nothing is marked done, and the next run plans and writes the shards."""
-    from build import pipeline
-    from build.config import BuildConfig
+    from lait.build import pipeline
+    from lait.build.config import BuildConfig
 
     data.make_work(tmp_path)
     cfg = BuildConfig(work=str(tmp_path), workers=1, progress=False, samples_per_shard=16)

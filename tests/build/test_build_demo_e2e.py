@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-pytest.importorskip("crawler.run")
-pytest.importorskip("scoring.pipeline")
-pytest.importorskip("filters.text_stage")
+pytest.importorskip("lait.crawler.run")
+pytest.importorskip("lait.scoring.pipeline")
+pytest.importorskip("lait.filters.text_stage")
 
-from build.demo import DemoConfig, run_demo  # noqa: E402
-from build.groundtruth import evaluate_files  # noqa: E402
+from lait.build.demo import DemoConfig, run_demo  # noqa: E402
+from lait.build.groundtruth import evaluate_files  # noqa: E402
 
 
 @pytest.mark.slow

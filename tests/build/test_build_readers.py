@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from build.config import BuildConfig
-from build.pipeline import build
+from lait.build.config import BuildConfig
+from lait.build.pipeline import build
 
 HERE = Path(__file__).parent
 _spec = importlib.util.spec_from_file_location("build_data", HERE / "build_data.py")

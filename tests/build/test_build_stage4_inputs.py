@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from build.config import BuildConfig
-from build.pipeline import build
+from lait.build.config import BuildConfig
+from lait.build.pipeline import build
 from lait.parts import WorkDir, partition_of
 
-tables = pytest.importorskip("scoring.tables")
+tables = pytest.importorskip("lait.scoring.tables")
 
 HERE = Path(__file__).parent
 _spec = importlib.util.spec_from_file_location("build_data", HERE / "build_data.py")

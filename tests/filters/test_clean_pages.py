@@ -7,10 +7,10 @@ import argparse
 import pytest
 from lxml import html as lxml_html
 
-from filters import command
-from filters.html_images import image_urls, largest_srcset
-from filters.text_rules import Candidate, split_sentences, text_filters
-from filters.text_stage import CleanConfig, CleanStage
+from lait.filters import command
+from lait.filters.html_images import image_urls, largest_srcset
+from lait.filters.text_rules import Candidate, split_sentences, text_filters
+from lait.filters.text_stage import CleanConfig, CleanStage
 from lait.executor import LocalExecutor
 from lait.parts import partition_of
 
@@ -148,7 +148,7 @@ def test_bad_pages_are_rejected_or_handled(make_work, td):
 def test_page_time_limit(make_work, td, monkeypatch):
     import time
 
-    import filters.text_stage as ts
+    import lait.filters.text_stage as ts
 
     def slow(tree):
         time.sleep(5)

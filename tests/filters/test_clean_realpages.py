@@ -6,8 +6,8 @@ import ftfy
 import pytest
 from lxml import html as lxml_html
 
-from filters.html_images import resolve_url
-from filters.text_stage import CleanConfig, CleanStage
+from lait.filters.html_images import resolve_url
+from lait.filters.text_stage import CleanConfig, CleanStage
 from lait.executor import LocalExecutor
 
 
@@ -58,7 +58,7 @@ def test_readability_figcaptions_are_candidates(shared_data, make_work, td):
 
 def test_planted_coco_captions_are_candidates_of_their_photos(shared_data, make_work, td):
     """Acceptance 2, real-web mode: real pages with planted COCO photo + human caption figures."""
-    from crawler.site.realweb import RealWebSite
+    from lait.crawler.site.realweb import RealWebSite
 
     site = RealWebSite(shared_data)
     truth = site.ground_truth()

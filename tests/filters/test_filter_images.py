@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from filters.image_stage import FilterConfig, ImageFilterStage
+from lait.filters.image_stage import FilterConfig, ImageFilterStage
 from lait.executor import LocalExecutor
 
 
@@ -199,7 +199,7 @@ def test_config_yaml_section_and_validation(tmp_path):
 def test_phash_matches_imagehash(td):
     import imagehash
 
-    from filters.image_stage import phash_of
+    from lait.filters.image_stage import phash_of
 
     for seed in range(20):
         img = td.photo(seed, 300 + seed * 7, 240 + seed * 3)

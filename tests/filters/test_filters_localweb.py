@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from filters.image_stage import FilterConfig, ImageFilterStage
-from filters.text_stage import CleanConfig, CleanStage
+from lait.filters.image_stage import FilterConfig, ImageFilterStage
+from lait.filters.text_stage import CleanConfig, CleanStage
 from lait.executor import LocalExecutor
 
-generator = pytest.importorskip("crawler.site.generator")
+generator = pytest.importorskip("lait.crawler.site.generator")
 BASE = "http://shapes.test"
 
 

@@ -329,7 +329,7 @@ def tables(work: WorkDir) -> dict[str, list[dict]]:
 
 
 def shard_members(work: WorkDir) -> dict[str, bytes]:
-    from build.shards import shard_files
+    from lait.build.shards import shard_files
 
     out = {}
     for tar in shard_files(work):
@@ -360,9 +360,9 @@ def run_commands(commands: list[list[str]], capsys) -> None:
 def crawled(aws):
     """The built-in web (30 articles) crawled straight into `s3://BUCKET/crawl`; left untouched
     by the tests, which copy it."""
-    from crawler.run import CrawlConfig, crawl
-    from crawler.site.generator import generate_site
-    from crawler.site.server import SiteServer
+    from lait.crawler.run import CrawlConfig, crawl
+    from lait.crawler.site.generator import generate_site
+    from lait.crawler.site.server import SiteServer
 
     url = f"{new_bucket()}/crawl"
     with SiteServer(generate_site(30, seed=5)) as srv:

@@ -14,8 +14,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from scoring_testdata import write_work  # noqa: E402
 
-from scoring.config import ScoreConfig  # noqa: E402
-from scoring.pipeline import score_work  # noqa: E402
+from lait.scoring.config import ScoreConfig  # noqa: E402
+from lait.scoring.pipeline import score_work  # noqa: E402
 
 pytestmark = pytest.mark.slow  # builds the demo scorer on first use (cached afterwards)
 
@@ -30,7 +30,7 @@ def site_candidates(n_pages: int, seed: int):
     """(images, candidates, truth) for every kept captioned image of a generated site."""
     from lxml import html as lh
 
-    from crawler.site.generator import generate_site
+    from lait.crawler.site.generator import generate_site
 
     site = generate_site(n_pages, seed=seed)
     gt = site.ground_truth()

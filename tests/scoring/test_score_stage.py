@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from scoring import command
-from scoring.config import ScoreConfig
-from scoring.pipeline import score_work
-from scoring.tables import stack_embs
+from lait.scoring import command
+from lait.scoring.config import ScoreConfig
+from lait.scoring.pipeline import score_work
+from lait.scoring.tables import stack_embs
 
 sys.path.insert(0, str(Path(__file__).parent))
 from scoring_testdata import jpeg, tiny_config_file, write_work  # noqa: E402
@@ -49,7 +49,7 @@ def direct_scores(cfg_path, images: dict[str, bytes], pairs):
     from open_clip.transform import PreprocessCfg, image_transform_v2
     from PIL import Image
 
-    from scoring.model import get_scorer
+    from lait.scoring.model import get_scorer
 
     open_clip.add_model_config(cfg_path)
     # Same weights as the stage: the scorer is cached in this process.
@@ -132,7 +132,7 @@ def parse(argv):
 
 
 LAIT_WITH_SCORE = ("import sys; from lait import cli; "
-                   "'scoring.command' in cli.COMMAND_MODULES or cli.COMMAND_MODULES.append('scoring.command'); "
+                   "'lait.scoring.command' in cli.COMMAND_MODULES or cli.COMMAND_MODULES.append('lait.scoring.command'); "
                    "sys.exit(cli.main(sys.argv[1:]))")
 
 

@@ -16,7 +16,7 @@ def repo_root() -> Path:
 
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
-    from train.bert_init import bundled_minilm_dir
+    from lait.train.bert_init import bundled_minilm_dir
 
     path = bundled_minilm_dir()
     if not (path / "vocab.txt").is_file():
@@ -27,7 +27,7 @@ def minilm_dir() -> Path:
 @pytest.fixture(scope="session")
 def object_shards(tmp_path_factory) -> Path:
     """4 shards x 64 samples with region features, boxes and labels."""
-    from train.synthetic import object_samples, write_shards
+    from lait.train.synthetic import object_samples, write_shards
 
     out = tmp_path_factory.mktemp("object_shards")
     write_shards(out, object_samples(256, seed=0), per_shard=64)

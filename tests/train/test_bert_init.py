@@ -8,10 +8,10 @@ import random
 import pytest
 import torch
 
-from train.batch import Example, collate
-from train.bert_init import load_bert_weights
-from train.model import ImageBert, ImageBertConfig
-from train.objectives import mlm_loss
+from lait.train.batch import Example, collate
+from lait.train.bert_init import load_bert_weights
+from lait.train.model import ImageBert, ImageBertConfig
+from lait.train.objectives import mlm_loss
 
 
 def _minilm_model(minilm_dir, load: bool) -> ImageBert:
@@ -35,7 +35,7 @@ def test_report_says_what_was_loaded_and_initialised(minilm_dir):
 
 def test_text_encoder_matches_transformers_bert(minilm_dir):
     transformers = pytest.importorskip("transformers")
-    from train.data import WordPiece
+    from lait.train.data import WordPiece
 
     hf = transformers.BertModel.from_pretrained(str(minilm_dir)).eval()
     m = _minilm_model(minilm_dir, True).eval()
@@ -73,7 +73,7 @@ def test_bert_init_mlm_loss_on_coco_captions_far_below_random(minilm_dir, repo_r
     path = repo_root.parent / "shared" / "data" / "photos" / "coco_train" / "captions.json"
     if not path.is_file():
         pytest.skip(f"{path} is absent")
-    from train.data import WordPiece
+    from lait.train.data import WordPiece
 
     caps = [a["caption"] for a in json.loads(path.read_text())["annotations"]]
     tok = WordPiece(minilm_dir)

@@ -14,8 +14,8 @@ import torch
 SCRIPT = textwrap.dedent(
     """
     import os, sys, torch
-    from train import loop
-    from train.cli import main
+    from lait.train import loop
+    from lait.train.cli import main
 
     run = loop.Trainer.run
 

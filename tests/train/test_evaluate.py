@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from train.evaluate import recall_at_k
+from lait.train.evaluate import recall_at_k
 
 
 def _brute_force(scores, text_to_image, ks=(1, 5, 10)):

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from train.cli import main
+from lait.train.cli import main
 
 SMALL_MODEL = """
 vocab_size: {vocab_size}
@@ -40,15 +40,15 @@ REGIONS = ["--set", "data.regions.source=patches", "--set", "data.regions.patch_
 
 
 def learn(tmp_path, n_train=2000, pre_steps=500, ft_steps=200, batch=32, workers=1):
-    from train.synthetic import scene_samples, write_shards
+    from lait.train.synthetic import scene_samples, write_shards
 
     t0 = time.perf_counter()
     write_shards(tmp_path / "train", scene_samples(n_train, seed=1, width=192, height=160), per_shard=n_train // 4)
     write_shards(tmp_path / "test", scene_samples(100, seed=2, width=192, height=160), per_shard=100)
     # A WordPiece vocabulary trained on the training captions: a few hundred words instead of
     # BERT's 30,522 keeps the tiny model (and this test) fast.
-    from train.data import WordPiece
-    from train.synthetic import train_wordpiece
+    from lait.train.data import WordPiece
+    from lait.train.synthetic import train_wordpiece
 
     captions = [s.caption for s in scene_samples(n_train, seed=1, width=32, height=32)]
     tokenizer = train_wordpiece(captions, tmp_path / "tokenizer", vocab_size=300)
@@ -80,7 +80,7 @@ def learn(tmp_path, n_train=2000, pre_steps=500, ft_steps=200, batch=32, workers
 
 @pytest.mark.slow
 def test_pretrain_finetune_retrieves_held_out_scenes(tmp_path):
-    pytest.importorskip("crawler.site.scenes")
+    pytest.importorskip("lait.crawler.site.scenes")
     results = learn(tmp_path)
     print(json.dumps(results, indent=2))
     # Asserted in the evaluator's shortlist mode (top 5 of 100 by embedding similarity, then ITM

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from train.cli import main
+from lait.train.cli import main
 
 
 def _records(out):
@@ -46,7 +46,7 @@ def test_resume_reproduces_uninterrupted_run(tmp_path, object_shards, minilm_dir
     assert main(pretrain_args(full, object_shards, minilm_dir, steps=12, extra=common)) == 0
 
     # The same run, crashing after step 8 (the last checkpoint was written at step 6).
-    from train import loop
+    from lait.train import loop
 
     add = loop._Window.add
 

@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from crawler.site import command
+from lait.crawler.site import command
 
 
 @pytest.fixture

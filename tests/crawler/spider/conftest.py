@@ -15,8 +15,8 @@ REPO = Path(__file__).resolve().parents[3]
 @pytest.fixture(scope="module")
 def local_web():
     """A 40-article generated site served on loopback: (site, base URL)."""
-    from crawler.site.generator import generate_site
-    from crawler.site.server import SiteServer
+    from lait.crawler.site.generator import generate_site
+    from lait.crawler.site.server import SiteServer
 
     site = generate_site(40, seed=3)
     with SiteServer(site) as srv:
@@ -24,7 +24,7 @@ def local_web():
 
 
 def crawl_config(out, seeds, **kw):
-    from crawler.run import CrawlConfig
+    from lait.crawler.run import CrawlConfig
 
     defaults = dict(allow_loopback=True, log_level="WARNING", autothrottle=False,
                     n_partitions=4, part_seconds=2.0)
@@ -45,7 +45,7 @@ def crawler_env() -> dict:
 
 
 def crawler_cmd(config: Path, stats: Path | None = None) -> list[str]:
-    cmd = [sys.executable, "-m", "crawler.run", str(config)]
+    cmd = [sys.executable, "-m", "lait.crawler.run", str(config)]
     return cmd + (["--stats-json", str(stats)] if stats else [])
 
 

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from crawler.middlewares import AddressPolicy, classify_address
+from lait.crawler.middlewares import AddressPolicy, classify_address
 
 
 @pytest.mark.parametrize("address,kind", [
@@ -51,7 +51,7 @@ class _TrapSite:
         self.lock = threading.Lock()
 
     def route(self, path, base_url=""):
-        from crawler.site.generator import Response
+        from lait.crawler.site.generator import Response
 
         with self.lock:
             self.hits.append(path)
@@ -70,7 +70,7 @@ class _TrapSite:
 
 @pytest.fixture()
 def trap():
-    from crawler.site.server import SiteServer
+    from lait.crawler.site.server import SiteServer
 
     site = _TrapSite()
     with SiteServer(site) as srv:
@@ -78,7 +78,7 @@ def trap():
 
 
 def test_links_to_internal_addresses_are_refused_and_recorded(trap, tmp_path, helpers):
-    from crawler.run import crawl
+    from lait.crawler.run import crawl
     from lait.parts import WorkDir
 
     site, srv = trap
@@ -98,11 +98,11 @@ def test_links_to_internal_addresses_are_refused_and_recorded(trap, tmp_path, he
     assert stats["crawl/refused_metadata"] == 1 and stats["crawl/refused_private"] == 2
     # Refused before any connection: no timeout or connection error was needed to stop them.
     errors = {k.rsplit("/", 1)[1] for k in stats if k.startswith("downloader/exception_type_count/")}
-    assert errors <= {"crawler.middlewares.AddressRefused"}, errors
+    assert errors <= {"lait.crawler.middlewares.AddressRefused"}, errors
 
 
 def test_name_resolving_to_loopback_is_refused_when_not_allowed(trap, tmp_path, helpers):
-    from crawler.run import crawl
+    from lait.crawler.run import crawl
     from lait.parts import WorkDir
 
     site, srv = trap

@@ -10,7 +10,7 @@ from lait.config import ConfigError
 
 
 def _parse(argv):
-    from crawler import command
+    from lait.crawler import command
 
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
@@ -19,7 +19,7 @@ def _parse(argv):
 
 
 def test_flags_become_a_config_and_scrapy_settings(tmp_path):
-    from crawler.run import CrawlConfig, scrapy_settings
+    from lait.crawler.run import CrawlConfig, scrapy_settings
 
     args = _parse(["crawl", "--seeds", "http://a.example/", "--out", str(tmp_path), "--max-pages", "7",
                    "--allow-loopback", "--redis-url", "redis://127.0.0.1:1/0", "--no-autothrottle"])
@@ -28,12 +28,12 @@ def test_flags_become_a_config_and_scrapy_settings(tmp_path):
     s = scrapy_settings(cfg)
     assert s["LAIT_ALLOW_LOOPBACK"] is True and s["AUTOTHROTTLE_ENABLED"] is False
     assert s["SCHEDULER"] == "scrapy_redis.scheduler.Scheduler"
-    assert s["SCHEDULER_SERIALIZER"] == "crawler.jsonqueue"  # never pickle in the shared queue
+    assert s["SCHEDULER_SERIALIZER"] == "lait.crawler.jsonqueue"  # never pickle in the shared queue
 
 
 def test_polite_defaults():
-    import crawler.settings as s
-    from crawler.run import CrawlConfig, scrapy_settings
+    import lait.crawler.settings as s
+    from lait.crawler.run import CrawlConfig, scrapy_settings
 
     cfg = CrawlConfig(seeds=["http://a.example/"], out="w")
     merged = {**{k: getattr(s, k) for k in dir(s) if k.isupper()}, **scrapy_settings(cfg)}
@@ -45,7 +45,7 @@ def test_polite_defaults():
 
 
 def test_seeds_file_and_bad_seeds(tmp_path):
-    from crawler.run import CrawlConfig
+    from lait.crawler.run import CrawlConfig
 
     seeds = tmp_path / "seeds.txt"
     seeds.write_text("# news\nhttp://a.example/\n\nhttps://b.example/x  # trailing comment\n")
@@ -65,7 +65,7 @@ def test_seeds_file_and_bad_seeds(tmp_path):
     (["crawl", "--seeds", "http://a/", "--out", "w", "--redis-url", "localhost:6379"], "redis_url"),
 ])
 def test_config_errors(argv, message):
-    from crawler.run import CrawlConfig
+    from lait.crawler.run import CrawlConfig
 
     with pytest.raises(ConfigError, match=message):
         CrawlConfig.from_args(_parse(argv))
@@ -75,7 +75,7 @@ def test_json_queue_round_trips_request_dicts():
     import scrapy
     from scrapy.utils.request import request_from_dict
 
-    from crawler import jsonqueue
+    from lait.crawler import jsonqueue
 
     req = scrapy.Request("http://a.example/x", method="POST", body=b"\x00\xffbin",
                          headers={"X-A": "1"}, meta={"depth": 2, "lait_kind": "image"}, priority=10)

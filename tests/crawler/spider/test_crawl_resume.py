@@ -27,8 +27,8 @@ class _SlowSite:
 
 @pytest.fixture()
 def slow_web():
-    from crawler.site.generator import generate_site
-    from crawler.site.server import SiteServer
+    from lait.crawler.site.generator import generate_site
+    from lait.crawler.site.server import SiteServer
 
     site = generate_site(40, seed=5)
     with SiteServer(_SlowSite(site, 0.1)) as srv:
@@ -36,7 +36,7 @@ def slow_web():
 
 
 def test_sigkill_then_restart_gives_every_page_once(slow_web, tmp_path, helpers):
-    from crawler.run import crawl
+    from lait.crawler.run import crawl
 
     site, base = slow_web
     out, jobdir = tmp_path / "work", tmp_path / "job"
@@ -74,7 +74,7 @@ def test_sigkill_then_restart_gives_every_page_once(slow_web, tmp_path, helpers)
 
 
 def test_rerun_of_a_finished_crawl_fetches_nothing_again(local_web, tmp_path, helpers):
-    from crawler.run import crawl
+    from lait.crawler.run import crawl
 
     _, base = local_web
     cfg = helpers.crawl_config(tmp_path / "w", [base + "/"], max_depth=1)

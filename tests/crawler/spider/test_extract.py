@@ -6,7 +6,7 @@ from urllib.parse import urljoin, urldefrag
 
 import pytest
 
-from crawler.extract import Resolver, extract, image_urls, largest_candidate, parse_srcset, resolve_slow
+from lait.crawler.extract import Resolver, extract, image_urls, largest_candidate, parse_srcset, resolve_slow
 
 PAGE = "http://example.org/news/story.html"
 
@@ -111,7 +111,7 @@ def _independent_image_urls(html: bytes, page_url: str) -> set[str]:
 
 
 def test_real_web_image_recall_against_an_independent_extraction(shared_data):
-    from crawler.site.realweb import RealWebSite
+    from lait.crawler.site.realweb import RealWebSite
     from w3lib.url import safe_url_string
 
     site = RealWebSite(shared_data)

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from crawler.extract import PageLinks
-from crawler.frontier import Frontier
+from lait.crawler.extract import PageLinks
+from lait.crawler.frontier import Frontier
 
 
 def test_frontier_is_fifo_per_depth_and_shallowest_first():
@@ -43,8 +43,8 @@ class _Scheduler:
 def spider(tmp_path):
     from scrapy.utils.test import get_crawler
 
-    from crawler.run import CrawlConfig
-    from crawler.spiders.lait import LaitSpider
+    from lait.crawler.run import CrawlConfig
+    from lait.crawler.spiders.lait import LaitSpider
 
     cfg = CrawlConfig(seeds=["http://site.test/"], out=str(tmp_path / "w"), concurrency=4,
                       allow_loopback=True)
@@ -120,8 +120,8 @@ def test_max_pages_stops_the_frontier(spider):
 def test_redis_crawls_keep_links_in_scrapys_scheduler(tmp_path):
     from scrapy.utils.test import get_crawler
 
-    from crawler.run import CrawlConfig
-    from crawler.spiders.lait import LaitSpider
+    from lait.crawler.run import CrawlConfig
+    from lait.crawler.spiders.lait import LaitSpider
 
     cfg = CrawlConfig(seeds=["http://site.test/"], out=str(tmp_path / "w"),
                       redis_url="redis://127.0.0.1:1/0")

@@ -19,7 +19,7 @@ def _path(url: str) -> str:
 
 @pytest.fixture(scope="module")
 def crawled(local_web, tmp_path_factory, helpers):
-    from crawler.run import crawl
+    from lait.crawler.run import crawl
 
     site, base = local_web
     out = tmp_path_factory.mktemp("crawl") / "work"
@@ -131,7 +131,7 @@ def test_stats_count_what_was_written(crawled):
 
 
 def test_max_pages_and_max_depth(local_web, tmp_path, helpers):
-    from crawler.run import crawl
+    from lait.crawler.run import crawl
 
     _, base = local_web
     crawl(helpers.crawl_config(tmp_path / "a", [base + "/"], max_pages=5, fetch_images=False), quiet=True)
@@ -146,7 +146,7 @@ def test_max_pages_and_max_depth(local_web, tmp_path, helpers):
 
 
 def test_a_scrapy_closespider_limit_is_a_successful_stop(local_web, tmp_path, helpers, capsys):
-    from crawler.command import run
+    from lait.crawler.command import run
 
     _, base = local_web
     cfg = helpers.crawl_config(tmp_path / "w", [base + "/"], fetch_images=False, concurrency=1,

@@ -6,8 +6,8 @@ import hashlib
 
 import pyarrow.parquet as pq
 
-from crawler.items import ImageItem, PageItem
-from crawler.pipelines import PartsPipeline
+from lait.crawler.items import ImageItem, PageItem
+from lait.crawler.pipelines import PartsPipeline
 from lait.parts import WorkDir
 
 

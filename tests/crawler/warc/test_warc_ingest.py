@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 from warcio.warcwriter import WARCWriter
 
-from crawler.warc_ingest import IngestOptions, file_tag, ingest_file, ingest_files, is_ingested, noai_directive
+from lait.crawler.warc_ingest import IngestOptions, file_tag, ingest_file, ingest_files, is_ingested, noai_directive
 from lait.parts import WorkDir, partition_of
 
 

@@ -7,7 +7,7 @@ import zlib
 
 import pytest
 
-from crawler.warc import (HttpResponse, WarcReader, decode_body, dechunk, looks_like_archive, parse_http,
+from lait.crawler.warc import (HttpResponse, WarcReader, decode_body, dechunk, looks_like_archive, parse_http,
                           scan_gzip_members)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crawler.warc_ingest import ingest_files
+from lait.crawler.warc_ingest import ingest_files
 from lait.parts import WorkDir
 
 
