@@ -1,7 +1,7 @@
 """Stage 5 of LAIT: image-text aggregation into WebDataset shards, the stats report, and the
 `lait build`, `lait stats`, `lait run` and `lait demo` commands.
 
-`build.pipeline.build(cfg)` runs the three passes of `lait build` (see `build.aggregate` and
-`build.shards`); `build.report` turns a work directory into the HTML report and the terminal
+`lait.build.pipeline.build(cfg)` runs the three passes of `lait build` (see `lait.build.aggregate` and
+`lait.build.shards`); `lait.build.report` turns a work directory into the HTML report and the terminal
 summary.
 """

@@ -2,7 +2,7 @@
 radius, and near-duplicate pairs found from embeddings in stage 4, across the whole dataset.
 
 Grouping is a union-find over image indices; it does not depend on input order, because the
-representative of a group is chosen afterwards by a total order (see `build.aggregate`).
+representative of a group is chosen afterwards by a total order (see `lait.build.aggregate`).
 """
 
 from __future__ import annotations

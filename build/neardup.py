@@ -1,5 +1,5 @@
 """Near-duplicate image pairs that stage 4 found from image embeddings (`near_dups/`, see
-`scoring.tables`): stage 5 merges them into its duplicate groups. Optional: without the table,
+`lait.schemas`): stage 5 merges them into its duplicate groups. Optional: without the table,
 groups come from sha256 and perceptual hashes alone.
 """
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from lait.build import tables  # noqa: F401  (registers the build tables)
 from lait import storage
 from lait.stage import PartContext, Stage
 

@@ -23,15 +23,15 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
-from lait.build import tables
 from lait.build.aggregate import PLAN_TAG, plan_build
 from lait.build.config import BuildConfig
 from lait.build.pick import PickStage
 from lait.build.shards import ShardStage, write_sizes, write_stats
 from lait import storage
-from lait.commands import open_work_dir
+from lait.drivers import open_work_dir
 from lait.config import ConfigError
-from lait.executor import RunReport, make_executor
+from lait.executor import make_executor
+from lait.stage import RunReport
 from lait.parts import WorkDir, atomic_write_json, stats_path
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 STAGES = ("build_pick", "build_plan", "build_shards")
 INPUT_TABLES = ("scored", "images_ok", "near_dups", "regions", "region_labels")
 FINGERPRINT = "build_fingerprint.json"
+BUILD_TABLES = ("build_images", "build_plan")  # the build's own tables, cleared on a rebuild
 
 
 @dataclass
@@ -74,7 +75,7 @@ def reset(work: WorkDir) -> None:
     """Remove every output of an earlier build (markers, build tables, its rejects, shards)."""
     for stage in STAGES:
         work.clear_done(stage)
-    for table in tables.BUILD_TABLES:
+    for table in BUILD_TABLES:
         storage.remove_tree(work.table_dir(table))
     for p in work.part_files("rejected"):
         tag = p.name.split("-", 1)[1].rsplit(".", 1)[0]

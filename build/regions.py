@@ -4,7 +4,7 @@ codebook classes for masked object classification).
 
 Optional: a work directory scored without `--regions` has no `regions/` table, its shards carry
 no region arrays, and the trainer computes patch features on the fly. The table layout is stage
-4's (`scoring.tables`); arrays go into the tar with `np.save(allow_pickle=False)`.
+4's (`lait.schemas`, `lait.arrays`); arrays go into the tar with `np.save(allow_pickle=False)`.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class RegionReader:
         """Read only the partitions and rows these images need; None without a `regions/` table."""
         if not work.part_files("regions"):
             return None
-        from lait.scoring.tables import region_arrays  # registers stage 4's tables
+        from lait.arrays import region_arrays
 
         by_part: dict[int, set[str]] = defaultdict(set)
         for url in urls:

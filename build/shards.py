@@ -20,7 +20,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lait.build import tables  # noqa: F401  (registers the build tables)
 from lait.build.regions import RegionReader
 from lait import storage
 from lait.parts import WorkDir, atomic_write_bytes, atomic_write_json

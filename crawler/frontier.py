@@ -6,7 +6,7 @@ done. As Scrapy ``Request`` objects, the 19,208 links of the local web's 20,000-
 page took 13 MB, and their fingerprints another 8 MB (measured in-process), before the
 scheduler and middlewares add theirs. This frontier holds each link as ``(url, referer)`` in a
 FIFO per depth, about 200 bytes with its URL, and the spider turns links into Requests only as
-Scrapy's scheduler runs low (`crawler.spiders.lait.LaitSpider.top_up`), shallowest depth
+Scrapy's scheduler runs low (`lait.crawler.spiders.lait.LaitSpider.top_up`), shallowest depth
 first, so the crawl order stays breadth-first.
 
 A URL enters the frontier at most once (exact string; Scrapy's duplicate filter still

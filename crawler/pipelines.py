@@ -5,7 +5,7 @@ processes (a Redis-shared crawl, or a resumed one) can fill the same work direct
 committed (closed, renamed into place with its stats) when it reaches ``LAIT_PART_ROWS`` rows or
 ``LAIT_PART_BYTES`` bytes, every ``LAIT_PART_SECONDS`` seconds, and when the spider closes.
 Committed parts are the crawl's checkpoint: a process killed with SIGKILL loses only the rows of
-its open parts, and a restarted crawl (see `crawler.spiders.lait`) fetches those again.
+its open parts, and a restarted crawl (see `lait.crawler.spiders.lait`) fetches those again.
 
 Rows wait in their part's buffer until a row group fills (256 rows or 8 MiB). One part is open
 per (table, partition), so without a shared limit the buffers could hold 8 MiB times twice the

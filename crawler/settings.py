@@ -2,7 +2,7 @@
 
 `scrapy crawl lait ...` from the repository root reads this module (scrapy.cfg); `lait crawl`
 uses it too. The spider lays the values of its `CrawlConfig` over these at "spider" priority
-(see `crawler.run.scrapy_settings`), and `-s NAME=VALUE` on the command line still wins.
+(see `lait.crawler.run.scrapy_settings`), and `-s NAME=VALUE` on the command line still wins.
 """
 
 from lait import __version__

@@ -11,7 +11,7 @@ What goes where:
 
 - `response`/`resource` records with HTML -> `pages/` (`html` only for 2xx; others keep their
   status and headers with `error` "http STATUS"), and their `<img>`/`og:image` references ->
-  `warc_links/` (see `crawler.warc_links`).
+  `warc_links/` (see `lait.crawler.warc_links`).
 - records with an image (by Content-Type, else by magic bytes) -> `images/` (`bytes` only
   for 2xx).
 - WAT `metadata` records (JSON) -> `warc_links/` from their `IMG@` links.

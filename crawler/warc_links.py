@@ -17,21 +17,9 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import pyarrow as pa
 
-from lait.schemas import TIMESTAMP, Table, register_table
 
 log = logging.getLogger(__name__)
-
-WARC_LINKS = register_table(Table("warc_links", pa.schema([
-    pa.field("page_url", pa.string(), nullable=False),
-    pa.field("image_url", pa.string(), nullable=False),
-    pa.field("alt", pa.string()),
-    pa.field("title", pa.string()),
-    pa.field("source", pa.string(), nullable=False),
-    pa.field("fetched_at", TIMESTAMP, nullable=False),
-    pa.field("warc_file", pa.string()),
-]), "image_url"))
 
 
 @dataclass(frozen=True)
@@ -54,7 +42,7 @@ def _clean(text: str | None) -> str | None:
 def html_image_links(html: bytes, page_url: str, encoding: str | None = None) -> list[ImageLink]:
     """Every `<img>` (src, else data-src, else the largest srcset candidate) and `og:image`.
 
-    URLs are resolved by the crawler's own `crawler.extract` rules (`<base href>`, no fragment,
+    URLs are resolved by the crawler's own `lait.crawler.extract` rules (`<base href>`, no fragment,
     safe characters, largest srcset candidate), so a reference joins the `images/` rows and
     stage 3's candidates for the same image, whichever way the page arrived.
     """

@@ -5,7 +5,7 @@ UTF-8 with replacement), parse once with lxml, collect every image with its alt,
 figcaption and og texts and its position in document order, then let trafilatura find the
 main content on the same tree and take the main-content sentences nearest to each image as
 `context` candidates. Texts are repaired (ftfy), long ones split into sentences, and run
-through the rules of `filters.text_rules`; texts repeated on most pages of a site are dropped
+through the rules of `lait.filters.text_rules`; texts repeated on most pages of a site are dropped
 as `clean/site_boilerplate`. Each (page, image) pair with at least one text goes to the
 candidates partition of its image URL. A page that breaks the parser or runs past the time
 limit is rejected with its reason; the partition goes on.

@@ -1,7 +1,7 @@
 """The uninformative-image hook: logos, icons, charts, blank images.
 
 A classifier is any object with `name` and `judge(preview) -> (is_uninformative, detail)` taking
-a `filters.image_decode.Preview` (`.image`: small upright RGB, 32 to 256 px; `.nearest`: 64x64
+a `lait.filters.image_decode.Preview` (`.image`: small upright RGB, 32 to 256 px; `.nearest`: 64x64
 nearest-neighbour samples). The default, `FlatColourHeuristic`, flags synthetic graphics by how
 few exact colours they use: a photograph's sensor noise gives dozens to hundreds of colours in
 64x64 nearest-neighbour samples (even of a 1/8-scale JPEG decode), while a logo, icon, chart or

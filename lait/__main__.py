@@ -1,5 +1,7 @@
+"""`python -m lait`: the `lait` command."""
+
 import sys
 
-from lait.cli import main
+from lait.app.cli import main
 
 sys.exit(main())

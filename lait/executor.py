@@ -1,9 +1,6 @@
-"""Executors: run a stage over partitions. Every executor calls the same `run_part`.
-
-`run_part` is the whole unit of work: skip the partition if its completion marker exists,
-otherwise remove whatever an earlier, interrupted attempt left, process it, close its parts
-and write the marker last. So a killed run, rerun, ends with the output of an uninterrupted
-one, and the output never depends on how many workers ran or in which order.
+"""Executors: run a stage over partitions. Every executor calls the same `lait.stage.run_part`
+and reports in a `lait.stage.RunReport`; this one runs them in a local process pool, and
+`make_executor` picks it or the Ray executor (`lait.ray_executor`) by name.
 """
 
 from __future__ import annotations
@@ -11,81 +8,17 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-import time
 import traceback
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
 from typing import Any
 
 from lait.log import progress
-from lait.memory import apply_memory_settings, release_free_memory
 from lait.parts import WorkDir
-from lait.stage import PartContext, Stage, task_tag
+from lait.stage import RunReport, Stage, run_part
 
 log = logging.getLogger(__name__)
-
-
-def run_part(stage: Stage, work_root: str, partition: int) -> dict[str, Any]:
-    """Process one partition of `stage` in `work_root`; the only entry point of every executor.
-
-    `work_root` is a path or URL (`WorkDir.url`), not a WorkDir: each worker process opens its
-    own, so no filesystem connection crosses a fork or a pickle."""
-    apply_memory_settings()  # spawned and Ray workers start with glibc's and Arrow's defaults
-    work = WorkDir(work_root)
-    if work.is_done(stage.name, partition):
-        return {"stage": stage.name, "partition": partition, "skipped": True}
-    tag = task_tag(stage.name, partition)
-    for table in (*stage.output_tables, "rejected"):
-        work.remove_parts(table, tag)
-    ctx = PartContext(work, stage.name, partition)
-    start = time.perf_counter()
-    try:
-        stage.process(ctx)
-        stats = ctx.close()
-    except BaseException:
-        ctx.abort()
-        raise
-    finally:
-        release_free_memory()  # the next partition of this worker starts from what is live
-    stats["seconds"] = round(time.perf_counter() - start, 3)
-    work.mark_done(stage.name, partition, stats)
-    return stats
-
-
-@dataclass
-class RunReport:
-    """What happened to each partition of a stage run."""
-
-    stage: str
-    done: list[int] = field(default_factory=list)
-    skipped: list[int] = field(default_factory=list)
-    failed: dict[int, str] = field(default_factory=dict)
-    stats: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed
-
-    def finish(self) -> RunReport:
-        """Order the results by partition and log the summary; every executor ends with this."""
-        self.done.sort()
-        self.stats.sort(key=lambda s: s["partition"])
-        log.info(self.summary())
-        return self
-
-    def summary(self) -> str:
-        s = f"{self.stage}: {len(self.done)} done, {len(self.skipped)} already done, {len(self.failed)} failed"
-        for p, err in sorted(self.failed.items()):
-            s += f"\n  partition {p:05d} failed: {err.strip().splitlines()[-1] if err.strip() else err}"
-        return s
-
-
-class StageFailed(RuntimeError):
-    def __init__(self, report: RunReport):
-        super().__init__(report.summary())
-        self.report = report
 
 
 def _format_exc(exc: BaseException) -> str:

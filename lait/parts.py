@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lait import storage
-from lait.schemas import Table, get_table
+from lait.schemas import get_table
 from lait.storage import Location, RemotePath
 
 log = logging.getLogger(__name__)

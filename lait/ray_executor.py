@@ -20,11 +20,10 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from lait.executor import RunReport, run_part
 from lait.log import progress
 from lait.memory import arrow_env
 from lait.parts import WorkDir
-from lait.stage import Stage
+from lait.stage import RunReport, Stage, run_part
 
 log = logging.getLogger(__name__)
 

@@ -97,6 +97,107 @@ REJECTED = pa.schema(
 )
 
 
+# -- tables a stage writes for itself and the stages after it --------------------------------
+
+# warc_links/ (ingest-warc): image references of archived pages, with their alt and title texts.
+WARC_LINKS = pa.schema([
+    pa.field("page_url", pa.string(), nullable=False),
+    pa.field("image_url", pa.string(), nullable=False),
+    pa.field("alt", pa.string()),
+    pa.field("title", pa.string()),
+    pa.field("source", pa.string(), nullable=False),
+    pa.field("fetched_at", TIMESTAMP, nullable=False),
+    pa.field("warc_file", pa.string()),
+])
+
+# image_embs/ (score): one fp16 L2-normalised embedding per scored image.
+IMAGE_EMBS = pa.schema([
+    pa.field("image_url", pa.string(), nullable=False),
+    pa.field("sha256", pa.string()),
+    pa.field("dim", pa.int32(), nullable=False),
+    pa.field("emb", pa.binary(), nullable=False),
+])
+
+# text_embs/ (score): one per distinct text of a partition.
+TEXT_EMBS = pa.schema([
+    pa.field("text", pa.string(), nullable=False),
+    pa.field("dim", pa.int32(), nullable=False),
+    pa.field("emb", pa.binary(), nullable=False),
+])
+
+# regions/ (score --regions): pooled patch features (fp16 n x dim) and boxes (fp32 n x 4).
+REGIONS = pa.schema([
+    pa.field("image_url", pa.string(), nullable=False),
+    pa.field("n", pa.int32(), nullable=False),
+    pa.field("dim", pa.int32(), nullable=False),
+    pa.field("features", pa.binary(), nullable=False),
+    pa.field("boxes", pa.binary(), nullable=False),
+])
+
+# region_labels/ (score --regions): each region's codebook class (int32 n).
+REGION_LABELS = pa.schema([
+    pa.field("image_url", pa.string(), nullable=False),
+    pa.field("n", pa.int32(), nullable=False),
+    pa.field("labels", pa.binary(), nullable=False),
+])
+
+# near_dups/ (score): image pairs whose embeddings are near-duplicates, url_a < url_b.
+NEAR_DUPS = pa.schema([
+    pa.field("image_url_a", pa.string(), nullable=False),
+    pa.field("image_url_b", pa.string(), nullable=False),
+    pa.field("cosine", pa.float32(), nullable=False),
+])
+
+# build_images/ (build, pass 1): one row per image URL with scored texts, where its bytes are.
+BUILD_CANDIDATE = pa.struct([
+    pa.field("text", pa.string(), nullable=False),
+    pa.field("source", pa.string(), nullable=False),
+    pa.field("lang", pa.string()),
+    pa.field("score", pa.float32(), nullable=False),
+    pa.field("page_url", pa.string(), nullable=False),
+    pa.field("model", pa.string()),
+    pa.field("pretrained", pa.string()),
+])
+
+BUILD_IMAGES = pa.schema([
+    pa.field("image_url", pa.string(), nullable=False),
+    pa.field("sha256", pa.string(), nullable=False),
+    pa.field("phash", pa.string(), nullable=False),
+    pa.field("width", pa.int32(), nullable=False),
+    pa.field("height", pa.int32(), nullable=False),
+    pa.field("format", pa.string(), nullable=False),
+    # Where the bytes are: images_ok part file name, row group, row inside the group.
+    pa.field("src_file", pa.string(), nullable=False),
+    pa.field("row_group", pa.int32(), nullable=False),
+    pa.field("row_index", pa.int32(), nullable=False),
+    pa.field("candidates", pa.list_(BUILD_CANDIDATE), nullable=False),
+])
+
+# build_plan/ (build, pass 2): one row per final sample, partitioned by shard number.
+BUILD_PLAN = pa.schema([
+    pa.field("key", pa.string(), nullable=False),
+    pa.field("shard", pa.int32(), nullable=False),
+    pa.field("image_url", pa.string(), nullable=False),
+    pa.field("page_url", pa.string(), nullable=False),
+    pa.field("caption", pa.string(), nullable=False),
+    pa.field("source", pa.string(), nullable=False),
+    pa.field("lang", pa.string()),
+    pa.field("score", pa.float32(), nullable=False),
+    pa.field("width", pa.int32(), nullable=False),
+    pa.field("height", pa.int32(), nullable=False),
+    pa.field("format", pa.string(), nullable=False),
+    pa.field("sha256", pa.string(), nullable=False),
+    pa.field("phash", pa.string(), nullable=False),
+    pa.field("src_file", pa.string(), nullable=False),
+    pa.field("row_group", pa.int32(), nullable=False),
+    pa.field("row_index", pa.int32(), nullable=False),
+    pa.field("n_candidates", pa.int32(), nullable=False),
+    pa.field("n_duplicates", pa.int32(), nullable=False),
+    # KEY.json, decided by the global pass (a JSON object as text).
+    pa.field("meta", pa.string(), nullable=False),
+])
+
+
 @dataclass(frozen=True)
 class Table:
     """A table of the work directory: its folder name, schema and partitioning key."""
@@ -115,6 +216,14 @@ TABLES: dict[str, Table] = {
         Table("candidates", CANDIDATES, "image_url"),
         Table("scored", SCORED, "image_url"),
         Table("rejected", REJECTED, "reason"),
+        Table("warc_links", WARC_LINKS, "image_url"),
+        Table("image_embs", IMAGE_EMBS, "image_url"),
+        Table("text_embs", TEXT_EMBS, "image_url"),
+        Table("regions", REGIONS, "image_url"),
+        Table("region_labels", REGION_LABELS, "image_url"),
+        Table("near_dups", NEAR_DUPS, "image_url_a"),
+        Table("build_images", BUILD_IMAGES, "image_url"),
+        Table("build_plan", BUILD_PLAN, "key"),
     ]
 }
 
@@ -128,26 +237,8 @@ def register_table(table: Table) -> Table:
     return table
 
 
-# Tables a stage owns and registers in its own module; imported on first use, so a reader of
-# `near_dups/` (stage 5, `lait stats`) need not know which module defines it.
-TABLE_MODULES = {
-    "warc_links": "lait.crawler.warc_links",
-    "image_embs": "lait.scoring.tables",
-    "text_embs": "lait.scoring.tables",
-    "regions": "lait.scoring.tables",
-    "region_labels": "lait.scoring.tables",
-    "near_dups": "lait.scoring.tables",
-    "build_images": "lait.build.tables",
-    "build_plan": "lait.build.tables",
-}
-
-
 def get_table(name: str) -> Table:
-    if name not in TABLES and name in TABLE_MODULES:
-        import importlib
-
-        importlib.import_module(TABLE_MODULES[name])
     try:
         return TABLES[name]
     except KeyError:
-        raise KeyError(f"unknown table {name!r}; known: {sorted(set(TABLES) | set(TABLE_MODULES))}") from None
+        raise KeyError(f"unknown table {name!r}; known: {sorted(TABLES)}") from None

@@ -9,11 +9,14 @@ so every stage gets atomic outputs, reasons for every drop and a stats funnel fo
 from __future__ import annotations
 
 import logging
+import time
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from lait.memory import apply_memory_settings, release_free_memory
 from lait.parts import PartWriter, WorkDir
 
 log = logging.getLogger(__name__)
@@ -127,3 +130,58 @@ class Stage(ABC):
 
     @abstractmethod
     def process(self, ctx: PartContext) -> None: ...
+
+
+def run_part(stage: Stage, work_root: str, partition: int) -> dict[str, Any]:
+    """Process one partition of `stage` in `work_root`; the only entry point of every executor.
+
+    `work_root` is a path or URL (`WorkDir.url`), not a WorkDir: each worker process opens its
+    own, so no filesystem connection crosses a fork or a pickle."""
+    apply_memory_settings()  # spawned and Ray workers start with glibc's and Arrow's defaults
+    work = WorkDir(work_root)
+    if work.is_done(stage.name, partition):
+        return {"stage": stage.name, "partition": partition, "skipped": True}
+    tag = task_tag(stage.name, partition)
+    for table in (*stage.output_tables, "rejected"):
+        work.remove_parts(table, tag)
+    ctx = PartContext(work, stage.name, partition)
+    start = time.perf_counter()
+    try:
+        stage.process(ctx)
+        stats = ctx.close()
+    except BaseException:
+        ctx.abort()
+        raise
+    finally:
+        release_free_memory()  # the next partition of this worker starts from what is live
+    stats["seconds"] = round(time.perf_counter() - start, 3)
+    work.mark_done(stage.name, partition, stats)
+    return stats
+
+
+@dataclass
+class RunReport:
+    """What happened to each partition of a stage run."""
+
+    stage: str
+    done: list[int] = field(default_factory=list)
+    skipped: list[int] = field(default_factory=list)
+    failed: dict[int, str] = field(default_factory=dict)
+    stats: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def finish(self) -> RunReport:
+        """Order the results by partition and log the summary; every executor ends with this."""
+        self.done.sort()
+        self.stats.sort(key=lambda s: s["partition"])
+        log.info(self.summary())
+        return self
+
+    def summary(self) -> str:
+        s = f"{self.stage}: {len(self.done)} done, {len(self.skipped)} already done, {len(self.failed)} failed"
+        for p, err in sorted(self.failed.items()):
+            s += f"\n  partition {p:05d} failed: {err.strip().splitlines()[-1] if err.strip() else err}"
+        return s

@@ -13,7 +13,7 @@ import io
 import warnings
 from collections import deque
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -98,22 +98,20 @@ def _batches(items: Iterable[tuple[str, bytes]], size: int) -> Iterator[list[tup
 
 
 def decode_stream(decoder: ImageDecoder, items: Iterable[tuple[str, bytes]], batch_size: int,
-                  workers: int, pool: Executor | None = None) -> Iterator[DecodedBatch]:
+                  workers: int) -> Iterator[DecodedBatch]:
     """Decoded batches in input order; with `workers` > 0, decoded ahead in a process pool."""
-    if workers <= 0 and pool is None:
+    if workers <= 0:
         for batch in _batches(items, batch_size):
             yield decoder(batch)
         return
-    own = pool is None
-    if own:
-        import multiprocessing
+    import multiprocessing
 
-        # fork: the children only run Pillow and numpy, never torch kernels.
-        from lait.memory import large_mmap_threshold
+    from lait.memory import large_mmap_threshold
 
-        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
-                                   initializer=large_mmap_threshold)
-    window = 2 * max(1, workers) + 1
+    # fork: the children only run Pillow and numpy, never torch kernels.
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
+                               initializer=large_mmap_threshold)
+    window = 2 * workers + 1
     pending: deque = deque()
     try:
         for batch in _batches(items, batch_size):
@@ -125,5 +123,4 @@ def decode_stream(decoder: ImageDecoder, items: Iterable[tuple[str, bytes]], bat
     finally:
         for fut in pending:
             fut.cancel()
-        if own:
-            pool.shutdown(wait=True, cancel_futures=True)
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -28,13 +28,32 @@ class WeightsUnavailable(ConfigError):
     """The requested model weights could not be loaded (never replaced by random weights)."""
 
 
+# The offline demo scorer (`--model demo`) is an open_clip `local-dir:` folder that the test kit
+# trains on the built-in web's scenes (`lait.testkit.demo_scorer`); this stage only loads it.
+DEMO_VERSION = "v1"
+DEMO_CONFIG = "open_clip_config.json"
+DEMO_WEIGHTS = "open_clip_model.safetensors"
+
+
+def demo_scorer_dir(demo_dir: str | os.PathLike | None = None) -> Path:
+    """Where the demo scorer lives: `demo_dir`, else `$LAIT_DEMO_MODEL_DIR`, else
+    `$LAIT_CACHE/demo-scorer-v1` (`$LAIT_CACHE` defaulting to ~/.cache/lait)."""
+    chosen = demo_dir or os.environ.get("LAIT_DEMO_MODEL_DIR")
+    if chosen:
+        return Path(chosen)
+    cache = os.environ.get("LAIT_CACHE") or Path.home() / ".cache" / "lait"
+    return Path(cache) / f"demo-scorer-{DEMO_VERSION}"
+
+
 def resolve_model(cfg: ScoreConfig) -> tuple[str, str | None, str]:
     """(open_clip model name, pretrained tag or file, label of the weights for `scored.pretrained`)."""
     if cfg.model == "demo":
-        from lait.scoring.demo_model import DEMO_VERSION, ensure_demo_model
-
-        demo = ensure_demo_model(cfg.demo_dir or os.environ.get("LAIT_DEMO_MODEL_DIR") or None)
-        return demo.model_name, None, f"lait-demo-{DEMO_VERSION}"
+        root = demo_scorer_dir(cfg.demo_dir)
+        if not ((root / DEMO_CONFIG).is_file() and (root / DEMO_WEIGHTS).is_file()):
+            raise WeightsUnavailable(
+                f"the offline demo scorer is not built in {root}: `lait score --build-demo-model` "
+                "(or `lait demo`) builds it once per machine")
+        return f"local-dir:{root}", None, f"lait-demo-{DEMO_VERSION}"
     name = cfg.model
     if cfg.model_config:
         import open_clip

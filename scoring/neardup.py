@@ -14,7 +14,7 @@ import logging
 import numpy as np
 
 from lait.parts import WorkDir, partition_of
-from lait.scoring.tables import stack_embs
+from lait.arrays import stack_embs
 
 log = logging.getLogger(__name__)
 

@@ -15,16 +15,16 @@ import logging
 import os
 
 from lait import storage
-from lait.commands import open_work_dir
+from lait.drivers import open_work_dir
 from lait.config import ConfigError
-from lait.executor import RunReport
+from lait.stage import RunReport
 from lait.parts import WorkDir
 from lait.scoring.config import ScoreConfig
 from lait.scoring.model import get_scorer, load_scorer, pick_device
 from lait.scoring.neardup import write_near_dups
 from lait.scoring.regions import RegionLabelStage, train_codebook
 from lait.scoring.stage import ScoreStage
-from lait.scoring.tables import CODEBOOK_DIR
+from lait.scoring.regions import CODEBOOK_DIR
 
 log = logging.getLogger(__name__)
 

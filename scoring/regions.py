@@ -17,9 +17,12 @@ import numpy as np
 from lait import storage
 from lait.parts import WorkDir, atomic_write_bytes, atomic_write_json
 from lait.stage import PartContext, Stage
-from lait.scoring.tables import CODEBOOK_DIR, region_arrays, to_bytes
+from lait.arrays import region_arrays, to_bytes
 
 log = logging.getLogger(__name__)
+
+# The k-means codebook of region features: WORK/score_codebook/centroids.npy + codebook.json.
+CODEBOOK_DIR = "score_codebook"
 
 
 def cell_grid(grid_h: int, grid_w: int, max_regions: int) -> tuple[int, int]:

@@ -4,7 +4,7 @@ Per partition: the distinct candidate texts are encoded once (alt texts repeat a
 images are decoded in worker processes while the model encodes earlier batches, and each
 (image, text) pair gets the cosine of the two L2-normalised embeddings as its `score`. The
 embeddings are stored in fp16 (`image_embs/`, `text_embs/`), and with `regions` the patch
-tokens pooled to region features (`regions/`); see `scoring.tables`.
+tokens pooled to region features (`regions/`); see `lait.arrays`.
 
 Drops: a candidate whose image bytes do not decode is rejected per pair as `score/decode_error`.
 A candidate whose image is not in `images_ok/` was dropped by stage 2, which recorded why; it is
@@ -20,12 +20,11 @@ from collections.abc import Iterator
 import numpy as np
 
 from lait.stage import PartContext, Stage
-from lait.scoring import tables  # noqa: F401  (registers image_embs/, text_embs/, regions/ ...)
 from lait.scoring.config import ScoreConfig
 from lait.scoring.decode import ImageDecoder, decode_stream
 from lait.scoring.model import get_scorer
 from lait.scoring.regions import pool_tokens
-from lait.scoring.tables import to_bytes
+from lait.arrays import to_bytes
 
 log = logging.getLogger(__name__)
 

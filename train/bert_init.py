@@ -5,7 +5,6 @@ A missing or unloadable checkpoint raises: the trainer never falls back to a ran
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,24 +45,6 @@ def resolve_checkpoint(spec: str) -> Path:
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"BERT checkpoint {spec!r}: no config.json in {path}")
     return path
-
-
-def config_from_bert(path: str | Path, **overrides) -> ImageBertConfig:
-    """An ImageBERT config with the text shape of a HF BERT ``config.json``."""
-    hf = json.loads((resolve_checkpoint(str(path)) / "config.json").read_text())
-    cfg = ImageBertConfig(
-        vocab_size=hf["vocab_size"],
-        hidden_size=hf["hidden_size"],
-        num_layers=hf["num_hidden_layers"],
-        num_heads=hf["num_attention_heads"],
-        intermediate_size=hf["intermediate_size"],
-        max_text_len=hf["max_position_embeddings"],
-        type_vocab_size=hf.get("type_vocab_size", 2),
-        layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
-    )
-    for k, v in overrides.items():
-        setattr(cfg, k, v)
-    return cfg
 
 
 def _read_state(path: Path) -> dict[str, torch.Tensor]:

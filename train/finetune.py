@@ -20,10 +20,9 @@ from torch import nn
 
 from .batch import Batch
 from .config import FinetuneConfig, write_resolved
-from .model import ImageBert, ImageBertConfig
+from .model import TEMPERATURE, ImageBert, ImageBertConfig
 
 log = logging.getLogger(__name__)
-TEMPERATURE = 0.05
 
 
 def load_trained(path: str | Path) -> tuple[ImageBert, dict]:

@@ -17,6 +17,10 @@ from torch import nn
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
+# Temperature of the in-batch contrastive loss on `ImageBert.embed` outputs (finetuning, and
+# the optional ITC pretraining task).
+TEMPERATURE = 0.05
+
 
 @dataclass
 class ImageBertConfig:
@@ -219,13 +223,6 @@ class ImageBert(nn.Module):
         m = mask.to(hidden.dtype)[..., None]
         pooled = (hidden * m).sum(1) / m.sum(1).clamp_min(1.0)
         return F.normalize(self.embed_head(pooled).float(), dim=-1)
-
-    def num_params(self, exclude_embeddings: bool = True) -> int:
-        n = sum(p.numel() for p in self.parameters())
-        if exclude_embeddings:
-            n -= self.embeddings.word_embeddings.weight.numel()
-        return n
-
 
 def flops_per_token(cfg: ImageBertConfig, seq_len: int) -> float:
     """Training FLOPs per token (6N for the matmuls plus attention), for the MFU estimate."""

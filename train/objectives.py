@@ -13,8 +13,7 @@ from torch import nn
 
 from .batch import IGNORE, Batch
 from .config import TaskWeights
-from .finetune import TEMPERATURE
-from .model import ImageBert
+from .model import TEMPERATURE, ImageBert
 
 
 def _mean_over(total: torch.Tensor, n: int) -> torch.Tensor:

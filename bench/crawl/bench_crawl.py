@@ -45,7 +45,8 @@ def run_bare(seed: str, tmp: Path) -> tuple[float, int]:
 
 
 def run_lait(seed: str, tmp: Path, images: bool) -> tuple[float, int]:
-    from lait.crawler.run import CrawlConfig, crawl
+    from lait.crawler.config import CrawlConfig
+    from lait.crawler.run import crawl
 
     out = Path(tempfile.mkdtemp(dir=tmp))
     cfg = CrawlConfig(seeds=[seed], out=str(out), allow_loopback=True, autothrottle=False,
@@ -63,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args(argv)
 
-    from lait.crawler.site.generator import generate_site
-    from lait.crawler.site.server import SiteServer
+    from lait.testkit.generator import generate_site
+    from lait.testkit.server import SiteServer
 
     site = generate_site(args.pages, seed=0)
     results: dict[str, list[float]] = {"bare": [], "lait": [], "lait+images": []}

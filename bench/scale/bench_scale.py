@@ -29,7 +29,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -107,8 +106,8 @@ def reset_to_crawl(work: Path) -> None:
 
 
 def run_size(pages: int, workers: int, root: Path, seed: int, stages: list[str]) -> dict:
-    from lait.crawler.site.generator import generate_site
-    from lait.crawler.site.server import SiteServer
+    from lait.testkit.generator import generate_site
+    from lait.testkit.server import SiteServer
     from lait.parts import WorkDir
 
     work = root / f"work-{pages}"
@@ -171,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import psutil  # noqa: F401  (fail early, with the import error, if the bench extra is missing)
 
-    from lait.scoring.demo_model import ensure_demo_model
+    from lait.testkit.demo_scorer import ensure_demo_model
 
     ensure_demo_model(None)  # built once per machine, outside the measurement
     root_ctx = tempfile.TemporaryDirectory() if args.keep is None else None

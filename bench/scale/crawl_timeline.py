@@ -30,8 +30,8 @@ sys.path.insert(0, str(REPO))
 
 
 def crawl_timeline(pages: int, root: Path, seed: int, seconds: float) -> dict:
-    from lait.crawler.site.generator import generate_site
-    from lait.crawler.site.server import SiteServer
+    from lait.testkit.generator import generate_site
+    from lait.testkit.server import SiteServer
 
     work, probe = root / f"work-{pages}", root / f"probe-{pages}.jsonl"
     env = dict(os.environ, LAIT_CRAWL_PROBE=str(probe))

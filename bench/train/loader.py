@@ -46,7 +46,7 @@ def main() -> None:
     from lait.train.objectives import PretrainTask
     from lait.train.pretrain import RegionSetup, make_prepare, stream_factory
     from lait.train.runtime import setup_runtime
-    from lait.train.synthetic import object_samples, write_shards
+    from lait.testkit.synthetic_shards import object_samples, write_shards
 
     rt = setup_runtime(args.device)
     tmp = Path(tempfile.mkdtemp(prefix="lait-bench-loader-"))

@@ -3,7 +3,7 @@
     scrapy crawl lait -a seeds=seeds.txt -a out=work/      # from the repository root
     lait crawl --seeds seeds.txt --out work/                # the same, from anywhere
 
-What it writes (through `crawler.pipelines.PartsPipeline`):
+What it writes (through `lait.crawler.pipelines.PartsPipeline`):
 
 - ``pages/``: one row per fetched page, any status. ``error`` is None exactly when ``html``
   holds the page; otherwise it says why not: ``status_404`` (any non-2xx), ``noai`` (an
@@ -14,9 +14,9 @@ What it writes (through `crawler.pipelines.PartsPipeline`):
   ``status_N``, ``noai``, ``not_image`` (content type), ``empty`` or ``download/<Error>``.
 - ``rejected/``: requests that were never sent: ``crawl/robots`` (robots.txt) and
   ``crawl/refused_<kind>`` (the host resolves to a loopback, private, link_local, metadata or
-  reserved address; see `crawler.middlewares`).
+  reserved address; see `lait.crawler.middlewares`).
 
-Frontier: links found wait in a compact `crawler.frontier.Frontier` (URLs, breadth-first), and
+Frontier: links found wait in a compact `lait.crawler.frontier.Frontier` (URLs, breadth-first), and
 become Scrapy Requests only as Scrapy's scheduler runs low (`LaitSpider.top_up`), so a crawl
 whose pages link to thousands of others does not hold thousands of Requests. With
 ``--redis-url`` the frontier is the shared Redis queue instead.
@@ -48,7 +48,7 @@ from lait.crawler.frontier import Frontier
 from lait.crawler.items import ImageItem, PageItem, RejectedItem
 from lait.crawler.middlewares import AddressRefused
 from lait.crawler.pipelines import new_run_id
-from lait.crawler.run import CrawlConfig, scrapy_settings
+from lait.crawler.config import CrawlConfig, scrapy_settings
 
 log = logging.getLogger(__name__)
 

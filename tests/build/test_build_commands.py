@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lait.build import command
+from lait.app import build as command
 from lait.config import ConfigError
 
 HERE = Path(__file__).parent

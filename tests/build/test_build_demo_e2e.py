@@ -12,8 +12,8 @@ pytest.importorskip("lait.crawler.run")
 pytest.importorskip("lait.scoring.pipeline")
 pytest.importorskip("lait.filters.text_stage")
 
-from lait.build.demo import DemoConfig, run_demo  # noqa: E402
-from lait.build.groundtruth import evaluate_files  # noqa: E402
+from lait.app.demo import DemoConfig, run_demo  # noqa: E402
+from lait.testkit.groundtruth import evaluate_files  # noqa: E402
 
 
 @pytest.mark.slow

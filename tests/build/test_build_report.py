@@ -14,7 +14,7 @@ from PIL import Image
 
 from lait.build.config import BuildConfig
 from lait.build.pipeline import build
-from lait.build.report import summary_text, write_report
+from lait.app.report import summary_text, write_report
 
 HERE = Path(__file__).parent
 _spec = importlib.util.spec_from_file_location("build_data", HERE / "build_data.py")

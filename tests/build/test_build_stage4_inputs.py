@@ -16,7 +16,7 @@ from lait.build.config import BuildConfig
 from lait.build.pipeline import build
 from lait.parts import WorkDir, partition_of
 
-tables = pytest.importorskip("lait.scoring.tables")
+tables = pytest.importorskip("lait.arrays")
 
 HERE = Path(__file__).parent
 _spec = importlib.util.spec_from_file_location("build_data", HERE / "build_data.py")

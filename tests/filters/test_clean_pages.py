@@ -7,7 +7,7 @@ import argparse
 import pytest
 from lxml import html as lxml_html
 
-from lait.filters import command
+from lait.app import stages as command
 from lait.filters.html_images import image_urls, largest_srcset
 from lait.filters.text_rules import Candidate, split_sentences, text_filters
 from lait.filters.text_stage import CleanConfig, CleanStage

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ftfy
-import pytest
 from lxml import html as lxml_html
 
 from lait.filters.html_images import resolve_url
@@ -58,7 +57,7 @@ def test_readability_figcaptions_are_candidates(shared_data, make_work, td):
 
 def test_planted_coco_captions_are_candidates_of_their_photos(shared_data, make_work, td):
     """Acceptance 2, real-web mode: real pages with planted COCO photo + human caption figures."""
-    from lait.crawler.site.realweb import RealWebSite
+    from lait.testkit.realweb import RealWebSite
 
     site = RealWebSite(shared_data)
     truth = site.ground_truth()

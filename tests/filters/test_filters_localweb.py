@@ -12,7 +12,7 @@ from lait.filters.image_stage import FilterConfig, ImageFilterStage
 from lait.filters.text_stage import CleanConfig, CleanStage
 from lait.executor import LocalExecutor
 
-generator = pytest.importorskip("lait.crawler.site.generator")
+generator = pytest.importorskip("lait.testkit.generator")
 BASE = "http://shapes.test"
 
 

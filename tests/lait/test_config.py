@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import pytest
 import yaml
 
-from lait.config import Config, ConfigError, StageConfig, setting
+from lait.config import ConfigError, StageConfig, setting
 
 
 @dataclass

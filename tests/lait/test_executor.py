@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lait.executor import LocalExecutor, run_part
-from lait.parts import WorkDir
+from lait.executor import LocalExecutor
+from lait.stage import run_part
 
 HERE = Path(__file__).parent
 _spec = importlib.util.spec_from_file_location("toy_stage", HERE / "toy_stage.py")

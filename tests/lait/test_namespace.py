@@ -59,27 +59,21 @@ def test_no_bare_stage_module_strings():
     assert not offenders, "\n".join(offenders)
 
 
-def test_wheel_has_one_top_level_package(tmp_path):
-    out = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(REPO)],
-        capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    (wheel,) = tmp_path.glob("lait-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
+def test_wheel_has_one_top_level_package(built_wheel, installed_tree, tmp_path):
+    names = zipfile.ZipFile(built_wheel).namelist()
     tops = {n.split("/")[0] for n in names}
-    assert tops == {"lait", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}, tops
+    dist_info = "-".join(built_wheel.name.split("-")[:2]) + ".dist-info"
+    assert tops == {"lait", dist_info}, tops
     for stage in STAGES:
         assert f"lait/{stage}/__init__.py" in names, stage
     assert "lait/crawler/spiders/lait.py" in names
     assert any(n.startswith("lait/train/configs/") and n.endswith(".yaml") for n in names)
 
     # Installed on its own (no checkout on the path), the stages import from inside lait/.
-    target = tmp_path / "site"
-    zipfile.ZipFile(wheel).extractall(target)
     code = ("import sys; sys.path[:] = [p for p in sys.path if p and p != %r]; "
             "sys.path.insert(0, %r); import lait, lait.build.config, lait.crawler.settings; "
-            "print(lait.__path__, lait.build.config.__file__)") % (str(REPO), str(target))
+            "print(lait.__path__, lait.build.config.__file__)") % (str(REPO), str(installed_tree))
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          cwd=tmp_path, env={"PATH": "/usr/bin:/bin"})
     assert res.returncode == 0, res.stderr[-2000:]
-    assert str(target / "lait") in res.stdout and str(REPO) not in res.stdout
+    assert str(installed_tree / "lait") in res.stdout and str(REPO) not in res.stdout

@@ -19,9 +19,10 @@ TINY_CLIP = ('{"embed_dim": 32, "vision_cfg": {"image_size": 64, "layers": 2, "w
 @pytest.fixture(scope="module")
 def crawled(tmp_path_factory):
     """A 30-article local web crawled into a work directory (Scrapy runs in a subprocess)."""
-    from lait.crawler.run import CrawlConfig, crawl
-    from lait.crawler.site.generator import generate_site
-    from lait.crawler.site.server import SiteServer
+    from lait.crawler.config import CrawlConfig
+    from lait.crawler.run import crawl
+    from lait.testkit.generator import generate_site
+    from lait.testkit.server import SiteServer
 
     root = tmp_path_factory.mktemp("crawl") / "work"
     with SiteServer(generate_site(30, seed=5)) as srv:
@@ -50,7 +51,7 @@ def shard_members(root) -> dict[str, bytes]:
 
 
 def test_stages_2_to_5_on_ray_equal_local(crawled, tmp_path):
-    from lait.build.runner import run_pipeline
+    from lait.app.run import run_pipeline
 
     model = tmp_path / "tiny-clip.json"
     model.write_text(TINY_CLIP)

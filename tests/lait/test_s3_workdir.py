@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from lait import storage
-from lait.cli import main as lait
+from lait.app.cli import main as lait
 from lait.executor import LocalExecutor
 from lait.parts import WorkDir, stats_path
 from lait.storage import RemotePath
@@ -299,7 +299,7 @@ def test_cli_errors_are_messages_not_tracebacks(s3, capsys):
 
 def test_missing_s3fs_names_the_extra(tmp_path):
     code = ("import sys; sys.modules['s3fs'] = None\n"
-            "from lait.cli import main; sys.exit(main(['filter', 's3://bucket/run', '--no-progress']))")
+            "from lait.app.cli import main; sys.exit(main(['filter', 's3://bucket/run', '--no-progress']))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert "pip install 'lait[s3]'" in proc.stderr and "Traceback" not in proc.stderr
@@ -360,9 +360,10 @@ def run_commands(commands: list[list[str]], capsys) -> None:
 def crawled(aws):
     """The built-in web (30 articles) crawled straight into `s3://BUCKET/crawl`; left untouched
     by the tests, which copy it."""
-    from lait.crawler.run import CrawlConfig, crawl
-    from lait.crawler.site.generator import generate_site
-    from lait.crawler.site.server import SiteServer
+    from lait.crawler.config import CrawlConfig
+    from lait.crawler.run import crawl
+    from lait.testkit.generator import generate_site
+    from lait.testkit.server import SiteServer
 
     url = f"{new_bucket()}/crawl"
     with SiteServer(generate_site(30, seed=5)) as srv:

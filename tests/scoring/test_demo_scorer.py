@@ -30,7 +30,7 @@ def site_candidates(n_pages: int, seed: int):
     """(images, candidates, truth) for every kept captioned image of a generated site."""
     from lxml import html as lh
 
-    from lait.crawler.site.generator import generate_site
+    from lait.testkit.generator import generate_site
 
     site = generate_site(n_pages, seed=seed)
     gt = site.ground_truth()

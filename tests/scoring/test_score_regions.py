@@ -17,7 +17,7 @@ from scoring_testdata import jpeg, tiny_config_file, write_work  # noqa: E402
 from lait.scoring.config import ScoreConfig  # noqa: E402
 from lait.scoring.pipeline import score_work  # noqa: E402
 from lait.scoring.regions import cell_grid, load_codebook, pool_tokens  # noqa: E402
-from lait.scoring.tables import load_regions, stack_embs  # noqa: E402
+from lait.arrays import load_regions, stack_embs  # noqa: E402
 from lait.scoring.neardup import find_near_dups  # noqa: E402
 
 

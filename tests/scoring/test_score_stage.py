@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from lait.scoring import command
+from lait.app import score as command
 from lait.scoring.config import ScoreConfig
 from lait.scoring.pipeline import score_work
-from lait.scoring.tables import stack_embs
+from lait.arrays import stack_embs
 
 sys.path.insert(0, str(Path(__file__).parent))
 from scoring_testdata import jpeg, tiny_config_file, write_work  # noqa: E402
@@ -131,9 +131,6 @@ def parse(argv):
     return p.parse_args(["score", *argv])
 
 
-LAIT_WITH_SCORE = ("import sys; from lait import cli; "
-                   "'lait.scoring.command' in cli.COMMAND_MODULES or cli.COMMAND_MODULES.append('lait.scoring.command'); "
-                   "sys.exit(cli.main(sys.argv[1:]))")
 
 
 def test_missing_pretrained_weights_is_a_clear_error_and_writes_nothing(tmp_path, python):
@@ -145,7 +142,7 @@ def test_missing_pretrained_weights_is_a_clear_error_and_writes_nothing(tmp_path
     cache.mkdir()
     # No network here, as on a machine without internet; offline mode makes the hub fail at once.
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([python, "-c", LAIT_WITH_SCORE, "score", str(work.root), "--model", "ViT-B-32",
+    proc = subprocess.run([python, "-m", "lait", "score", str(work.root), "--model", "ViT-B-32",
                            "--pretrained", "laion2b_s34b_b79k", "--cache-dir", str(cache)],
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 2, proc.stderr

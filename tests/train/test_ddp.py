@@ -15,7 +15,7 @@ SCRIPT = textwrap.dedent(
     """
     import os, sys, torch
     from lait.train import loop
-    from lait.train.cli import main
+    from lait.app.train import main
 
     run = loop.Trainer.run
 

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from lait.train.cli import main
+from lait.app.train import main
 
 SMALL_MODEL = """
 vocab_size: {vocab_size}
@@ -40,7 +40,7 @@ REGIONS = ["--set", "data.regions.source=patches", "--set", "data.regions.patch_
 
 
 def learn(tmp_path, n_train=2000, pre_steps=500, ft_steps=200, batch=32, workers=1):
-    from lait.train.synthetic import scene_samples, write_shards
+    from lait.testkit.synthetic_shards import scene_samples, write_shards
 
     t0 = time.perf_counter()
     write_shards(tmp_path / "train", scene_samples(n_train, seed=1, width=192, height=160), per_shard=n_train // 4)
@@ -48,7 +48,7 @@ def learn(tmp_path, n_train=2000, pre_steps=500, ft_steps=200, batch=32, workers
     # A WordPiece vocabulary trained on the training captions: a few hundred words instead of
     # BERT's 30,522 keeps the tiny model (and this test) fast.
     from lait.train.data import WordPiece
-    from lait.train.synthetic import train_wordpiece
+    from lait.testkit.synthetic_shards import train_wordpiece
 
     captions = [s.caption for s in scene_samples(n_train, seed=1, width=32, height=32)]
     tokenizer = train_wordpiece(captions, tmp_path / "tokenizer", vocab_size=300)
@@ -80,7 +80,7 @@ def learn(tmp_path, n_train=2000, pre_steps=500, ft_steps=200, batch=32, workers
 
 @pytest.mark.slow
 def test_pretrain_finetune_retrieves_held_out_scenes(tmp_path):
-    pytest.importorskip("lait.crawler.site.scenes")
+    pytest.importorskip("lait.testkit.scenes")
     results = learn(tmp_path)
     print(json.dumps(results, indent=2))
     # Asserted in the evaluator's shortlist mode (top 5 of 100 by embedding similarity, then ITM

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from lait.train.cli import main
+from lait.app.train import main
 
 
 def _records(out):

@@ -15,8 +15,8 @@ REPO = Path(__file__).resolve().parents[3]
 @pytest.fixture(scope="module")
 def local_web():
     """A 40-article generated site served on loopback: (site, base URL)."""
-    from lait.crawler.site.generator import generate_site
-    from lait.crawler.site.server import SiteServer
+    from lait.testkit.generator import generate_site
+    from lait.testkit.server import SiteServer
 
     site = generate_site(40, seed=3)
     with SiteServer(site) as srv:
@@ -24,7 +24,7 @@ def local_web():
 
 
 def crawl_config(out, seeds, **kw):
-    from lait.crawler.run import CrawlConfig
+    from lait.crawler.config import CrawlConfig
 
     defaults = dict(allow_loopback=True, log_level="WARNING", autothrottle=False,
                     n_partitions=4, part_seconds=2.0)

@@ -51,7 +51,7 @@ class _TrapSite:
         self.lock = threading.Lock()
 
     def route(self, path, base_url=""):
-        from lait.crawler.site.generator import Response
+        from lait.testkit.generator import Response
 
         with self.lock:
             self.hits.append(path)
@@ -70,7 +70,7 @@ class _TrapSite:
 
 @pytest.fixture()
 def trap():
-    from lait.crawler.site.server import SiteServer
+    from lait.testkit.server import SiteServer
 
     site = _TrapSite()
     with SiteServer(site) as srv:

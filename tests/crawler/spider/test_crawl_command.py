@@ -10,7 +10,7 @@ from lait.config import ConfigError
 
 
 def _parse(argv):
-    from lait.crawler import command
+    from lait.app import crawl as command
 
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
@@ -19,7 +19,7 @@ def _parse(argv):
 
 
 def test_flags_become_a_config_and_scrapy_settings(tmp_path):
-    from lait.crawler.run import CrawlConfig, scrapy_settings
+    from lait.crawler.config import CrawlConfig, scrapy_settings
 
     args = _parse(["crawl", "--seeds", "http://a.example/", "--out", str(tmp_path), "--max-pages", "7",
                    "--allow-loopback", "--redis-url", "redis://127.0.0.1:1/0", "--no-autothrottle"])
@@ -33,7 +33,7 @@ def test_flags_become_a_config_and_scrapy_settings(tmp_path):
 
 def test_polite_defaults():
     import lait.crawler.settings as s
-    from lait.crawler.run import CrawlConfig, scrapy_settings
+    from lait.crawler.config import CrawlConfig, scrapy_settings
 
     cfg = CrawlConfig(seeds=["http://a.example/"], out="w")
     merged = {**{k: getattr(s, k) for k in dir(s) if k.isupper()}, **scrapy_settings(cfg)}
@@ -45,7 +45,7 @@ def test_polite_defaults():
 
 
 def test_seeds_file_and_bad_seeds(tmp_path):
-    from lait.crawler.run import CrawlConfig
+    from lait.crawler.config import CrawlConfig
 
     seeds = tmp_path / "seeds.txt"
     seeds.write_text("# news\nhttp://a.example/\n\nhttps://b.example/x  # trailing comment\n")
@@ -65,7 +65,7 @@ def test_seeds_file_and_bad_seeds(tmp_path):
     (["crawl", "--seeds", "http://a/", "--out", "w", "--redis-url", "localhost:6379"], "redis_url"),
 ])
 def test_config_errors(argv, message):
-    from lait.crawler.run import CrawlConfig
+    from lait.crawler.config import CrawlConfig
 
     with pytest.raises(ConfigError, match=message):
         CrawlConfig.from_args(_parse(argv))

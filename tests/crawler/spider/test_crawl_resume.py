@@ -27,8 +27,8 @@ class _SlowSite:
 
 @pytest.fixture()
 def slow_web():
-    from lait.crawler.site.generator import generate_site
-    from lait.crawler.site.server import SiteServer
+    from lait.testkit.generator import generate_site
+    from lait.testkit.server import SiteServer
 
     site = generate_site(40, seed=5)
     with SiteServer(_SlowSite(site, 0.1)) as srv:

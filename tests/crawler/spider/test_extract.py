@@ -111,7 +111,7 @@ def _independent_image_urls(html: bytes, page_url: str) -> set[str]:
 
 
 def test_real_web_image_recall_against_an_independent_extraction(shared_data):
-    from lait.crawler.site.realweb import RealWebSite
+    from lait.testkit.realweb import RealWebSite
     from w3lib.url import safe_url_string
 
     site = RealWebSite(shared_data)

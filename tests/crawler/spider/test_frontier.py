@@ -43,7 +43,7 @@ class _Scheduler:
 def spider(tmp_path):
     from scrapy.utils.test import get_crawler
 
-    from lait.crawler.run import CrawlConfig
+    from lait.crawler.config import CrawlConfig
     from lait.crawler.spiders.lait import LaitSpider
 
     cfg = CrawlConfig(seeds=["http://site.test/"], out=str(tmp_path / "w"), concurrency=4,
@@ -120,7 +120,7 @@ def test_max_pages_stops_the_frontier(spider):
 def test_redis_crawls_keep_links_in_scrapys_scheduler(tmp_path):
     from scrapy.utils.test import get_crawler
 
-    from lait.crawler.run import CrawlConfig
+    from lait.crawler.config import CrawlConfig
     from lait.crawler.spiders.lait import LaitSpider
 
     cfg = CrawlConfig(seeds=["http://site.test/"], out=str(tmp_path / "w"),

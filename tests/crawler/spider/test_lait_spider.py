@@ -146,7 +146,7 @@ def test_max_pages_and_max_depth(local_web, tmp_path, helpers):
 
 
 def test_a_scrapy_closespider_limit_is_a_successful_stop(local_web, tmp_path, helpers, capsys):
-    from lait.crawler.command import run
+    from lait.app.crawl import run
 
     _, base = local_web
     cfg = helpers.crawl_config(tmp_path / "w", [base + "/"], fetch_images=False, concurrency=1,

@@ -7,7 +7,7 @@ import argparse
 import pytest
 import yaml
 
-from lait.crawler import warc_command
+from lait.app import ingest as warc_command
 from lait.config import ConfigError
 from lait.parts import WorkDir
 

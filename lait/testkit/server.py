@@ -1,4 +1,4 @@
-"""A loopback HTTP server for a :class:`~crawler.site.generator.Site` (or a real-web site).
+"""A loopback HTTP server for a :class:`~lait.testkit.generator.Site` (or a real-web site).
 
 HTTP/1.1 with keep-alive and Content-Length, one daemon thread per connection, an LRU cache
 in front of ``site.route`` so that images render once, and quiet logs unless verbose.
@@ -12,7 +12,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol
 
-from lait.crawler.site.generator import Response
+from lait.testkit.generator import Response
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
-from lait.crawler.site.scenes import Scene, describe, random_scene, render_scene
+from lait.testkit.scenes import Scene, describe, random_scene, render_scene
 
 log = logging.getLogger(__name__)
 

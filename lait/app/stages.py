@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from lait.commands import add_config_command, report_exit_code, run_stage
+from lait.app.commands import add_config_command, report_exit_code
+from lait.drivers import run_stage
 
 FILTER_EPILOG = """\
 reads WORK/images/, writes WORK/images_ok/ and WORK/rejected/ (reasons filter/RULE:

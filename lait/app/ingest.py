@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from lait.commands import add_config_command
+from lait.app.commands import add_config_command
 from lait.config import Config, ConfigError, setting
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ def format_summary(reports) -> str:
 
 def run(cfg: WarcIngestConfig) -> int:
     from lait.crawler.warc_ingest import IngestOptions, ingest_files
-    from lait.commands import open_work_dir
+    from lait.drivers import open_work_dir
 
     work = open_work_dir(cfg.out, create=True, n_partitions=cfg.partitions)
     work.write_config("ingest-warc", cfg.to_yaml())

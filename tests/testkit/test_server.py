@@ -10,8 +10,8 @@ from urllib.parse import urlsplit
 import pytest
 from PIL import Image
 
-from lait.crawler.site.generator import NOAI_IMAGE_PAGE, NOAI_PAGE, generate_site
-from lait.crawler.site.server import SiteServer
+from lait.testkit.generator import NOAI_IMAGE_PAGE, NOAI_PAGE, generate_site
+from lait.testkit.server import SiteServer
 
 
 @pytest.fixture(scope="module")

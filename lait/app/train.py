@@ -40,8 +40,8 @@ def _setup_logging() -> None:
 
 
 def _pretrain(args: argparse.Namespace) -> int:
-    from .config import PretrainConfig, load_config
-    from .pretrain import run_pretrain
+    from lait.train.config import PretrainConfig, load_config
+    from lait.train.pretrain import run_pretrain
 
     _setup_logging()
     cfg = load_config(PretrainConfig, args.config, _shortcuts(args, {"output_dir": "output_dir", "resume": "resume", "device": "device"}))
@@ -50,8 +50,8 @@ def _pretrain(args: argparse.Namespace) -> int:
 
 
 def _finetune(args: argparse.Namespace) -> int:
-    from .config import FinetuneConfig, load_config
-    from .finetune import run_finetune
+    from lait.train.config import FinetuneConfig, load_config
+    from lait.train.finetune import run_finetune
 
     _setup_logging()
     names = {"output_dir": "output_dir", "resume": "resume", "device": "device", "init_from": "init_from", "loss": "loss", "shards": "stage.shards"}
@@ -61,8 +61,8 @@ def _finetune(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from .config import EvalConfig, load_config
-    from .evaluate import run_eval
+    from lait.train.config import EvalConfig, load_config
+    from lait.train.evaluate import run_eval
 
     _setup_logging()
     names = {"checkpoint": "checkpoint", "shards": "shards", "karpathy_json": "karpathy_json", "image_root": "image_root",
@@ -116,8 +116,9 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m train pretrain --config ...``: the same commands without the ``lait`` front."""
-    parser = argparse.ArgumentParser(prog="python -m train")
+    """The training commands from a list of arguments (``["pretrain", "--config", ...]``): what
+    tests and torchrun scripts call; ``torchrun ... -m lait train pretrain ...`` works as well."""
+    parser = argparse.ArgumentParser(prog="lait")
     subs = parser.add_subparsers(dest="command", required=True)
     register(subs)
     argv = list(sys.argv[1:] if argv is None else argv)

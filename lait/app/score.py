@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
+from lait.app.commands import add_config_command, report_exit_code
 from lait.scoring.config import ScoreConfig
 
 log = logging.getLogger(__name__)
@@ -33,21 +34,27 @@ examples:
 """
 
 
-def run(cfg: ScoreConfig) -> int:
-    if cfg.build_demo_model:
-        from lait.scoring.demo_model import ensure_demo_model
+def prepare_demo_scorer(cfg: ScoreConfig) -> None:
+    """`--model demo` scores with the test kit's offline scorer: build it on first use."""
+    if cfg.model == "demo" or cfg.build_demo_model:
+        from lait.testkit.demo_scorer import ensure_demo_model
 
-        print(ensure_demo_model(cfg.demo_dir or None).root)
+        ensure_demo_model(cfg.demo_dir or None)
+
+
+def run(cfg: ScoreConfig) -> int:
+    prepare_demo_scorer(cfg)
+    if cfg.build_demo_model:
+        from lait.scoring.model import demo_scorer_dir
+
+        print(demo_scorer_dir(cfg.demo_dir or None))
         return 0
-    from lait.commands import report_exit_code
     from lait.scoring.pipeline import score_work
 
     return report_exit_code(score_work(cfg))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from lait.commands import add_config_command
-
     add_config_command(sub, "score", ScoreConfig, run, help="stage 4: score image-text pairs with open_clip",
                        description=DESCRIPTION, epilog=EPILOG)
 

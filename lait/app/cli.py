@@ -20,13 +20,16 @@ log = logging.getLogger("lait")
 
 # In the order `lait --help` lists them.
 COMMAND_MODULES = [
-    "lait.crawler.site.command",
-    "lait.crawler.command",
-    "lait.crawler.warc_command",
-    "lait.filters.command",
-    "lait.scoring.command",
-    "lait.build.command",
-    "lait.train.command",
+    "lait.app.site",
+    "lait.app.crawl",
+    "lait.app.ingest",
+    "lait.app.stages",
+    "lait.app.score",
+    "lait.app.build",
+    "lait.app.run",
+    "lait.app.stats",
+    "lait.app.demo",
+    "lait.app.train",
 ]
 
 EPILOG = """\

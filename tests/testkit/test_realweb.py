@@ -9,8 +9,8 @@ import lxml.html
 import pytest
 from PIL import Image
 
-from lait.crawler.site.realweb import RealWebSite
-from lait.crawler.site.server import SiteServer
+from lait.testkit.realweb import RealWebSite
+from lait.testkit.server import SiteServer
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from lait.crawler.site import command
+from lait.app import site as command
 
 
 @pytest.fixture
@@ -20,7 +20,7 @@ def serve(tmp_path):
 
     def start(*extra: str) -> str:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "lait.cli", "serve-site", "--port", "0", *extra],
+            [sys.executable, "-m", "lait.app.cli", "serve-site", "--port", "0", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         procs.append(proc)
         line = proc.stdout.readline().strip()
@@ -69,7 +69,7 @@ def test_serve_site_subprocess(serve, tmp_path):
 
 
 def test_help_lists_options():
-    out = subprocess.run([sys.executable, "-m", "lait.cli", "serve-site", "--help"],
+    out = subprocess.run([sys.executable, "-m", "lait.app.cli", "serve-site", "--help"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0
     for opt in ("--pages", "--seed", "--host", "--port", "--real-web", "--data-dir",

@@ -1,4 +1,4 @@
-"""Compare built shards with a local web's ground truth (`crawler.site` ground-truth JSON).
+"""Compare built shards with a local web's ground truth (`lait.testkit` ground-truth JSON).
 
 `lait demo` prints this after a run, and the end-to-end tests assert on it:
 - precision: kept samples whose caption is, or contains, a true caption of their image;

@@ -31,7 +31,7 @@ from urllib.parse import urljoin, urlsplit
 import lxml.html
 from PIL import Image, ImageOps
 
-from lait.crawler.site.generator import Response
+from lait.testkit.generator import Response
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ def _split_srcset(value: str) -> list[tuple[str, str]]:
 
 
 class RealWebSite:
-    """A :class:`~crawler.site.generator.Site`-compatible site over the shared real pages."""
+    """A :class:`~lait.testkit.generator.Site`-compatible site over the shared real pages."""
 
     name = "lait real web"
 

@@ -6,7 +6,7 @@ import random
 
 import numpy as np
 
-from lait.crawler.site.scenes import (COLORS, POSITIONS, SHAPES, TEXTURES, Scene, Shape, describe,
+from lait.testkit.scenes import (COLORS, POSITIONS, SHAPES, TEXTURES, Scene, Shape, describe,
                                  random_scene, render_scene)
 
 _CENTER_XY = {"left": (0.19, 0.5), "right": (0.81, 0.5), "top": (0.5, 0.19),

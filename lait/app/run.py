@@ -12,6 +12,7 @@ only when their step runs, so `lait --help` stays fast.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 import time
@@ -31,7 +32,6 @@ class Step:
     name: str
     module: str
     config: str
-    input_table: str
 
     def config_class(self) -> type[Config]:
         import importlib
@@ -43,17 +43,17 @@ class Step:
 
 
 STEPS = (
-    Step("filter", "lait.filters.image_stage", "FilterConfig", "images"),
-    Step("clean", "lait.filters.text_stage", "CleanConfig", "pages"),
-    Step("score", "lait.scoring.config", "ScoreConfig", "candidates"),
-    Step("build", "lait.build.config", "BuildConfig", "scored"),
+    Step("filter", "lait.filters.image_stage", "FilterConfig"),
+    Step("clean", "lait.filters.text_stage", "CleanConfig"),
+    Step("score", "lait.scoring.config", "ScoreConfig"),
+    Step("build", "lait.build.config", "BuildConfig"),
 )
 STEP_NAMES = [s.name for s in STEPS]
 
 
 def _run_filter(cfg: Any) -> bool:
     from lait.filters.image_stage import ImageFilterStage
-    from lait.commands import run_stage
+    from lait.drivers import run_stage
 
     report = run_stage(ImageFilterStage(cfg), cfg, "filter")
     print(report.summary(), file=sys.stderr)
@@ -62,7 +62,7 @@ def _run_filter(cfg: Any) -> bool:
 
 def _run_clean(cfg: Any) -> bool:
     from lait.filters.text_stage import CleanStage
-    from lait.commands import run_stage
+    from lait.drivers import run_stage
 
     report = run_stage(CleanStage(cfg), cfg, "clean")
     print(report.summary(), file=sys.stderr)
@@ -70,8 +70,10 @@ def _run_clean(cfg: Any) -> bool:
 
 
 def _run_score(cfg: Any) -> bool:
+    from lait.app.score import prepare_demo_scorer
     from lait.scoring.pipeline import score_work
 
+    prepare_demo_scorer(cfg)
     report = score_work(cfg)
     print(report.summary(), file=sys.stderr)
     return report.ok
@@ -124,7 +126,7 @@ def resolve_configs(work: str, sections: dict[str, dict], steps: list[str],
 def run_pipeline(work: str, sections: dict[str, dict], *, steps: list[str] | None = None,
                  overrides: dict[str, Any] | None = None, where: str = "pipeline") -> bool:
     """Run the steps in order; stops at the first that fails. Returns True when all succeeded."""
-    from lait.commands import open_work_dir
+    from lait.drivers import open_work_dir
 
     steps = steps or STEP_NAMES
     try:
@@ -142,3 +144,43 @@ def run_pipeline(work: str, sections: dict[str, dict], *, steps: list[str] | Non
             return False
         log.info("%s finished in %.1f s", name, time.perf_counter() - start)
     return True
+
+
+RUN_DESCRIPTION = """\
+Run stages 2 to 5 (filter, clean, score, build) on a crawled work directory, with the settings
+of one YAML file that has a section per stage:
+
+  filter: {min_side: 300}
+  clean:  {languages: [en]}
+  score:  {model: ViT-B-32, pretrained: laion2b_s34b_b79k}
+  build:  {min_score: 0.28, samples_per_shard: 10000}
+
+Resumable: every stage skips what it finished, so rerun the same command after an interruption.
+"""
+
+
+def run_run(args: argparse.Namespace) -> int:
+    steps = STEP_NAMES[STEP_NAMES.index(args.from_stage): STEP_NAMES.index(args.to_stage) + 1]
+    if not steps:
+        raise ConfigError(f"--from {args.from_stage} comes after --to {args.to_stage}")
+    overrides = {"workers": args.workers, "progress": args.progress}
+    ok = run_pipeline(args.work, load_pipeline_yaml(args.config), steps=steps, overrides=overrides,
+                      where=args.config or "defaults")
+    return 0 if ok else 1
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `lait run`."""
+    p = sub.add_parser("run", help="stages 2-5 in one go, resumable", description=RUN_DESCRIPTION,
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="example:\n  lait run work/ --config pipeline.yaml\n"
+                              "  lait run work/ --config pipeline.yaml --from score")
+    p.add_argument("work", metavar="WORK", help="work directory holding pages/ and images/ (from a crawl)")
+    p.add_argument("--config", metavar="YAML", help="pipeline YAML with filter/clean/score/build sections")
+    p.add_argument("--from", dest="from_stage", choices=STEP_NAMES, default="filter", help="first stage to run")
+    p.add_argument("--to", dest="to_stage", choices=STEP_NAMES, default="build", help="last stage to run")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="worker processes of every stage (overrides the YAML)")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bars on a terminal (default: on)")
+    p.set_defaults(func=run_run)

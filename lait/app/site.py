@@ -7,7 +7,7 @@ import logging
 import sys
 from dataclasses import dataclass
 
-from lait.commands import add_config_command
+from lait.app.commands import add_config_command
 from lait.config import Config, ConfigError, setting
 
 log = logging.getLogger(__name__)
@@ -55,13 +55,13 @@ def main(args: ServeSiteConfig) -> int:
     """Build the site, print its URL (flushed, first line of stdout) and serve until Ctrl-C."""
     from pathlib import Path
 
-    from lait.crawler.site.server import SiteServer
+    from lait.testkit.server import SiteServer
 
     logging.basicConfig(level=logging.INFO if args.log_requests else logging.WARNING)
     if args.log_requests:
-        logging.getLogger("lait.crawler.site").setLevel(logging.INFO)
+        logging.getLogger("lait.testkit").setLevel(logging.INFO)
     if args.real_web:
-        from lait.crawler.site.realweb import RealWebSite
+        from lait.testkit.realweb import RealWebSite
 
         try:
             site = RealWebSite(Path(args.data_dir) if args.data_dir else None)
@@ -69,7 +69,7 @@ def main(args: ServeSiteConfig) -> int:
             print(f"lait serve-site: {exc}", file=sys.stderr)
             return 2
     else:
-        from lait.crawler.site.generator import generate_site
+        from lait.testkit.generator import generate_site
 
         site = generate_site(args.pages, args.seed)
     if args.ground_truth is not None:
@@ -86,6 +86,6 @@ def main(args: ServeSiteConfig) -> int:
 
 
 if __name__ == "__main__":
-    from lait.cli import main as lait_main
+    from lait.app.cli import main as lait_main
 
     sys.exit(lait_main(["serve-site", *sys.argv[1:]]))

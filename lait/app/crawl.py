@@ -1,11 +1,11 @@
-"""`lait crawl`: stage 1 with the Scrapy `lait` spider (see `crawler.spiders.lait`)."""
+"""`lait crawl`: stage 1 with the Scrapy `lait` spider (see `lait.crawler.spiders.lait`)."""
 
 from __future__ import annotations
 
 import json
 import sys
 
-from lait.commands import add_config_command
+from lait.app.commands import add_config_command
 
 EPILOG = """\
 examples:
@@ -35,7 +35,7 @@ def run(cfg) -> int:
 
 def register(sub) -> None:
     """Add `lait crawl` to the `lait` command."""
-    from lait.crawler.run import CrawlConfig
+    from lait.crawler.config import CrawlConfig
 
     add_config_command(sub, "crawl", CrawlConfig, run,
                        help="stage 1: crawl pages and their images (Scrapy)",

@@ -1,4 +1,4 @@
-"""Tables stage 4 owns besides `scored/`, and helpers to turn their binary columns into arrays.
+"""Arrays kept in table columns: stage 4 writes them, stage 5 and the trainer read them.
 
 Arrays are stored as raw little-endian bytes with their shape in plain columns: Arrow has no
 convenient fp16 list type, and raw bytes decode with `np.frombuffer` without any pickle.
@@ -13,7 +13,7 @@ convenient fp16 list type, and raw bytes decode with `np.frombuffer` without any
 
 `scored.image_emb_ref` / `text_emb_ref` are row indices into the `image_embs/` / `text_embs/`
 rows of the same partition (read in part order, as `WorkDir.read` does). All of them are
-partitioned by image URL like `scored/`; `near_dups/` by `image_url_a`. The codebook itself is
+partitioned by image URL like `scored/`; `near_dups/` by `image_url_a`. The schemas are in `lait.schemas`; the codebook itself is
 `WORK/score_codebook/centroids.npy` (fp32 K x dim) with `codebook.json` beside it.
 """
 
@@ -26,51 +26,10 @@ import numpy as np
 import pyarrow as pa
 
 from lait.parts import WorkDir
-from lait.schemas import Table, register_table
-
-IMAGE_EMBS = register_table(Table("image_embs", pa.schema([
-    pa.field("image_url", pa.string(), nullable=False),
-    pa.field("sha256", pa.string()),
-    pa.field("dim", pa.int32(), nullable=False),
-    pa.field("emb", pa.binary(), nullable=False),
-]), "image_url"))
-
-TEXT_EMBS = register_table(Table("text_embs", pa.schema([
-    pa.field("text", pa.string(), nullable=False),
-    pa.field("dim", pa.int32(), nullable=False),
-    pa.field("emb", pa.binary(), nullable=False),
-]), "image_url"))
-
-REGIONS = register_table(Table("regions", pa.schema([
-    pa.field("image_url", pa.string(), nullable=False),
-    pa.field("n", pa.int32(), nullable=False),
-    pa.field("dim", pa.int32(), nullable=False),
-    pa.field("features", pa.binary(), nullable=False),
-    pa.field("boxes", pa.binary(), nullable=False),
-]), "image_url"))
-
-REGION_LABELS = register_table(Table("region_labels", pa.schema([
-    pa.field("image_url", pa.string(), nullable=False),
-    pa.field("n", pa.int32(), nullable=False),
-    pa.field("labels", pa.binary(), nullable=False),
-]), "image_url"))
-
-NEAR_DUPS = register_table(Table("near_dups", pa.schema([
-    pa.field("image_url_a", pa.string(), nullable=False),
-    pa.field("image_url_b", pa.string(), nullable=False),
-    pa.field("cosine", pa.float32(), nullable=False),
-]), "image_url_a"))
-
-CODEBOOK_DIR = "score_codebook"
 
 
 def to_bytes(a: np.ndarray, dtype: str) -> bytes:
     return np.ascontiguousarray(a, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()
-
-
-def emb_array(row: dict[str, Any]) -> np.ndarray:
-    """The fp16 embedding of an `image_embs` or `text_embs` row."""
-    return np.frombuffer(row["emb"], "<f2").reshape(row["dim"])
 
 
 def stack_embs(table: pa.Table) -> np.ndarray:

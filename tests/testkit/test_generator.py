@@ -11,7 +11,7 @@ import lxml.html
 import pytest
 from PIL import Image
 
-from lait.crawler.site.generator import NOAI_IMAGE_PAGE, NOAI_PAGE, generate_site
+from lait.testkit.generator import NOAI_IMAGE_PAGE, NOAI_PAGE, generate_site
 
 
 @pytest.fixture(scope="module")

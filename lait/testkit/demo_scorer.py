@@ -2,7 +2,7 @@
 
 `lait demo` runs without internet, so no pretrained CLIP can be downloaded. Instead the
 project trains its own tiny CLIP (a 2-layer ViT on 64 px images and a 2-layer text
-transformer, about 3.4 M parameters) on scenes drawn by `crawler.site.scenes` and captioned
+transformer, about 3.4 M parameters) on scenes drawn by `lait.testkit.scenes` and captioned
 by `describe` in English, German and French, the languages of the local web. Each step adds
 a batch of junk texts (file names, "click here", "logo", credits, headlines, unrelated news
 sentences) as extra negatives of every image, so junk scores low against every picture.
@@ -12,7 +12,7 @@ two CPU cores. The result is cached and reused:
 
     lait score WORK --model demo            # builds the demo scorer on first use, then scores
     lait score --build-demo-model           # only build it (prints where it is)
-    python -m scoring.demo_model [DIR]      # the same, from Python
+    python -m lait.testkit.demo_scorer [DIR]  # the same, from Python
 
 `lait demo` calls `ensure_demo_model(dir)` and scores with `ScoreConfig(model="demo", demo_dir=dir)`.
 The cache directory is `demo_dir`, else `$LAIT_DEMO_MODEL_DIR`, else `$LAIT_CACHE/demo-scorer-v1` (default `~/.cache/lait`): an open_clip
@@ -36,10 +36,12 @@ from pathlib import Path
 
 import numpy as np
 
+from lait.scoring.model import DEMO_CONFIG, DEMO_VERSION, DEMO_WEIGHTS, demo_scorer_dir
+
 log = logging.getLogger(__name__)
 
-DEMO_VERSION = "v1"
-# Every setting here changes the trained weights: bump DEMO_VERSION when editing them.
+# Every setting here changes the trained weights: bump DEMO_VERSION (lait.scoring.model) when
+# editing them.
 DEMO_MODEL_CFG = {
     "embed_dim": 64,
     "vision_cfg": {"image_size": 64, "layers": 2, "width": 64, "patch_size": 8, "head_width": 32},
@@ -58,24 +60,16 @@ class DemoModel:
 
     @property
     def config_path(self) -> Path:
-        return self.root / "open_clip_config.json"
+        return self.root / DEMO_CONFIG
 
     @property
     def checkpoint_path(self) -> Path:
-        return self.root / "open_clip_model.safetensors"
+        return self.root / DEMO_WEIGHTS
 
     @property
     def model_name(self) -> str:
         """The name to give `open_clip.create_model` (or `lait score --model`)."""
         return f"local-dir:{self.root}"
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("LAIT_CACHE") or Path.home() / ".cache" / "lait")
-
-
-def demo_model_dir(cache_dir: str | os.PathLike | None = None) -> Path:
-    return Path(cache_dir) if cache_dir else cache_root() / f"demo-scorer-{DEMO_VERSION}"
 
 
 def ensure_demo_model(cache_dir: str | os.PathLike | None = None, *, steps: int = 450,
@@ -84,7 +78,7 @@ def ensure_demo_model(cache_dir: str | os.PathLike | None = None, *, steps: int 
 
     Concurrent callers (several worker processes) wait on a file lock, so it is built once.
     """
-    out = demo_model_dir(cache_dir)
+    out = demo_scorer_dir(cache_dir)
     model = DemoModel(out)
     if model.checkpoint_path.exists() and model.config_path.exists():
         return model
@@ -165,7 +159,7 @@ def junk_text(rng: random.Random) -> str:
 
 def caption_text(scene, rng: random.Random) -> str:
     """A true caption of `scene` as a page may carry it: plain, in a sentence, or with a credit."""
-    from lait.crawler.site.scenes import describe
+    from lait.testkit.scenes import describe
 
     lang = rng.choices(("en", "de", "fr"), (0.6, 0.2, 0.2))[0]
     cap = describe(scene, rng, lang)
@@ -185,7 +179,7 @@ def _render(args: tuple[int, int]) -> tuple[np.ndarray, object]:
     """Scene `k` of the training set as the scorer sees it (a uint8 HWC array)."""
     from PIL import Image
 
-    from lait.crawler.site.scenes import random_scene, render_scene
+    from lait.testkit.scenes import random_scene, render_scene
 
     seed, k = args
     rng = random.Random(seed * 1_000_003 + k)

@@ -1,8 +1,8 @@
 """`lait demo`: the whole LAIT job offline, on the built-in local web.
 
-1. Generate the synthetic site (`crawler.site`) and serve it on a loopback port.
-2. Crawl it with the stage-1 spider (`crawler.run.crawl`, loopback explicitly allowed).
-3. Run stages 2 to 5 (`build.runner`), scoring with the offline demo scorer (`scoring`).
+1. Generate the synthetic site (`lait.testkit`) and serve it on a loopback port.
+2. Crawl it with the stage-1 spider (`lait.crawler.run.crawl`, loopback explicitly allowed).
+3. Run stages 2 to 5 (`lait.build.runner`), scoring with the offline demo scorer (`scoring`).
 4. Write the HTML report and print where the shards and the report are.
 
 Everything lands in `OUT/`: `work/` (tables, `work/shards/`), `report.html`, and
@@ -89,9 +89,10 @@ def crawl_site(cfg: DemoConfig, work: Path) -> dict[str, Any]:
     if marker.exists():
         print(f"lait demo: reusing the finished crawl in {work}", file=sys.stderr)
         return json.loads(marker.read_text())
-    from lait.crawler.run import CrawlConfig, crawl
-    from lait.crawler.site.generator import generate_site
-    from lait.crawler.site.server import SiteServer
+    from lait.crawler.config import CrawlConfig
+    from lait.crawler.run import crawl
+    from lait.testkit.generator import generate_site
+    from lait.testkit.server import SiteServer
 
     state = Path(cfg.out) / "demo.json"
     port = json.loads(state.read_text())["port"] if state.exists() else cfg.port
@@ -115,8 +116,8 @@ def crawl_site(cfg: DemoConfig, work: Path) -> dict[str, Any]:
 
 
 def run_demo(cfg: DemoConfig) -> int:
-    from lait.build.report import summary_text, write_report
-    from lait.build.runner import run_pipeline
+    from lait.app.report import summary_text, write_report
+    from lait.app.run import run_pipeline
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -131,3 +132,12 @@ def run_demo(cfg: DemoConfig) -> int:
     print(f"report: {page}")
     print(f"ground truth of the local web: {out / 'ground_truth.json'}")
     return 0
+
+
+def register(sub) -> None:
+    """Add `lait demo`."""
+    from lait.app.commands import add_config_command
+
+    add_config_command(sub, "demo", DemoConfig, run_demo,
+                       help="the whole job offline on a built-in local web: shards + report",
+                       description=__doc__, epilog="example:\n  lait demo --out demo/")

@@ -2,7 +2,7 @@
 
 ``object_samples`` gives captions naming objects whose region features are class prototypes plus
 noise (every task has signal to learn); ``scene_samples`` renders the built-in shapes scenes
-(``crawler.site.scenes``) as JPEGs with their captions, for pixel-based region sources.
+(``lait.testkit.scenes``) as JPEGs with their captions, for pixel-based region sources.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def object_samples(n: int, seed: int = 0, feature_dim: int = 16, num_classes: in
 
 def scene_samples(n: int, seed: int = 0, width: int = 192, height: int = 160, quality: int = 90) -> list[SyntheticSample]:
     """Rendered shapes scenes (JPEG) with their English captions."""
-    from lait.crawler.site.scenes import describe, random_scene, render_scene
+    from lait.testkit.scenes import describe, random_scene, render_scene
 
     rng = random.Random(seed)
     out = []
