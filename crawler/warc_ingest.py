@@ -10,13 +10,14 @@ by image URL.
 What goes where:
 
 - `response`/`resource` records with HTML -> `pages/` (`html` only for 2xx; others keep their
-  status and headers with `error` "http STATUS"), and their `<img>`/`og:image` references ->
+  status and headers with `error` "http STATUS"), and the URLs of their images ->
   `warc_links/` (see `lait.crawler.warc_links`).
 - records with an image (by Content-Type, else by magic bytes) -> `images/` (`bytes` only
   for 2xx).
 - WAT `metadata` records (JSON) -> `warc_links/` from their `IMG@` links.
-- `X-Robots-Tag: noai` / `noimageai` in the captured headers: nothing stored, a reject
-  `ingest/noai_page` or `ingest/noai` recorded (as the crawler does).
+- `noai` / `noimageai` in the captured `X-Robots-Tag` header or a page's robots meta tag, read
+  by `lait.pagereader` as the crawler reads them: nothing stored, a reject `ingest/noai_page`
+  or `ingest/noai` recorded.
 - damage (truncated, malformed records, broken gzip, unreadable files) -> `ingest/RULE`
   rejects and the file's report; a truncated payload is never stored.
 - revisit, request, warcinfo, conversion (WET) records, CSS/JS/fonts: counted, not stored.
@@ -36,8 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from lait.crawler.warc import HttpError, WarcReader, WarcRecord, decode_body, parse_http
-from lait.crawler.warc_links import html_image_links, iter_link_rows, wat_image_links
+from lait.crawler.warc_links import image_links, iter_link_rows, wat_image_links
 from lait import storage
+from lait.pagereader import is_noai, meta_robots, parse_html, robots_directives
 from lait.parts import PartWriter, WorkDir, atomic_write_json, partition_of
 from lait.storage import Location
 
@@ -50,7 +52,6 @@ HTML_MIMES = {"text/html", "application/xhtml+xml"}
 IMAGE_MAGIC = [(b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"),
                (b"GIF87a", "image/gif"), (b"GIF89a", "image/gif"), (b"BM", "image/bmp"),
                (b"II*\x00", "image/tiff"), (b"MM\x00*", "image/tiff")]
-_NOAI_RE = re.compile(r"(?:^|[\s,:;])(noai|noimageai)(?:$|[\s,;])", re.I)
 
 
 @dataclass
@@ -115,11 +116,6 @@ def is_ingested(work: WorkDir, path: str | Path) -> bool:
         return False
     fp = _fingerprint(Path(path))
     return all(done.get(k) == v for k, v in fp.items())
-
-
-def noai_directive(value: str | None) -> bool:
-    """Whether an X-Robots-Tag value forbids AI use (`noai` or `noimageai`, any user agent)."""
-    return bool(value and _NOAI_RE.search(value))
 
 
 def _parse_date(value: str | None) -> datetime:
@@ -225,7 +221,7 @@ class _FileIngest:
         if not (is_page or is_image):
             self.counters["ingest/skipped_other_type"] += 1
             return
-        if noai_directive(robots):
+        if is_noai(robots_directives(robots)):
             if is_page:
                 self.reject("noai_page", key=url, page_url=url, detail=f"X-Robots-Tag: {robots}")
             else:
@@ -239,6 +235,11 @@ class _FileIngest:
         ok = 200 <= status < 300
         error = None if ok else f"http {status}"
         if is_page:
+            tree = parse_html(body, charset) if ok else None
+            meta = meta_robots(tree) if tree is not None else set()
+            if is_noai(meta):
+                self.reject("noai_page", key=url, page_url=url, detail=f"meta robots: {', '.join(sorted(meta))}")
+                return
             merged: dict[str, str] = {}
             for k, v in headers:
                 k = k.lower()
@@ -247,9 +248,8 @@ class _FileIngest:
                 "url": url, "status": status, "fetched_at": fetched_at, "headers": merged,
                 "content_type": content_type, "html": body if ok else None, "encoding": charset,
                 "depth": None, "referer": None, "error": error})
-            if ok and self.opts.links:
-                links = html_image_links(body, url, charset)
-                self._links(url, links, fetched_at)
+            if tree is not None and self.opts.links:
+                self._links(url, image_links(tree, url), fetched_at)
         else:
             self.write("images", url, {
                 "image_url": url, "page_url": None, "bytes": body if ok else None, "mime": mime,
@@ -266,7 +266,7 @@ class _FileIngest:
         if page is None:
             self.counters["ingest/wat_no_html"] += 1
             return
-        if noai_directive(page.x_robots_tag):
+        if is_noai(robots_directives(page.x_robots_tag)):
             self.reject("noai_page", key=page.url, page_url=page.url, detail=f"X-Robots-Tag: {page.x_robots_tag}")
             return
         self._links(page.url, page.links, _parse_date(rec.date))

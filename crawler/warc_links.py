@@ -5,9 +5,9 @@ page (`pages/`) and the references it makes to images, with alt and title texts.
 the `warc_links` table, partitioned by image URL like `images/` and `candidates/`, so a later
 image fetch or a join with `images/` happens inside one partition.
 
-`warc_links` columns: page_url, image_url (absolute), alt, title, source ("html": an `<img>`
-or `og:image` of an archived page; "wat": a WAT `Links` entry), fetched_at (capture time of
-the page) and warc_file (the archive's file name).
+`warc_links` columns: page_url, image_url (absolute), alt, title, source ("html": a URL of an
+image of an archived page, as `lait.pagereader` reads it; "wat": a WAT `Links` entry),
+fetched_at (capture time of the page) and warc_file (the archive's file name).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 
+from lait.pagereader import image_elements, parse_html, resolve
 
 log = logging.getLogger(__name__)
 
@@ -40,34 +41,20 @@ def _clean(text: str | None) -> str | None:
 
 
 def html_image_links(html: bytes, page_url: str, encoding: str | None = None) -> list[ImageLink]:
-    """Every `<img>` (src, else data-src, else the largest srcset candidate) and `og:image`.
+    """Every URL of every image of an archived page, with the `alt` and `title` of its `<img>`."""
+    tree = parse_html(html, encoding)
+    return [] if tree is None else image_links(tree, page_url)
 
-    URLs are resolved by the crawler's own `lait.crawler.extract` rules (`<base href>`, no fragment,
-    safe characters, largest srcset candidate), so a reference joins the `images/` rows and
-    stage 3's candidates for the same image, whichever way the page arrived.
-    """
-    from lait.crawler.extract import Resolver, base_url, largest_candidate, parse_html
 
-    if not html.strip():
-        return []
-    # LookupError inside: an encoding name lxml does not know; retry letting lxml guess.
-    doc = parse_html(html, encoding) if encoding else None
-    if doc is None:
-        doc = parse_html(html)
-    if doc is None:
-        return []
-    resolve = Resolver(base_url(doc, page_url))
+def image_links(tree, page_url: str) -> list[ImageLink]:
+    """`html_image_links` of a parsed page: the images of `lait.pagereader.image_elements`, so
+    a reference joins the crawler's `images/` rows and stage 3's candidates for the same
+    image, whichever way the page arrived. og:image references have no texts here."""
     out: list[ImageLink] = []
-    for img in doc.iter("img"):
-        a = img.attrib
-        url = resolve(a.get("src")) or resolve(a.get("data-src")) or resolve(largest_candidate(a.get("srcset")))
-        if url:
-            out.append(ImageLink(url, _clean(a.get("alt")), _clean(a.get("title")), "html"))
-    for meta in doc.iter("meta"):
-        if (meta.get("property") or meta.get("name") or "").lower() in ("og:image", "og:image:url"):
-            url = resolve(meta.get("content"))
-            if url:
-                out.append(ImageLink(url, _clean(meta.get("alt")), None, "html"))
+    for image in image_elements(tree, page_url):
+        el = image.element
+        alt, title = (None, None) if image.how == "og" else (_clean(el.get("alt")), _clean(el.get("title")))
+        out += [ImageLink(url, alt, title, "html") for url in image.urls]
     return out
 
 
@@ -86,8 +73,6 @@ def wat_image_links(block: bytes, target_url: str | None = None) -> WatPage | No
     Image links are the `Links` entries whose path starts with `IMG@` (`IMG@/src`,
     `IMG@/data-src`, ...); their `alt` and `title` are kept.
     """
-    from lait.crawler.extract import resolve
-
     env = json.loads(block).get("Envelope") or {}
     url = (env.get("WARC-Header-Metadata") or {}).get("WARC-Target-URI") or target_url
     resp = (env.get("Payload-Metadata") or {}).get("HTTP-Response-Metadata")

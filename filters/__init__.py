@@ -3,6 +3,5 @@ cleaning (`lait clean`).
 
 - `lait.filters.image_stage`: `FilterConfig`, `ImageFilterStage` (images/ -> images_ok/)
 - `lait.filters.text_stage`: `CleanConfig`, `CleanStage` (pages/ -> candidates/, by image URL)
-- `lait.filters.html_images`: image URLs and their texts on a page, resolved as a crawler does
-- `lait.filters.command`: the `lait filter` and `lait clean` sub-commands
+- `lait.filters.html_images`: the texts a page gives its images (the images: `lait.pagereader`)
 """

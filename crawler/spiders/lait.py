@@ -43,31 +43,18 @@ import scrapy
 from scrapy import signals
 from scrapy.exceptions import DontCloseSpider, IgnoreRequest
 
-from lait.crawler.extract import extract
 from lait.crawler.frontier import Frontier
 from lait.crawler.items import ImageItem, PageItem, RejectedItem
 from lait.crawler.middlewares import AddressRefused
 from lait.crawler.pipelines import new_run_id
 from lait.crawler.config import CrawlConfig, scrapy_settings
+from lait.pagereader import is_noai, read_page, robots_directives
 
 log = logging.getLogger(__name__)
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
-NOAI_TOKENS = {"noai", "noimageai"}
 IMAGE_PRIORITY = 10  # images of a parsed page go before more pages: rows stay close together
 RUNNING_MARKER = "lait.running"
-
-
-def robots_tokens(value: str) -> set[str]:
-    """Directives of an X-Robots-Tag value; `botname: noai` counts as `noai` too."""
-    tokens = set()
-    for part in value.lower().split(","):
-        part = part.strip()
-        if ":" in part:
-            part = part.split(":", 1)[1].strip()
-        if part:
-            tokens.add(part)
-    return tokens
 
 
 def _header(response, name: str) -> str:
@@ -153,7 +140,7 @@ class LaitSpider(scrapy.Spider):
         requests: list[scrapy.Request] = []
         for url, status, html, encoding, depth in stored:
             if html is not None:
-                links = extract(html, url, encoding)
+                links = read_page(html, url, encoding)
                 requests.extend(self._follow(links, url, depth, noai=False))
             elif 200 <= status < 300:
                 # Stored without HTML (noai): fetch again for its links only, write nothing.
@@ -191,7 +178,7 @@ class LaitSpider(scrapy.Spider):
         """Requests for a parsed page's links (within limits) and, unless noai, its images."""
         out = []
         if not noai and self.cfg.fetch_images:
-            for img, _how in page.images:
+            for img in page.images:
                 if img not in self.done_images:
                     out.append(self._image_request(img, url, depth + 1))
         if "nofollow" in page.robots:
@@ -262,8 +249,8 @@ class LaitSpider(scrapy.Spider):
             self._count("page_not_html")
             yield from self._emit(item, replay)
             return
-        page = extract(response.body, response.url, response.encoding)
-        noai = bool(NOAI_TOKENS & (robots_tokens(_header(response, "X-Robots-Tag")) | page.robots))
+        page = read_page(response.body, response.url, response.encoding)
+        noai = is_noai(robots_directives(_header(response, "X-Robots-Tag")) | page.robots)
         if noai:
             item.error = "noai"
             self._count("page_noai")
@@ -288,7 +275,7 @@ class LaitSpider(scrapy.Spider):
             item.image_url = response.request.meta.get("redirect_urls", [response.request.url])[0]
         if not 200 <= status < 300:
             item.error = f"status_{status}"
-        elif NOAI_TOKENS & robots_tokens(_header(response, "X-Robots-Tag")):
+        elif is_noai(robots_directives(_header(response, "X-Robots-Tag"))):
             item.error = "noai"
         elif not mime or not mime.startswith("image/"):
             item.error = "not_image"

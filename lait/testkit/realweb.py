@@ -1,8 +1,9 @@
 """Real-web mode: real article pages served locally with their images made reachable.
 
 Pages come from ``../shared/data/html`` (mozilla/readability test pages and the
-article-extraction-benchmark pages). Every image URL they reference (``<img>`` src, srcset,
-lazy-load attributes, ``<source>``, ``og:image``/``twitter:image``) is rewritten to
+article-extraction-benchmark pages). Every image URL they reference, as ``lait.pagereader``
+reads them (``<img>`` src, srcset, lazy-load attributes, ``<picture>`` sources,
+``og:image``/``twitter:image``), is rewritten to
 ``/photos/r/<hash>.jpg``: a flipped crop of a real photo from ``../shared/data/photos``,
 chosen deterministically from the original URL. Each page also gets planted
 ``<figure><img><figcaption>`` blocks pairing a COCO photo (``/photos/coco/<file>``) with one
@@ -22,23 +23,19 @@ import hashlib
 import io
 import json
 import logging
-import re
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
 import lxml.html
 from PIL import Image, ImageOps
 
+from lait.pagereader import Resolver, base_url, image_attributes, image_elements, parse_html, split_srcset
 from lait.testkit.generator import Response
 
 log = logging.getLogger(__name__)
 
-_IMG_ATTRS = ("src", "data-src", "data-lazy-src", "data-original", "data-url", "data-hi-res-src")
-_SRCSET_ATTRS = ("srcset", "data-srcset", "data-lazy-srcset")
-_META_IMAGE = ("og:image", "og:image:url", "og:image:secure_url", "twitter:image",
-               "twitter:image:src")
 HTML = "text/html; charset=utf-8"
 
 
@@ -59,16 +56,6 @@ class RealPage:
     lang: str | None = None
     parse_ok: bool = True
     refs: list[dict] = field(default_factory=list)
-
-
-def _split_srcset(value: str) -> list[tuple[str, str]]:
-    """(url, descriptor) pairs; URLs may contain commas, so split on ", " boundaries."""
-    out = []
-    for part in re.split(r",\s+", value.strip()):
-        bits = part.strip().split()
-        if bits:
-            out.append((bits[0], " ".join(bits[1:])))
-    return out
 
 
 class RealWebSite:
@@ -130,18 +117,26 @@ class RealWebSite:
         self._built = True
         log.info("real web: %d pages built", len(self._pages))
 
-    def _build(self, page: RealPage, k: int) -> None:
+    def original(self, path: str) -> tuple[bytes, str]:
+        """The page served at ``path`` as its site published it, and the URL it is read at."""
+        page = self._pages[path]
         raw = page.file.read_bytes()
         if page.file.suffix == ".gz":
             raw = gzip.decompress(raw)
+        return raw, page.original_url or f"https://readability.example{page.path}"
+
+    def _build(self, page: RealPage, k: int) -> None:
+        raw, page_url = self.original(page.path)
         try:
-            doc = lxml.html.document_fromstring(raw)
+            doc = parse_html(raw)  # as the crawler parses it: a stray byte does not end the page
         except Exception as exc:  # lxml raises several types on odd input
             log.warning("real web: cannot parse %s: %s", page.file, exc)
+            doc = None
+        if doc is None:
             page.body, page.parse_ok = raw, False
             return
-        base = page.original_url or f"https://readability.example{page.path}"
         page.lang = doc.get("lang") or None
+        self._rewrite_images(doc, page, page_url)
         for el in doc.xpath("//base"):
             el.drop_tree()  # a <base href> would send relative URLs off-host
         for el in doc.iter("meta"):
@@ -149,7 +144,6 @@ class RealWebSite:
                 el.set("charset", "utf-8")  # bytes are re-encoded as UTF-8 below
             elif (el.get("http-equiv") or "").lower() == "content-type":
                 el.set("content", HTML)
-        self._rewrite_images(doc, page, base)
         self._plant(doc, page, k)
         page.body = lxml.html.tostring(doc, doctype="<!DOCTYPE html>", encoding="utf-8",
                                        method="html")
@@ -168,40 +162,25 @@ class RealWebSite:
             self._substitutes[local] = (photo, (x0, y0, x0 + cw, y0 + ch))
         return local
 
-    def _rewrite_images(self, doc, page: RealPage, base: str) -> None:
-        def local(value: str) -> str | None:
-            value = value.strip()
-            if not value or value.startswith(("data:", "#")):
-                return None
-            return self._substitute(urljoin(base, value))
+    def _rewrite_images(self, doc, page: RealPage, page_url: str) -> None:
+        """Substitute every image URL the page reader finds, wherever it reads them from."""
+        for image in image_elements(doc, page_url):
+            alt = None if image.how == "og" else image.element.get("alt")
+            for url in image.urls:
+                page.refs.append(self._ref(self._substitute(url), image.how, alt, url))
+        resolve = Resolver(base_url(doc, page_url))
 
-        for el in doc.iter("img", "source"):
-            alt = el.get("alt") if el.tag == "img" else None
-            in_picture = el.getparent() is not None and el.getparent().tag == "picture"
-            for attr in _IMG_ATTRS:
-                new = local(el.get(attr) or "")
-                if new:
-                    via = {"src": "picture" if in_picture else "img"}.get(attr, "data-src")
-                    page.refs.append(self._ref(new, via, alt, el.get(attr)))
-                    el.set(attr, new)
-            for attr in _SRCSET_ATTRS:
-                pairs = _split_srcset(el.get(attr) or "")
-                rewritten = []
-                for url, desc in pairs:
-                    new = local(url) or url
-                    if new != url:
-                        via = "picture" if in_picture or el.tag == "source" else "srcset"
-                        page.refs.append(self._ref(new, via, alt, url))
-                    rewritten.append(f"{new} {desc}".strip())
-                if pairs:
-                    el.set(attr, ", ".join(rewritten))
-        for el in doc.iter("meta"):
-            key = el.get("property") or el.get("name") or ""
-            if key.lower() in _META_IMAGE:
-                new = local(el.get("content") or "")
-                if new:
-                    page.refs.append(self._ref(new, "og", None, el.get("content")))
-                    el.set("content", new)
+        def local(raw: str) -> str:
+            url = resolve(raw)
+            return self._substitute(url) if url else raw
+
+        for el in doc.iter("img", "source", "meta"):
+            for attr, is_srcset in image_attributes(el):
+                value = el.get(attr)
+                if value and is_srcset:  # every candidate, not only the one the reader takes
+                    el.set(attr, ", ".join(f"{local(u)} {d}".strip() for u, d in split_srcset(value)))
+                elif value:
+                    el.set(attr, local(value))
 
     @staticmethod
     def _ref(url: str, via: str, alt: str | None, original: str | None,

@@ -8,10 +8,10 @@ import pytest
 from lxml import html as lxml_html
 
 from lait.app import stages as command
-from lait.filters.html_images import image_urls, largest_srcset
 from lait.filters.text_rules import Candidate, split_sentences, text_filters
 from lait.filters.text_stage import CleanConfig, CleanStage
 from lait.executor import LocalExecutor
+from lait.pagereader import image_urls, largest_candidate
 from lait.parts import partition_of
 
 PAGE = "http://news.test/a/story.html"
@@ -48,7 +48,7 @@ def test_image_urls_resolve_like_a_crawler():
         "http://other.test/dir/a.jpg", "http://other.test/dir/b%20small.jpg", "http://other.test/dir/b3.jpg",
         "http://other.test/dir/p-fallback.jpg", "http://other.test/dir/p-1600.webp", "http://other.test/dir/p.jpg",
         "http://other.test/lazy.jpg", "https://og.test/x.jpg"]
-    assert largest_srcset("a.jpg 300w, b.jpg 1200w, c.jpg 600w") == "b.jpg"
+    assert largest_candidate("a.jpg 300w, b.jpg 1200w, c.jpg 600w") == "b.jpg"
 
 
 def test_sources_context_and_repartitioning(make_work, td):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import ftfy
 from lxml import html as lxml_html
 
-from lait.filters.html_images import resolve_url
 from lait.filters.text_stage import CleanConfig, CleanStage
 from lait.executor import LocalExecutor
+from lait.pagereader import resolve
 
 
 def _norm(text: str) -> str:
@@ -26,7 +26,7 @@ def expected_figcaptions(html: bytes, page_url: str) -> list[tuple[str, str]]:
         if not caption:
             continue
         for img in fig.iter("img"):
-            url = resolve_url(resolve_url(page_url, base) or page_url, img.get("src"))
+            url = resolve(resolve(page_url, base) or page_url, img.get("src"))
             if url:
                 out.append((url, caption))
     return out

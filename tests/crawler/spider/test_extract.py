@@ -1,4 +1,4 @@
-"""Image URL and link extraction (`crawler.extract`), and acceptance 2 on the real-web pages."""
+"""The crawler's page extraction (`lait.pagereader.read_page`), and acceptance 2 on the real-web pages."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from urllib.parse import urljoin, urldefrag
 
 import pytest
 
-from lait.crawler.extract import Resolver, extract, image_urls, largest_candidate, parse_srcset, resolve_slow
+from lait.pagereader import (Resolver, image_elements, largest_candidate, parse_html, parse_srcset, read_page,
+                             resolve_slow)
 
 PAGE = "http://example.org/news/story.html"
 
@@ -22,34 +23,37 @@ def test_every_image_source_and_how():
         <source srcset="/p/narrow.jpg"><img src="/p/narrow.jpg"></picture>
       <img src="data:image/gif;base64,R0lGOD"><img src="a.jpg#again">
     </body></html>"""
-    assert image_urls(html, PAGE) == [
-        ("https://cdn.example.org/og.jpg", "og"),
-        ("http://example.org/news/a.jpg", "img"),
-        ("http://example.org/news/small.jpg", "img"),
-        ("http://example.org/news/big.jpg", "srcset"),
-        ("http://example.org/news/placeholder.gif", "img"),
-        ("http://example.org/lazy/real.jpg", "data-src"),
-        ("http://example.org/p/wide@2x.jpg", "picture"),
-        ("http://example.org/p/narrow.jpg", "picture"),
+    images = image_elements(parse_html(html), PAGE)
+    assert [(img.urls, img.how) for img in images] == [
+        (["http://example.org/news/a.jpg"], "img"),
+        (["http://example.org/news/small.jpg", "http://example.org/news/big.jpg"], "img"),
+        (["http://example.org/news/placeholder.gif", "http://example.org/lazy/real.jpg"], "img"),
+        (["http://example.org/p/narrow.jpg", "http://example.org/p/wide@2x.jpg"], "picture"),
+        (["http://example.org/news/a.jpg"], "img"),
+        (["https://cdn.example.org/og.jpg"], "og"),
     ]
+    assert read_page(html, PAGE).images == [
+        "http://example.org/news/a.jpg", "http://example.org/news/small.jpg", "http://example.org/news/big.jpg",
+        "http://example.org/news/placeholder.gif", "http://example.org/lazy/real.jpg",
+        "http://example.org/p/narrow.jpg", "http://example.org/p/wide@2x.jpg", "https://cdn.example.org/og.jpg"]
 
 
 def test_base_href_is_used_for_images_and_links():
     html = b'<html><head><base href="/static/"></head><body><img src="x.png"><a href="y.html">y</a></body></html>'
-    page = extract(html, PAGE)
-    assert page.images == [("http://example.org/static/x.png", "img")]
+    page = read_page(html, PAGE)
+    assert page.images == ["http://example.org/static/x.png"]
     assert page.links == ["http://example.org/static/y.html"]
 
 
 def test_links_skip_nofollow_mailto_and_fragments():
     html = (b'<a href="/a#x">a</a><a href="/a#y">again</a><a href="mailto:x@y">m</a>'
             b'<a rel="nofollow" href="/n">n</a><a href="javascript:void(0)">j</a><area href="/map">')
-    assert extract(html, PAGE).links == ["http://example.org/a", "http://example.org/map"]
+    assert read_page(html, PAGE).links == ["http://example.org/a", "http://example.org/map"]
 
 
 def test_meta_robots_tokens():
     html = b'<html><head><meta name="robots" content="NoAI, noimageai"></head><body></body></html>'
-    assert extract(html, PAGE).robots == {"noai", "noimageai"}
+    assert read_page(html, PAGE).robots == {"noai", "noimageai"}
 
 
 def test_srcset_parsing_handles_commas_in_urls_and_densities():
@@ -61,8 +65,8 @@ def test_srcset_parsing_handles_commas_in_urls_and_densities():
 
 
 def test_unparsable_and_empty_documents():
-    assert image_urls(b"", PAGE) == []
-    assert extract(b"\x00\x00", PAGE).links == []
+    assert read_page(b"", PAGE).images == []
+    assert read_page(b"\x00\x00", PAGE).links == []
 
 
 @pytest.mark.parametrize("base", ["http://Ex.com:80/a/b/c.html?q=1", "https://x.org", "http://127.0.0.1:8000/p/"])
@@ -70,7 +74,9 @@ def test_fast_resolver_equals_the_reference(base):
     refs = ["http://Example.COM/x", "https://a.b/x?y=1#f", "/x#frag", "/x y", "/a/./b", "//cdn.x/y.jpg",
             "x.jpg", "../x.jpg", "?q=2", "http://a/b/../c", "/\u00fc.jpg", "HTTP://a/b", "http://a",
             "http://user:pw@a/x", "/x%zz", "/x%41", "http://[::1]/x", "/x\\y", "  /x  ", "#top",
-            "javascript:void(0)", "/a,b;c=d", "http://a/b#c#d", "http://a/b?c=//d", "ftp://x/y"]
+            "javascript:void(0)", "/a,b;c=d", "http://a/b#c#d", "http://a/b?c=//d", "ftp://x/y",
+            "http://a/b?c='d'", "/x?y='z'", "http://a/b[1]", "/x]y", "http://a/b/?", "/x?", "/x?#f", "http://a/b?#",
+            "JavaScript:void(0)", "blob:http://a/b", "about:blank", "tel:123", "DATA:image/gif;base64,R0"]
     resolver = Resolver(base)
     assert [resolver(r) for r in refs] == [resolve_slow(base, r) for r in refs]
 
@@ -91,7 +97,7 @@ def _largest(srcset: str) -> str | None:
 
 
 def _independent_image_urls(html: bytes, page_url: str) -> set[str]:
-    """The image URLs of a page by plain XPath + urljoin, written apart from crawler.extract."""
+    """The image URLs of a page by plain XPath + urljoin, written apart from lait.pagereader."""
     import lxml.html
 
     doc = lxml.html.document_fromstring(html)
@@ -127,7 +133,7 @@ def test_real_web_image_recall_against_an_independent_extraction(shared_data):
             truth = {safe_url_string(u) for u in _independent_image_urls(resp.body, base + path)}
         except Exception:  # noqa: BLE001 - lxml cannot read it; neither side counts it
             continue
-        ours = {u for u, _ in image_urls(resp.body, base + path)}
+        ours = set(read_page(resp.body, base + path).images)
         pages += 1
         expected += len(truth)
         found += len(truth & ours)

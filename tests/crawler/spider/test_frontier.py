@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from lait.crawler.extract import PageLinks
 from lait.crawler.frontier import Frontier
+from lait.pagereader import PageRead
 
 
 def test_frontier_is_fifo_per_depth_and_shallowest_first():
@@ -56,9 +56,9 @@ def spider(tmp_path):
     return sp
 
 
-def _page(n: int, prefix: str) -> PageLinks:
-    return PageLinks(links=[f"http://site.test/{prefix}{i}.html" for i in range(n)],
-                     images=[(f"http://cdn.test/{prefix}.jpg", "img")])
+def _page(n: int, prefix: str) -> PageRead:
+    return PageRead(links=[f"http://site.test/{prefix}{i}.html" for i in range(n)],
+                    images=[f"http://cdn.test/{prefix}.jpg"])
 
 
 def test_links_wait_in_the_frontier_not_in_scrapy(spider):

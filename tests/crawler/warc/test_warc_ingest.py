@@ -7,7 +7,8 @@ from collections import Counter
 import pytest
 from warcio.warcwriter import WARCWriter
 
-from lait.crawler.warc_ingest import IngestOptions, file_tag, ingest_file, ingest_files, is_ingested, noai_directive
+from lait.crawler.warc_ingest import IngestOptions, file_tag, ingest_file, ingest_files, is_ingested
+from lait.pagereader import is_noai, robots_directives
 from lait.parts import WorkDir, partition_of
 
 
@@ -62,9 +63,23 @@ def test_noai_pages_and_images_are_recorded_not_stored(tmp_path, factory, work):
 
 @pytest.mark.parametrize("value,expected", [("noai", True), ("noindex, NoImageAI", True),
                                             ("otherbot: noai", True), ("noindex", False), (None, False),
-                                            ("noairline", False)])
-def test_noai_directive(value, expected):
-    assert noai_directive(value) is expected
+                                            ("noairline", False), ("noindex; noai", True)])
+def test_noai_in_an_x_robots_tag_value(value, expected):
+    assert is_noai(robots_directives(value)) is expected
+
+
+def test_a_page_with_a_noai_robots_meta_tag_is_recorded_not_stored(tmp_path, factory, work):
+    path = tmp_path / "meta.warc.gz"
+    with open(path, "wb") as f:
+        w = WARCWriter(f, gzip=True)
+        factory.response(w, "http://ex.test/meta-noai.html", b'<html><head><meta name="robots" '
+                         b'content="index, NoImageAI"></head><body><img src="/x.jpg"></body></html>', "text/html")
+        factory.response(w, "http://ex.test/open.html", b'<html><body><img src="/y.jpg"></body></html>', "text/html")
+    ingest_file(path, work.root)
+    assert [r["url"] for r in work.read("pages").to_pylist()] == ["http://ex.test/open.html"]
+    assert [r["image_url"] for r in work.read("warc_links").to_pylist()] == ["http://ex.test/y.jpg"]
+    rej = work.read("rejected").to_pylist()
+    assert [(r["reason"], r["page_url"]) for r in rej] == [("ingest/noai_page", "http://ex.test/meta-noai.html")]
 
 
 def test_wat_links_with_alt_text(tmp_path, factory, work):
