@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from .batch import Batch
 from .checkpoint import Position, find_latest, load_checkpoint, make_payload, prune, rng_state, save_checkpoint, set_rng_state, write_latest
-from .config import StageConfig
+from .config import TrainStageConfig
 from .model import ImageBert, flops_per_token
 from .runtime import MetricLogger, Runtime, make_optimizer, make_scheduler
 
@@ -33,7 +33,7 @@ class StagePlan:
     """A stage as the loop runs it: its config, length, and how to open its data stream."""
 
     index: int
-    config: StageConfig
+    config: TrainStageConfig
     steps: int
     open_stream: Callable[[int], Iterator[Batch]]  # batches already consumed -> stream
     prepare: Callable[[Batch], Batch] = lambda b: b  # on-device work before the forward (regions)
