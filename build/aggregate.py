@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 from lait.build.config import BuildConfig
 from lait.build.dedup import group_duplicates, hamming, phash_int
 from lait.build.neardup import embedding_pairs
-from lait.parts import PartWriter, WorkDir, partition_of
+from lait.parts import PartitionedWriter, WorkDir
 
 log = logging.getLogger(__name__)
 
@@ -86,24 +86,21 @@ class RejectSink:
     """Writes the global pass's rejects into `rejected/`, partitioned by image URL."""
 
     def __init__(self, work: WorkDir):
-        self.work = work
-        self.writers: dict[int, PartWriter] = {}
+        self.parts = PartitionedWriter(work, PLAN_TAG)
         self.counts: Counter[str] = Counter()
 
     def reject(self, rule: str, image: Image, *, text: str | None = None, page_url: str | None = None,
                detail: str | None = None) -> None:
-        p = partition_of(image.url, self.work.n_partitions)
-        w = self.writers.get(p)
-        if w is None:
-            w = self.writers[p] = self.work.writer("rejected", p, PLAN_TAG)
         page_url = page_url or (image.candidates[0].page_url if image.candidates else None)
-        w.write({"reason": f"build/{rule}", "image_url": image.url, "page_url": page_url,
-                 "text": text, "detail": detail})
-        self.counts[f"build/{rule}"] += 1
+        reason = self.parts.reject(f"build/{rule}", self.parts.partition_of(image.url), image_url=image.url,
+                                   page_url=page_url, text=text, detail=detail)
+        self.counts[reason] += 1
 
     def close(self) -> None:
-        for _, w in sorted(self.writers.items()):
-            w.close()
+        self.parts.close()
+
+    def abort(self) -> None:
+        self.parts.abort()
 
 
 def load_images(work: WorkDir) -> list[Image]:
@@ -238,19 +235,17 @@ def key_width(samples_per_shard: int) -> int:
 
 
 def write_plan(work: WorkDir, kept: list[Group], cfg: BuildConfig) -> int:
+    """`build_plan/`: partition N is shard N, committed as soon as it is full; returns the shard count."""
     width = key_width(cfg.samples_per_shard)
-    writer: PartWriter | None = None
     shard = -1
-    for i, g in enumerate(kept):
-        s, idx = divmod(i, cfg.samples_per_shard)
-        if s != shard:
-            if writer is not None:
-                writer.close()
-            shard, writer = s, work.writer("build_plan", s, PLAN_TAG)
-        key = f"{s:05d}{idx:0{width}d}"
-        writer.write(plan_row(key, s, g, cfg))
-    if writer is not None:
-        writer.close()
+    with PartitionedWriter(work, PLAN_TAG) as parts:
+        for i, g in enumerate(kept):
+            s, idx = divmod(i, cfg.samples_per_shard)
+            if s != shard:
+                if shard >= 0:
+                    parts.commit("build_plan", shard)  # one shard's plan in memory at a time
+                shard = s
+            parts.write("build_plan", s, plan_row(f"{s:05d}{idx:0{width}d}", s, g, cfg))
     return shard + 1
 
 

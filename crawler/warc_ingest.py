@@ -40,7 +40,7 @@ from lait.crawler.warc import HttpError, WarcReader, WarcRecord, decode_body, pa
 from lait.crawler.warc_links import image_links, iter_link_rows, wat_image_links
 from lait import storage
 from lait.pagereader import is_noai, meta_robots, parse_html, robots_directives
-from lait.parts import PartWriter, WorkDir, atomic_write_json, partition_of
+from lait.parts import PartitionedWriter, WorkDir, atomic_write_json
 from lait.storage import Location
 
 log = logging.getLogger(__name__)
@@ -156,30 +156,26 @@ def _sniff(body: bytes) -> str | None:
 
 
 class _FileIngest:
-    """The writers and counters of one archive being ingested."""
+    """The parts and counters of one archive being ingested."""
 
     def __init__(self, work: WorkDir, path: Path, tag: str, opts: IngestOptions):
         self.work, self.path, self.tag, self.opts = work, path, tag, opts
         self.name = path.name
         self.counters: Counter[str] = Counter()
-        self._writers: dict[tuple[str, int], PartWriter] = {}
+        # Small row groups: up to partitions x tables parts are open at once.
+        self.parts = PartitionedWriter(work, tag, row_group_bytes=8 << 20,
+                                       extra_stats={"stage": STAGE, "warc_file": str(path)})
 
     def write(self, table: str, key: str, row: dict[str, Any]) -> None:
-        p = partition_of(key, self.work.n_partitions)
-        w = self._writers.get((table, p))
-        if w is None:
-            # Small row groups: up to partitions x tables writers are open at once.
-            w = self._writers[(table, p)] = self.work.writer(
-                table, p, self.tag, row_group_bytes=8 << 20,
-                extra_stats={"stage": STAGE, "warc_file": str(self.path)})
-        w.write(row)
+        self.parts.write(table, self.parts.partition_of(key), row)
         self.counters[f"ingest/out_{table}"] += 1
 
     def reject(self, rule: str, *, key: str, image_url: str | None = None, page_url: str | None = None,
                detail: str | None = None) -> None:
-        self.write("rejected", key, {"reason": f"ingest/{rule}", "image_url": image_url, "page_url": page_url,
-                                     "text": None, "detail": None if detail is None else detail[:1000]})
-        self.counters[f"ingest/{rule}"] += 1
+        reason = self.parts.reject(f"ingest/{rule}", self.parts.partition_of(key), image_url=image_url,
+                                   page_url=page_url, detail=detail)
+        self.counters["ingest/out_rejected"] += 1
+        self.counters[reason] += 1
 
     # -- records ---------------------------------------------------------------------------
     def record(self, rec: WarcRecord) -> None:
@@ -277,17 +273,10 @@ class _FileIngest:
 
     # -- end -------------------------------------------------------------------------------
     def close(self) -> dict[str, int]:
-        out: Counter[str] = Counter()
-        for (table, _), w in sorted(self._writers.items()):
-            stats = w.close()
-            if stats is not None:
-                out[table] += stats["rows"]
-        return dict(out)
+        return self.parts.close()
 
     def abort(self) -> None:
-        for w in self._writers.values():
-            if not w.closed:
-                w.abort()
+        self.parts.abort()
 
 
 def ingest_file(path: str | Path, work_root: str | Location, opts: IngestOptions | None = None) -> FileReport:

@@ -369,7 +369,8 @@ class PartitionedWriter:
     archive being ingested, the crawler (`RollingPartitionedWriter`), the build's global pass,
     the near-duplicate step. `reject` is the one way a row reaches `rejected/`: its reason
     must be registered in `lait.reasons`. `close` commits every open part and returns the rows
-    written per table; `abort` discards the open ones.
+    written per table; `abort` discards the open ones. As a context manager it closes on
+    success and aborts on an exception.
     """
 
     def __init__(self, work: WorkDir, tag: str, *, row_group_rows: int = 2048,
@@ -436,6 +437,15 @@ class PartitionedWriter:
             if not w.closed:
                 w.abort()
         self._open.clear()
+
+    def __enter__(self) -> PartitionedWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
 
 
 class RollingPartitionedWriter(PartitionedWriter):
