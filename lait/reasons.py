@@ -37,7 +37,6 @@ REASONS: dict[str, str] = {
     # Stage 1 from archives (`lait ingest-warc`): records not stored, and damage notes.
     "ingest/noai_page": "a WAT record of a page whose X-Robots-Tag says noai or noimageai: its image "
                         "links are not stored (a WARC page with noai is a pages/ row with error noai).",
-    "ingest/noai": "an image served with X-Robots-Tag noai or noimageai; not stored.",
     "ingest/too_large": "a record larger than --max-record-mb, skipped unread.",
     "ingest/bad_http": "a response record whose HTTP status line or headers cannot be parsed.",
     "ingest/content_encoding": "a response whose Content-Encoding is unsupported or cannot be undone "
