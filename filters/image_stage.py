@@ -243,7 +243,7 @@ class ImageFilterStage(Stage):
         """The images_ok row for one images row, or ImageRejected."""
         cfg = self.cfg
         data = row.get("bytes")
-        fetched = fetch_rule(row.get("error"))
+        fetched = fetch_rule(row.get("error"), "images")
         if fetched is not None or row.get("status") != 200 or data is None:
             raise ImageRejected(fetched or "status", f"crawl status {row.get('status')}"
                                 + (f" ({row['error']})" if row.get("error") else "")

@@ -112,7 +112,7 @@ def decode_page(row: dict[str, Any], max_bytes: int) -> tuple[str, bool]:
     """
     body: bytes = row.get("html") or b""
     error = row.get("error")
-    fetched = fetch_rule(error)
+    fetched = fetch_rule(error, "pages")
     if fetched is not None or row.get("status") != 200:
         raise PageRejected(fetched or "status", f"HTTP {row.get('status')}" + (f" ({error})" if error else ""))
     if not body.strip():

@@ -10,7 +10,7 @@ Two vocabularies live here, one place each:
 - **Fetch status.** The `error` column of `pages/` and `images/`, written by the crawl and by
   `ingest-warc` alike: None exactly when the body is stored, else one of `FETCH_ERRORS`
   (`http_error` makes the non-2xx ones). Stages 2 and 3 drop such a row for the rule
-  `fetch_rule(error)` names (`filter/noai`, `clean/status`, ...).
+  `fetch_rule(error, table)` names (`filter/noai`, `clean/status`, ...).
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def describe(meanings: dict[str, str], width: int = 96, indent: int = 2) -> str:
     col = indent + max(map(len, meanings)) + 2
     lines = []
     for name, meaning in meanings.items():
-        wrapped = textwrap.wrap(meaning, max(30, width - col))
+        wrapped = textwrap.wrap(meaning, max(30, width - col), break_on_hyphens=False)
         lines.append(" " * indent + name.ljust(col - indent) + wrapped[0])
         lines += [" " * col + more for more in wrapped[1:]]
     return "\n".join(lines)
@@ -164,8 +164,12 @@ FETCH_ERRORS: dict[str, str] = {
     "download/<Error>": "no response at all (status 0); <Error> is the exception's class name.",
 }
 
-# The rule stages 2 and 3 drop a row for, by its `error` (see `fetch_rule`).
-_FETCH_RULES = {"noai": "noai", "not_html": "not_html", "not_image": "not_image", "empty": "empty"}
+# The rules stages 2 and 3 drop a row of each table for (see `fetch_rule`): a non-2xx status
+# is `status`, no response is `download`, the other errors name themselves.
+FETCH_RULES: dict[str, frozenset[str]] = {
+    "pages": frozenset({"status", "download", "noai", "not_html"}),
+    "images": frozenset({"status", "download", "noai", "not_image", "empty"}),
+}
 
 
 def http_error(status: int) -> str | None:
@@ -173,22 +177,22 @@ def http_error(status: int) -> str | None:
     return None if 200 <= status < 300 else f"http_{status}"
 
 
-def fetch_rule(error: str | None) -> str | None:
-    """The rule a row of `pages/` or `images/` is dropped for by its `error`; None when none is set.
-
-    The stage prefixes it: an image served with noai is `filter/noai`, a 404 page `clean/status`.
-    """
+def fetch_rule(error: str | None, table: str) -> str | None:
+    """The rule a row of `table` (`pages` or `images`) is dropped for by its `error`; None when
+    no error is set. The stage prefixes it: an image served with noai is `filter/noai`, a 404
+    page `clean/status`. ValueError for an error outside the vocabulary."""
     if error is None:
         return None
     # status_N and "http N": what the crawl and the ingest wrote before the vocabulary was one.
     if error.startswith(("http_", "status_", "http ")):
-        return "status"
-    if error.startswith("download/"):
-        return "download"
-    try:
-        return _FETCH_RULES[error]
-    except KeyError:
-        raise ValueError(f"unknown fetch error {error!r}; the vocabulary is in lait/reasons.py") from None
+        rule = "status"
+    elif error.startswith("download/"):
+        rule = "download"
+    else:
+        rule = error
+    if rule not in FETCH_RULES[table]:
+        raise ValueError(f"unknown error {error!r} in {table}/; the vocabulary is in lait/reasons.py")
+    return rule
 
 
 def fetch_errors_help() -> str:
