@@ -22,8 +22,8 @@ from collections.abc import Iterable
 
 REASONS: dict[str, str] = {
     # Stage 1, the crawl (`lait crawl`): requests that were never sent.
-    "crawl/robots": "robots.txt of the host forbids the URL to lait's user agent (an unreachable "
-                    "robots.txt counts as forbidding, RFC 9309); the request was never sent.",
+    "crawl/robots": "robots.txt of the host forbids the URL to lait's user agent; the request was "
+                    "never sent.",
     "crawl/refused_loopback": "the host resolves to a loopback address; the request was never sent "
                               "(allow with --allow-loopback).",
     "crawl/refused_private": "the host resolves to a private or carrier-grade NAT address; the request "
