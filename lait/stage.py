@@ -4,6 +4,11 @@ A `Stage` is a picklable object (its config plus code) that every executor calls
 `lait.executor.run_part`. Inside `Stage.process` it reads its input partition and writes
 through a `PartContext`, which owns the output parts, the `rejected/` part and the counters,
 so every stage gets atomic outputs, reasons for every drop and a stats funnel for free.
+
+A row is dropped in one of two ways, both ending in `PartContext.reject` with a reason
+registered in `lait.reasons`: a `Filter` applied with `PartContext.apply_filters`, or, for a
+rule that is not a test of one record, a call to `reject` (deep inside a decoder, a `Rejected`
+exception carries the rule up to the loop that calls it).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from lait.memory import apply_memory_settings, release_free_memory
-from lait.parts import PartWriter, WorkDir
+from lait.parts import PartitionedWriter, PartWriter, WorkDir
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +42,16 @@ class Filter(ABC):
     def keep(self, record: Any) -> KeepResult: ...
 
 
+class Rejected(Exception):
+    """A record dropped deep inside a step; the loop over records passes `rule` and `detail`
+    to `PartContext.reject`."""
+
+    def __init__(self, rule: str, detail: str = ""):
+        super().__init__(f"{rule}: {detail}")
+        self.rule = rule
+        self.detail = detail
+
+
 def task_tag(stage: str, partition: int) -> str:
     """Tag of the parts a stage task writes: rerunning the task replaces exactly these."""
     return f"{stage}{partition:05d}"
@@ -51,17 +66,12 @@ class PartContext:
         self.partition = partition
         self.tag = task_tag(stage, partition)
         self.counters: Counter[str] = Counter()
-        self._writers: dict[tuple[str, int], PartWriter] = {}
+        self.parts = PartitionedWriter(work, self.tag,
+                                       extra_stats={"stage": stage, "input_partition": partition})
 
     def output(self, table: str, partition: int | None = None) -> PartWriter:
         """Writer for `table`, in this task's partition unless another is given (re-partitioning)."""
-        key = (table, self.partition if partition is None else partition)
-        w = self._writers.get(key)
-        if w is None:
-            w = self._writers[key] = self.work.writer(
-                table, key[1], self.tag, extra_stats={"stage": self.stage, "input_partition": self.partition}
-            )
-        return w
+        return self.parts.writer(table, self.partition if partition is None else partition)
 
     def write(self, table: str, row: Mapping[str, Any], partition: int | None = None) -> None:
         self.output(table, partition).write(row)
@@ -69,12 +79,11 @@ class PartContext:
 
     def reject(self, rule: str, *, image_url: str | None = None, page_url: str | None = None,
                text: str | None = None, detail: str | None = None) -> None:
-        """Record a dropped row with the reason `STAGE/RULE`."""
+        """Record a dropped row with the reason `STAGE/RULE` (or `rule` itself when it holds a
+        slash); ValueError when the reason is not registered in `lait.reasons`."""
         reason = rule if "/" in rule else f"{self.stage}/{rule}"
-        self.output("rejected").write(
-            {"reason": reason, "image_url": image_url, "page_url": page_url, "text": text,
-             "detail": None if detail is None else str(detail)[:1000]}
-        )
+        self.parts.reject(reason, self.partition, image_url=image_url, page_url=page_url, text=text,
+                          detail=detail)
         self.counters[reason] += 1
 
     def count(self, name: str, n: int = 1) -> None:
@@ -98,19 +107,12 @@ class PartContext:
 
     def close(self) -> dict[str, Any]:
         """Finish every output part; returns the task's stats."""
-        outputs = {}
-        for (table, part), w in sorted(self._writers.items()):
-            stats = w.close()
-            if stats is not None:
-                outputs.setdefault(table, 0)
-                outputs[table] += stats["rows"]
+        outputs = self.parts.close()
         return {"stage": self.stage, "partition": self.partition, "outputs": outputs,
                 "counters": dict(sorted(self.counters.items()))}
 
     def abort(self) -> None:
-        for w in self._writers.values():
-            if not w.closed:
-                w.abort()
+        self.parts.abort()
 
 
 class Stage(ABC):

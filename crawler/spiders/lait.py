@@ -6,12 +6,13 @@
 What it writes (through `lait.crawler.pipelines.PartsPipeline`):
 
 - ``pages/``: one row per fetched page, any status. ``error`` is None exactly when ``html``
-  holds the page; otherwise it says why not: ``status_404`` (any non-2xx), ``noai`` (an
-  ``X-Robots-Tag`` or ``<meta name="robots">`` with ``noai``/``noimageai``: links are still
-  followed, images not requested), ``not_html``, ``download/<Error>`` (status 0: no response).
+  holds the page; otherwise it says why not, in the vocabulary of `lait.reasons` that
+  ``ingest-warc`` writes too: ``http_404`` (any non-2xx), ``noai`` (an ``X-Robots-Tag`` or
+  ``<meta name="robots">`` with ``noai``/``noimageai``: links are still followed, images not
+  requested), ``not_html``, ``download/<Error>`` (status 0: no response).
 - ``images/``: one row per image URL, requested once however many pages show it; ``page_url``
   is the first page it was found on. ``bytes`` is None unless it is stored; ``error`` is
-  ``status_N``, ``noai``, ``not_image`` (content type), ``empty`` or ``download/<Error>``.
+  ``http_N``, ``noai``, ``not_image`` (content type), ``empty`` or ``download/<Error>``.
 - ``rejected/``: requests that were never sent: ``crawl/robots`` (robots.txt) and
   ``crawl/refused_<kind>`` (the host resolves to a loopback, private, link_local, metadata or
   reserved address; see `lait.crawler.middlewares`).
@@ -49,6 +50,7 @@ from lait.crawler.middlewares import AddressRefused
 from lait.crawler.pipelines import new_run_id
 from lait.crawler.config import CrawlConfig, scrapy_settings
 from lait.pagereader import is_noai, read_page, robots_directives
+from lait.reasons import http_error
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +242,7 @@ class LaitSpider(scrapy.Spider):
         item = PageItem(url=response.url, status=status, headers=_headers_map(response),
                         content_type=ctype or None, depth=depth, referer=meta.get("lait_referer"))
         if not 200 <= status < 300:
-            item.error = f"status_{status}"
+            item.error = http_error(status)
             self._count("page_status_error")
             yield from self._emit(item, replay)
             return
@@ -274,7 +276,7 @@ class LaitSpider(scrapy.Spider):
             # Redirected: keep the URL the page referenced, the one stage 3 joins on.
             item.image_url = response.request.meta.get("redirect_urls", [response.request.url])[0]
         if not 200 <= status < 300:
-            item.error = f"status_{status}"
+            item.error = http_error(status)
         elif is_noai(robots_directives(_header(response, "X-Robots-Tag"))):
             item.error = "noai"
         elif not mime or not mime.startswith("image/"):

@@ -313,7 +313,7 @@ def test_ingest_warc_into_s3_equals_local(s3, tmp_path, capsys):
     for out in (str(tmp_path / "local"), f"{s3}/warc"):
         assert lait(["ingest-warc", *files, "--out", out, "--workers", "2", "--partitions", "3", "--no-progress"]) == 0
     local, remote = WorkDir(tmp_path / "local"), WorkDir(f"{s3}/warc")
-    assert remote.n_partitions == 3 and remote.count("pages") == 7
+    assert remote.n_partitions == 3 and remote.count("pages") == 9  # pages, the 404 and the noai page of each
     for table in ("pages", "images", "warc_links", "rejected"):
         assert sorted(local.read(table).to_pylist(), key=repr) == sorted(remote.read(table).to_pylist(), key=repr)
     capsys.readouterr()
