@@ -1,7 +1,8 @@
 """The WebDataset pipeline over lait shards.
 
 Stages, per data worker: shard list (reshuffled each epoch) -> split by node -> split by worker ->
-nothrow tar reading -> sample shuffle buffer -> group into raw batches -> skip already-consumed
+nothrow tar reading (the standard library's streaming tar reader: no webdataset, so lait installs
+beside whatever webdataset open_clip's trainer pins) -> sample shuffle buffer -> group into raw batches -> skip already-consumed
 batches on resume -> decode + tokenise -> collate. The stream is infinite (epochs chain), so the
 ``DataLoader``'s round-robin over workers is deterministic and a resumed run sees exactly the
 batches the interrupted one would have seen; epoch length comes from ``sizes.json``.
@@ -16,6 +17,7 @@ import json
 import logging
 import os
 import random
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -76,6 +78,34 @@ def check_enough_shards(urls: list[str], world_size: int, num_workers: int, what
             f"{what}: {len(urls)} shard(s) but {world_size} process(es) x {max(1, num_workers)} data "
             f"worker(s) need at least {need}; write more, smaller shards or lower data.num_workers"
         )
+
+
+def tar_samples(url: str) -> Iterator[dict]:
+    """The samples of one WebDataset tar, streamed: consecutive members that share a key (the
+    name up to its first dot, after the last slash) make a dict of extension -> bytes, with
+    ``__key__`` and ``__url__``. Nothrow, as a training stream must be: a damaged or missing
+    tar ends with a warning and the samples read before it."""
+    sample: dict[str, Any] = {}
+    try:
+        with open(url, "rb") as f, tarfile.open(fileobj=f, mode="r|*") as tf:
+            for member in tf:
+                if not member.isfile():
+                    continue
+                folder, _, name = member.name.rpartition("/")
+                key, dot, ext = name.partition(".")
+                if not dot or not key:
+                    continue  # no extension: not a sample member
+                key = f"{folder}/{key}" if folder else key
+                if sample and sample["__key__"] != key:
+                    yield sample
+                    sample = {}
+                if not sample:
+                    sample = {"__key__": key, "__url__": url}
+                sample[ext.lower()] = tf.extractfile(member).read()
+    except (OSError, tarfile.TarError, EOFError) as e:
+        log.warning("data/tar_error %s: %s", url, e)
+    if sample:
+        yield sample
 
 
 # ---- tokeniser -----------------------------------------------------------------------------------
@@ -205,15 +235,12 @@ class ShardStream(torch.utils.data.IterableDataset):
         self.shuffle_buffer, self.skip_batches, self.loop = shuffle_buffer, skip_batches, loop
 
     def _raw_samples(self, worker: int, num_workers: int) -> Iterator[dict]:
-        import webdataset as wds
-        from webdataset.tariterators import tarfile_samples
-
         for epoch in itertools.count() if self.loop else [0]:
             urls = list(self.urls)
             if self.loop:
                 random.Random(_seed(self.seed, epoch)).shuffle(urls)  # same order on every rank
             mine = urls[self.rank :: self.world_size][worker::num_workers]  # split by node, then worker
-            samples = tarfile_samples(({"url": u} for u in mine), handler=wds.warn_and_continue)  # nothrow
+            samples = (s for u in mine for s in tar_samples(u))
             if self.loop and self.shuffle_buffer > 1:
                 samples = _shuffle(samples, self.shuffle_buffer, random.Random(_seed(self.seed, epoch, self.rank, worker)))
             yield from samples
