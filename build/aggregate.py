@@ -7,8 +7,10 @@
 3. Drop texts attached to too many groups (boilerplate such as "click to enlarge").
 4. Pick the best text per group: highest score, ties broken by source priority, then text;
    the next distinct texts become alternatives.
-5. Threshold by absolute score, then keep the top fraction (as DataComp does).
-6. Assign shards deterministically: samples in the order their bytes lie in `images_ok/`
+5. Write the pool (`pool/`): every picture that passed 1-4, with its planned sample and uid;
+   `lait select` cuts other subsets from it without rescoring.
+6. Threshold by absolute score, then keep the top fraction (as DataComp does).
+7. Assign shards deterministically: samples in the order their bytes lie in `images_ok/`
    (hash-of-URL order, so shards are already mixed), `samples_per_shard` per tar.
 
 Every dropped image is recorded in `rejected/` as `build/RULE`; the plan goes to `build_plan/`.
@@ -23,9 +25,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from lait.build.config import BuildConfig
 from lait.build.dedup import group_duplicates, hamming, phash_int
 from lait.build.neardup import embedding_pairs
+from lait.build.sample import sample_uid
 from lait.parts import PartitionedWriter, WorkDir
 
 log = logging.getLogger(__name__)
@@ -157,8 +164,8 @@ def make_groups(work: WorkDir, images: list[Image], cfg: BuildConfig) -> list[Gr
 
 def plan_build(work: WorkDir, cfg: BuildConfig) -> dict[str, Any]:
     """Decide every sample and write `build_plan/` and the rejects; returns the pass's counters."""
-    work.remove_parts("rejected", PLAN_TAG)
-    work.remove_parts("build_plan", PLAN_TAG)
+    for table in ("rejected", "build_plan", "pool"):
+        work.remove_parts(table, PLAN_TAG)
     images = load_images(work)
     groups = make_groups(work, images, cfg)
     sink = RejectSink(work)
@@ -167,14 +174,15 @@ def plan_build(work: WorkDir, cfg: BuildConfig) -> dict[str, Any]:
         alive = drop_crowded(groups, sink, cfg)
         generic = generic_texts(alive, cfg)
         ranked = rank_texts(alive, generic, sink, cfg)
+        write_pool(work, ranked, cfg)
         kept = apply_thresholds(ranked, sink, cfg)
-        kept.sort(key=lambda g: (g.rep.src_file, g.rep.row_group, g.rep.row_index))
+        kept.sort(key=shard_order)
         n_shards = write_plan(work, kept, cfg)
     finally:
         sink.close()
     counters = dict(sorted(sink.counts.items()))
     counters.update({"build/groups": len(groups), "build/plan_images": len(images),
-                     "build/planned": len(kept), "build/shards": n_shards,
+                     "build/pool": len(ranked), "build/planned": len(kept), "build/shards": n_shards,
                      "build/generic_texts_dropped": len(generic)})
     return counters
 
@@ -233,24 +241,55 @@ def rank_texts(groups: list[Group], generic: set[str], sink: RejectSink, cfg: Bu
     return ranked
 
 
+def score_cut(scores: np.ndarray, urls: list[str] | pa.Array | pa.ChunkedArray, min_score: float | None,
+              top_fraction: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Which pictures the score thresholds keep: the absolute `min_score`, then the best
+    `top_fraction` of the rest (rounded up; equal scores ordered by URL). Returns the indices
+    kept (in input order), below min_score (in input order) and beyond the top fraction (best
+    first). `lait build` and `lait select` cut with this one function."""
+    scores = np.asarray(scores, np.float64)
+    below = np.flatnonzero(scores < min_score) if min_score is not None else np.zeros(0, np.int64)
+    rest = np.setdiff1d(np.arange(len(scores)), below)
+    cut = np.zeros(0, np.int64)
+    if top_fraction < 1.0 and len(rest):
+        urls = urls if isinstance(urls, (pa.Array, pa.ChunkedArray)) else pa.array(urls, pa.string())
+        table = pa.table({"score": scores[rest], "url": urls.take(pa.array(rest, pa.int64()))})
+        order = rest[pc.sort_indices(table, sort_keys=[("score", "descending"), ("url", "ascending")]).to_numpy()]
+        n_keep = math.ceil(top_fraction * len(rest))
+        rest, cut = np.sort(order[:n_keep]), order[n_keep:]
+    return rest, below, cut
+
+
 def apply_thresholds(groups: list[Group], sink: RejectSink, cfg: BuildConfig) -> list[Group]:
-    """Step 5: the absolute score threshold, then the top fraction (DataComp-style)."""
-    kept = []
-    for g in groups:
-        if cfg.min_score is not None and g.score < cfg.min_score:
-            sink.reject("min_score", g.rep, text=g.candidates[0].text,
-                        page_url=g.candidates[0].page_url, detail=f"{g.score:.4f} < {cfg.min_score}")
-        else:
-            kept.append(g)
-    if cfg.top_fraction < 1.0 and kept:
-        kept.sort(key=lambda g: (-g.score, g.rep.url))
-        n_keep = math.ceil(cfg.top_fraction * len(kept))
-        for g in kept[n_keep:]:
-            sink.reject("top_fraction", g.rep, text=g.candidates[0].text,
-                        page_url=g.candidates[0].page_url,
-                        detail=f"{g.score:.4f} below the top {cfg.top_fraction:g}")
-        kept = kept[:n_keep]
-    return kept
+    """Step 6: the absolute score threshold, then the top fraction (DataComp-style)."""
+    kept, below, cut = score_cut(np.array([g.score for g in groups], np.float64), [g.rep.url for g in groups],
+                                 cfg.min_score, cfg.top_fraction)
+    for g in (groups[i] for i in below):
+        sink.reject("min_score", g.rep, text=g.candidates[0].text,
+                    page_url=g.candidates[0].page_url, detail=f"{g.score:.4f} < {cfg.min_score}")
+    for g in (groups[i] for i in cut):
+        sink.reject("top_fraction", g.rep, text=g.candidates[0].text,
+                    page_url=g.candidates[0].page_url,
+                    detail=f"{g.score:.4f} below the top {cfg.top_fraction:g}")
+    return [groups[i] for i in kept]
+
+
+def shard_order(g: Group) -> tuple[str, int, int]:
+    """Samples go into shards in the order their bytes lie in `images_ok/`: by partition (part
+    names start with it), then row, so shards are mixed and the bytes are read sequentially."""
+    return (g.rep.src_file, g.rep.row_group, g.rep.row_index)
+
+
+def write_pool(work: WorkDir, groups: list[Group], cfg: BuildConfig) -> None:
+    """`pool/`: every picture that passed every rule but the score thresholds, with its sample's
+    metadata as planned and its uid, partitioned by image URL and in shard order inside each
+    partition: what `lait select` chooses from, without rescoring or regrouping."""
+    with PartitionedWriter(work, PLAN_TAG) as parts:
+        for g in sorted(groups, key=shard_order):
+            row = plan_row("", -1, g, cfg)
+            del row["key"], row["shard"]
+            row["uid"] = sample_uid(row["image_url"], row["caption"])
+            parts.write("pool", parts.partition_of(row["image_url"]), row)
 
 
 def key_width(samples_per_shard: int) -> int:
@@ -295,9 +334,10 @@ def plan_row(key: str, shard: int, g: Group, cfg: BuildConfig) -> dict[str, Any]
         "sha256": rep.sha256,
         "phash": f"{rep.phash:016x}",
         "pages": g.pages,
-        "duplicates": [im.url for im in g.members[1:]][:16],
-        "alternatives": [_cand_json(c) for c in g.candidates[1:1 + cfg.n_alternatives]],
+        "urls": [im.url for im in g.members][:17],
+        "n_duplicates": len(g.members) - 1,
         "candidates": [_cand_json(c) for c in g.candidates[:cfg.max_candidates]],
+        "n_candidates": len(g.candidates),
         "status": "success",
     }
     return {"key": key, "shard": shard, "image_url": rep.url, "page_url": best.page_url,

@@ -1,29 +1,66 @@
-"""Settings of `lait build` (stage 5), loadable from the `build:` section of a pipeline YAML."""
+"""Settings of `lait build` (stage 5), loadable from the `build:` section of a pipeline YAML, and
+of `lait select`, which writes other shards from the pool a build scored and grouped."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lait.build.resize import ENCODE_FORMATS, RESIZE_MODES, ImageOptions
 from lait.config import ConfigError, StageConfig, setting
 
 DEFAULT_SOURCE_PRIORITY = ["figcaption", "alt", "title", "og", "aria", "context"]
 
 # Settings that change what ends up in the shards; the others (workers, progress) do not, so
 # changing them must not make a rerun rebuild finished shards.
-CONTENT_FIELDS = (
-    "samples_per_shard", "min_score", "top_fraction", "max_texts_per_image", "max_pages_per_image",
-    "max_images_per_text", "n_alternatives", "max_candidates", "phash_threshold", "use_embedding_dups",
-    "source_priority", "jpeg_quality", "regions",
+SHARD_FIELDS = ("samples_per_shard", "resize_mode", "image_size", "resize_only_if_bigger", "encode_format",
+                "encode_quality", "regions")
+CONTENT_FIELDS = SHARD_FIELDS + (
+    "min_score", "top_fraction", "max_texts_per_image", "max_pages_per_image", "max_images_per_text",
+    "max_candidates", "phash_threshold", "use_embedding_dups", "source_priority",
 )
 
 
 @dataclass
-class BuildConfig(StageConfig):
+class ShardConfig(StageConfig):
+    """How samples are written into WebDataset tars (img2dataset's names for the image options)."""
+
+    samples_per_shard: int = setting(10000, "samples per WebDataset tar")
+    resize_mode: str = setting("no", "resize images as img2dataset does: no, keep_ratio (smaller side to "
+                               "image_size), center_crop (then a square), border (larger side, then white "
+                               "borders to a square), keep_ratio_largest (larger side)", choices=list(RESIZE_MODES))
+    image_size: int = setting(256, "the side resize_mode sizes images to")
+    resize_only_if_bigger: bool = setting(False, "resize only images whose side is above image_size")
+    encode_format: str = setting("jpg", "image format in the tars; an image already in it and not resized is "
+                                 "copied as fetched", choices=list(ENCODE_FORMATS))
+    encode_quality: int = setting(95, "quality of re-encoded images (png: zlib level 0-9)")
+    regions: bool = setting(True, "write KEY.regions.npy/boxes.npy/labels.npy when stage 4 stored region features")
+
+    def image_options(self) -> ImageOptions:
+        return ImageOptions(self.resize_mode, self.image_size, self.resize_only_if_bigger, self.encode_format,
+                            self.encode_quality)
+
+    def validate(self) -> None:
+        super().validate()
+        self.check_choices()
+        if self.samples_per_shard < 1:
+            raise ConfigError("samples_per_shard must be >= 1")
+        try:
+            self.image_options().validate()
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+
+def check_top_fraction(top_fraction: float) -> None:
+    if not 0.0 < top_fraction <= 1.0:
+        raise ConfigError(f"top_fraction must be in (0, 1], got {top_fraction}")
+
+
+@dataclass
+class BuildConfig(ShardConfig):
     """Aggregation (LAIT stage 5): group, deduplicate, pick captions, threshold, write shards."""
 
     section = "build"
 
-    samples_per_shard: int = setting(10000, "samples per WebDataset tar")
     min_score: float | None = setting(
         None, "drop images whose best text scores below this (LAION uses 0.28 with ViT-B/32); unset: no absolute threshold")
     top_fraction: float = setting(
@@ -34,31 +71,47 @@ class BuildConfig(StageConfig):
         50, "drop an image found on more distinct pages than this: site logos and chrome (0: off)")
     max_images_per_text: int = setting(
         10, "drop a text attached to more distinct images than this: boilerplate (0: off)")
-    n_alternatives: int = setting(4, "next-best distinct texts kept as alternatives in KEY.json")
-    max_candidates: int = setting(32, "at most this many scored candidates listed in KEY.json")
+    max_candidates: int = setting(32, "at most this many scored candidates listed in KEY.json (>= 1: the caption's)")
     phash_threshold: int = setting(
         2, "images whose 64-bit perceptual hashes differ in at most this many bits are one image (-1: off)")
     use_embedding_dups: bool = setting(True, "also merge the near-duplicate pairs stage 4 found from embeddings")
     source_priority: list[str] = setting(
         list(DEFAULT_SOURCE_PRIORITY), "tie-break between equal scores, best source first")
-    jpeg_quality: int = setting(95, "quality when an image that is not a JPEG is re-encoded to KEY.jpg")
-    regions: bool = setting(True, "write KEY.regions.npy/boxes.npy/labels.npy when stage 4 stored region features")
 
     def validate(self) -> None:
         super().validate()
-        if self.samples_per_shard < 1:
-            raise ConfigError("samples_per_shard must be >= 1")
-        if not 0.0 < self.top_fraction <= 1.0:
-            raise ConfigError(f"top_fraction must be in (0, 1], got {self.top_fraction}")
-        for name in ("max_texts_per_image", "max_pages_per_image", "max_images_per_text",
-                     "n_alternatives", "max_candidates"):
+        check_top_fraction(self.top_fraction)
+        for name in ("max_texts_per_image", "max_pages_per_image", "max_images_per_text"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0")
+        if self.max_candidates < 1:
+            raise ConfigError("max_candidates must be >= 1: KEY.json lists at least the caption's candidate")
         if not -1 <= self.phash_threshold <= 16:
             raise ConfigError("phash_threshold must be between -1 (off) and 16 bits")
-        if not 1 <= self.jpeg_quality <= 100:
-            raise ConfigError("jpeg_quality must be between 1 and 100")
 
     def content(self) -> dict:
         """The settings the shards depend on (for the rebuild fingerprint)."""
         return {k: getattr(self, k) for k in CONTENT_FIELDS}
+
+
+@dataclass
+class SelectConfig(ShardConfig):
+    """`lait select`: new shards from the scored pool of a built work directory, without rescoring."""
+
+    section = "select"
+
+    out: str = setting("", "folder for the selected shards (NNNNN.tar, sidecars, sizes.json, uids.npy)")
+    min_score: float | None = setting(None, "keep pictures whose best text scores at least this")
+    top_fraction: float = setting(1.0, "keep this fraction of the best-scoring pictures, after min-score and uids")
+    uids: str = setting("", "keep only these samples: a DataComp subset file (.npy of sorted u8,u8 uids) "
+                        "or a text file of hex uids, one a line", metavar="FILE")
+    overwrite: bool = setting(False, "replace what an earlier, different selection wrote into --out")
+
+    def validate(self) -> None:
+        super().validate()
+        if not self.out:
+            raise ConfigError("--out is required")
+        check_top_fraction(self.top_fraction)
+
+    def content(self) -> dict:
+        return {k: getattr(self, k) for k in SHARD_FIELDS + ("min_score", "top_fraction", "uids")}

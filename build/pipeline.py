@@ -1,9 +1,9 @@
 """`lait build`: the three passes of stage 5, resumable and deterministic.
 
 1. `PickStage` per partition of `scored/` (executor, markers) -> `build_images/`
-2. `plan_build` once, globally                                 -> `build_plan/`, `rejected/`
-3. `ShardStage` per shard (executor, markers)                  -> `shards/NNNNN.tar` + `.parquet`
-4. `sizes.json` and `stats.json`
+2. `plan_build` once, globally                     -> `pool/`, `build_plan/`, `rejected/`
+3. `ShardStage` per shard (executor, markers)      -> `shards/NNNNN.tar`, `.parquet`, `_stats.json`
+4. `sizes.json`, `uids.npy` and `stats.json`
 
 A rerun skips finished work. The inputs and the content settings are fingerprinted: when
 `scored/`, `images_ok/` or a setting that changes the shards differs from the last run, the
@@ -26,7 +26,7 @@ from typing import Any
 from lait.build.aggregate import PLAN_TAG, plan_build
 from lait.build.config import BuildConfig
 from lait.build.pick import PickStage
-from lait.build.shards import ShardStage, write_sizes, write_stats
+from lait.build.shards import ShardStage, finish_shard_dir, write_stats
 from lait import storage
 from lait.drivers import open_work_dir
 from lait.config import ConfigError
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 STAGES = ("build_pick", "build_plan", "build_shards")
 INPUT_TABLES = ("scored", "images_ok", "near_dups", "regions", "region_labels")
 FINGERPRINT = "build_fingerprint.json"
-BUILD_TABLES = ("build_images", "build_plan")  # the build's own tables, cleared on a rebuild
+BUILD_TABLES = ("build_images", "build_plan", "pool")  # the build's own tables, cleared on a rebuild
 
 
 @dataclass
@@ -119,14 +119,14 @@ def build(cfg: BuildConfig) -> BuildResult:
     result.reports.append(plan_report)
     log.info(plan_report.summary())
 
-    shard_report = executor.run(ShardStage(cfg.jpeg_quality, cfg.regions), work)
+    shard_report = executor.run(ShardStage(cfg.image_options(), cfg.regions), work)
     result.reports.append(shard_report)
     if not shard_report.ok:
         return result
     result.reused = all(not r.done for r in result.reports)
-    sizes = write_sizes(work)
+    sizes = finish_shard_dir(work.root / "shards")
     result.stats = collect_stats(work, sizes)
-    write_stats(work, result.stats)
+    write_stats(work.root / "shards", result.stats)
     return result
 
 

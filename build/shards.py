@@ -1,26 +1,34 @@
-"""Pass 3 of `lait build` (per shard): copy the planned samples into WebDataset tars.
+"""Pass 3 of `lait build` and of `lait select` (per shard): the planned samples into WebDataset tars.
 
 Each shard is one task of the executor (its `build_plan/` partition is the shard number):
-`NNNNN.tar` with `KEY.jpg`, `KEY.txt`, `KEY.json` (and region arrays when stage 4 stored them),
-and `NNNNN.parquet`, the img2dataset-style sidecar. Both appear atomically; the task's marker
-comes last, so a rerun rewrites only unfinished shards. Bytes are read one Parquet row group
-at a time, in the order the plan laid them out, and written with fixed tar metadata, so the
-same plan always gives byte-identical tars.
+`NNNNN.tar` with `KEY.jpg` (or `.png`/`.webp`, see `build.resize`), `KEY.txt`, `KEY.json` (the
+fixed schema of `build.sample`; and region arrays when stage 4 stored them), `NNNNN.parquet`, the
+img2dataset-style sidecar with failed samples too, and `NNNNN_stats.json`. They appear
+atomically, the tar last; the task's marker comes after, so a rerun rewrites only unfinished
+shards. Bytes are read one Parquet row group at a time, in the order the plan laid them out, and
+written with fixed tar metadata, so the same plan always gives byte-identical tars.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import logging
 import re
 import tarfile
+import time
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lait.build.regions import RegionReader
+from lait.build.resize import ImageOptions, exif_json, prepare
+from lait.build.sample import (FAILED_TO_DOWNLOAD, FAILED_TO_RESIZE, SIDECAR, SUCCESS, make_sample, sample_json,
+                               uids_to_array)
 from lait import storage
 from lait.parts import WorkDir, atomic_write_bytes, atomic_write_json
 from lait.stage import PartContext, Stage
@@ -28,39 +36,14 @@ from lait.storage import Location
 
 log = logging.getLogger(__name__)
 
-JPEG_FORMATS = {"JPEG", "MPO"}
 # Fixed metadata so that tars are reproducible byte for byte (no clock, no user names).
 MTIME = 1_700_000_000
 
-SIDECAR = pa.schema([
-    pa.field("key", pa.string()), pa.field("url", pa.string()), pa.field("page_url", pa.string()),
-    pa.field("caption", pa.string()), pa.field("score", pa.float32()), pa.field("source", pa.string()),
-    pa.field("lang", pa.string()), pa.field("width", pa.int32()), pa.field("height", pa.int32()),
-    pa.field("sha256", pa.string()), pa.field("phash", pa.string()), pa.field("n_candidates", pa.int32()),
-    pa.field("n_duplicates", pa.int32()), pa.field("status", pa.string()), pa.field("error_message", pa.string()),
-])
+UIDS_FILE = "uids.npy"
 
 
 def shard_name(shard: int) -> str:
     return f"{shard:05d}"
-
-
-def to_jpeg(data: bytes, quality: int) -> bytes:
-    """Re-encode PNG, WebP, GIF... as RGB JPEG; transparency becomes white, as browsers show it."""
-    from PIL import Image
-
-    with Image.open(io.BytesIO(data)) as im:
-        im.load()
-        if im.mode in ("RGBA", "LA", "P"):
-            im = im.convert("RGBA")
-            bg = Image.new("RGB", im.size, (255, 255, 255))
-            bg.paste(im, mask=im.getchannel("A"))
-            im = bg
-        elif im.mode != "RGB":
-            im = im.convert("RGB")
-        buf = io.BytesIO()
-        im.save(buf, "JPEG", quality=quality)
-        return buf.getvalue()
 
 
 def ustar_header(name: str, size: int) -> bytes:
@@ -164,65 +147,77 @@ class _RowGroupBytes:
 
 
 class ShardStage(Stage):
-    """Writes shard N from partition N of `build_plan/`."""
+    """Writes shard N from partition N of `build_plan/`.
+
+    The plan is read from the task's work directory; image bytes and region arrays from
+    `source` (another work directory's URL, for `lait select`; the same one by default); the
+    shard goes into `out` (default: the work directory's `shards/`).
+    """
 
     name = "build_shards"
     input_table = "build_plan"
     output_tables = ()
 
-    def __init__(self, jpeg_quality: int = 95, regions: bool = True):
-        self.jpeg_quality = jpeg_quality
+    def __init__(self, images: ImageOptions | None = None, regions: bool = True, *,
+                 source: str | None = None, out: str | None = None):
+        self.images = images or ImageOptions()
         self.regions = regions
+        self.source = source
+        self.out = out
 
     def process(self, ctx: PartContext) -> None:
-        work = ctx.work
-        out_dir = work.root / "shards"
+        started = time.time()
+        source_work = WorkDir(self.source) if self.source else ctx.work
+        out_dir = storage.location(self.out) if self.out else ctx.work.root / "shards"
         storage.make_dirs(out_dir)
         name = shard_name(ctx.partition)
         # Held as Arrow (column buffers), turned into dicts a batch at a time: a 10,000-sample
         # plan with its JSON metadata is a few MB this way, several times that as Python dicts.
-        table = work.read("build_plan", ctx.partition).sort_by(
+        table = ctx.work.read("build_plan", ctx.partition).sort_by(
             [("src_file", "ascending"), ("row_group", "ascending"), ("row_index", "ascending"),
              ("key", "ascending")])
         groups = list(dict.fromkeys(zip(table.column("src_file").to_pylist(),
                                         table.column("row_group").to_pylist())))
-        source = _RowGroupBytes(work, groups)
-        regions = RegionReader.load(work, table.column("image_url").to_pylist()) if self.regions else None
+        source = _RowGroupBytes(source_work, groups)
+        regions = RegionReader.load(source_work, table.column("image_url").to_pylist()) if self.regions else None
         plan = (r for batch in table.to_batches(max_chunksize=512) for r in batch.to_pylist())
         tar = TarShardWriter(out_dir / f"{name}.tar")
         sidecar: list[dict[str, Any]] = []
         try:
             for r in plan:
                 data = source.get(r["src_file"], r["row_group"], r["row_index"])
-                side = {"key": r["key"], "url": r["image_url"], "page_url": r["page_url"],
-                        "caption": r["caption"], "score": r["score"], "source": r["source"],
-                        "lang": r["lang"], "width": r["width"], "height": r["height"],
-                        "sha256": r["sha256"], "phash": r["phash"], "n_candidates": r["n_candidates"],
-                        "n_duplicates": r["n_duplicates"], "status": "success", "error_message": None}
+                meta = json.loads(r["meta"])
                 try:
                     if data is None:
-                        raise ValueError("images_ok row has no bytes")
-                    if r["format"].upper() not in JPEG_FORMATS:
-                        data = to_jpeg(data, self.jpeg_quality)
-                        ctx.count("build/reencoded")
+                        raise MissingBytes("images_ok row has no bytes")
+                    image = prepare(data, r["format"], r["width"], r["height"], self.images)
                 except Exception as exc:  # a broken image is recorded, the shard goes on
                     # Without object addresses, so that reruns write identical sidecars.
                     err = re.sub(r" at 0x[0-9a-fA-F]+", "", f"{type(exc).__name__}: {exc}")[:500]
                     ctx.reject("build/unreadable", image_url=r["image_url"], page_url=r["page_url"],
                                text=r["caption"], detail=err)
-                    sidecar.append({**side, "status": "failed_to_write", "error_message": err})
+                    status = FAILED_TO_DOWNLOAD if isinstance(exc, MissingBytes) else FAILED_TO_RESIZE
+                    sidecar.append(make_sample(meta, key=r["key"], status=status, error_message=err,
+                                               width=None, height=None, original_width=r["width"],
+                                               original_height=r["height"], exif="{}"))
                     continue
-                sample = {"jpg": data, "txt": r["caption"].encode("utf-8"), "json": r["meta"].encode("utf-8")}
+                if image.reencoded:
+                    ctx.count("build/reencoded")
+                sample = make_sample(meta, key=r["key"], status=SUCCESS, width=image.width, height=image.height,
+                                     original_width=image.original_width, original_height=image.original_height,
+                                     exif=exif_json(data))
+                members = {image.ext: image.data, "txt": r["caption"].encode("utf-8"), "json": sample_json(sample)}
                 if regions is not None:
-                    sample.update(regions.arrays(r["image_url"]))
-                tar.write(r["key"], sample)
-                sidecar.append(side)
+                    members.update(regions.arrays(r["image_url"]))
+                tar.write(r["key"], members)
+                sidecar.append(sample)
             ctx.count("build/samples", tar.samples)
             ctx.count("build/shard_bytes", tar.bytes)
             sidecar.sort(key=lambda s: s["key"])
             side_bytes = io.BytesIO()
             pq.write_table(pa.Table.from_pylist(sidecar, schema=SIDECAR), side_bytes, compression="zstd")
             atomic_write_bytes(out_dir / f"{name}.parquet", side_bytes.getvalue())
+            atomic_write_json(out_dir / f"{name}_stats.json", shard_stats(sidecar, started))
             tar.close()
         except BaseException:
             tar.abort()
@@ -231,21 +226,44 @@ class ShardStage(Stage):
             source.close()
 
 
-def shard_files(work: WorkDir) -> list[Location]:
-    return sorted((p for p in storage.list_dir(work.root / "shards") if re.fullmatch(r"[0-9]{5}\.tar", p.name)),
+class MissingBytes(ValueError):
+    """The images_ok row a sample points to holds no bytes."""
+
+
+def shard_stats(sidecar: list[dict[str, Any]], started: float) -> dict[str, Any]:
+    """`NNNNN_stats.json` as img2dataset writes it (DataComp's resharder reads `successes`)."""
+    status = Counter(s["status"] for s in sidecar)
+    errors = Counter("success" if s["status"] == SUCCESS else s["error_message"] for s in sidecar)
+    ended = time.time()
+    return {"count": len(sidecar), "successes": status[SUCCESS],
+            "failed_to_download": status[FAILED_TO_DOWNLOAD], "failed_to_resize": status[FAILED_TO_RESIZE],
+            "duration": round(ended - started, 3), "start_time": started, "end_time": ended,
+            "status_dict": dict(errors.most_common())}
+
+
+def shard_files(work: WorkDir | Location) -> list[Location]:
+    """The tars of a shard folder (a work directory's `shards/`, or a folder `lait select` wrote)."""
+    folder = work.root / "shards" if isinstance(work, WorkDir) else work
+    return sorted((p for p in storage.list_dir(folder) if re.fullmatch(r"[0-9]{5}\.tar", p.name)),
                   key=lambda p: p.name)
 
 
-def write_sizes(work: WorkDir) -> dict[str, int]:
-    """`sizes.json` as open_clip reads it: tar name -> number of samples (from the sidecars)."""
-    sizes = {}
-    for tar in shard_files(work):
-        side = tar.with_suffix(".parquet")
-        table = storage.read_table(side, columns=["status"])
-        sizes[tar.name] = sum(1 for s in table.column("status").to_pylist() if s == "success")
-    atomic_write_json(work.root / "shards" / "sizes.json", sizes)
+def finish_shard_dir(folder: Location) -> dict[str, int]:
+    """`sizes.json` (tar name -> samples, as open_clip reads it) and `uids.npy` (every sample's uid
+    in DataComp's subset format), from the sidecars; returns the sizes."""
+    sizes, uids = {}, []
+    for tar in shard_files(folder):
+        table = storage.read_table(tar.with_suffix(".parquet"), columns=["uid", "status"])
+        ok = [u for u, s in zip(table.column("uid").to_pylist(), table.column("status").to_pylist())
+              if s == SUCCESS]
+        sizes[tar.name] = len(ok)
+        uids += ok
+    atomic_write_json(folder / "sizes.json", sizes)
+    buf = io.BytesIO()
+    np.save(buf, uids_to_array(uids), allow_pickle=False)
+    atomic_write_bytes(folder / UIDS_FILE, buf.getvalue())
     return sizes
 
 
-def write_stats(work: WorkDir, stats: dict[str, Any]) -> None:
-    atomic_write_json(work.root / "shards" / "stats.json", stats)
+def write_stats(folder: Location, stats: dict[str, Any]) -> None:
+    atomic_write_json(folder / "stats.json", stats)

@@ -197,6 +197,14 @@ BUILD_PLAN = pa.schema([
     pa.field("meta", pa.string(), nullable=False),
 ])
 
+# pool/ (build, pass 2): every picture that passed the build's rules but the score thresholds,
+# with its planned sample; partitioned by image URL, rows in shard order. `lait select` cuts
+# subsets from it. `uid` is the sample's DataComp-style id (docs/shards.md).
+POOL = pa.schema(
+    [pa.field("uid", pa.string(), nullable=False)]
+    + [f for f in BUILD_PLAN if f.name not in ("key", "shard")]
+)
+
 
 @dataclass(frozen=True)
 class Table:
@@ -224,6 +232,7 @@ TABLES: dict[str, Table] = {
         Table("near_dups", NEAR_DUPS, "image_url_a"),
         Table("build_images", BUILD_IMAGES, "image_url"),
         Table("build_plan", BUILD_PLAN, "key"),
+        Table("pool", POOL, "image_url"),
     ]
 }
 

@@ -74,18 +74,20 @@ def test_every_image_gets_its_expected_caption_or_reason(built):
     assert len(samples) == sum(1 for w in expect.values() if not w.startswith("build/"))
 
 
-def test_sample_json_has_scores_alternatives_and_duplicates(built):
+def test_sample_json_has_scores_candidates_and_duplicate_urls(built):
     root, *_ = built
     metas = {json.loads(s["json"])["url"]: json.loads(s["json"]) for s in read_shards(root).values()}
     m3 = metas[f"{data.SITE}/img/photo3.jpg"]
     assert m3["caption"] == "the best caption of grid three" and m3["score"] == pytest.approx(0.5)
-    assert m3["duplicates"] == [f"{data.SITE}/img/copy3.jpg"]
-    assert m3["alternatives"][0]["text"] == data.caption(3)  # the next best, from the other copy
+    assert m3["urls"] == [f"{data.SITE}/img/photo3.jpg", f"{data.SITE}/img/copy3.jpg"] and m3["n_duplicates"] == 1
+    assert m3["candidates"][0]["text"] == m3["caption"]
+    assert m3["candidates"][1]["text"] == data.caption(3)  # the next best, from the other copy
     assert [c["score"] for c in m3["candidates"]] == sorted((c["score"] for c in m3["candidates"]), reverse=True)
     m7 = metas[f"{data.SITE}/img/photo7.jpg"]
-    assert m7["source"] == "figcaption" and m7["alternatives"][0]["text"] == "grid seven"  # tie: source order
+    assert m7["source"] == "figcaption" and m7["candidates"][1]["text"] == "grid seven"  # tie: source order
     assert all(c["text"] != data.GENERIC for m in metas.values() for c in m["candidates"])
     assert metas[f"{data.SITE}/img/photo5.jpg"]["width"] == 400  # the larger copy is the sample
+    assert metas[f"{data.SITE}/img/photo1.jpg"]["urls"] == [f"{data.SITE}/img/photo1.jpg"]
 
 
 def test_every_tar_image_decodes_as_jpeg_and_sidecars_match(built):

@@ -1,0 +1,243 @@
+"""Images as they go into a shard: copied, or resized and re-encoded with img2dataset's options.
+
+img2dataset's names and meanings (`resize_mode`, `image_size`, `resize_only_if_bigger`,
+`encode_format`, `encode_quality`), so that one set of options means the same in both tools:
+
+- `no`: the size is kept;
+- `keep_ratio`: the smaller side becomes `image_size`;
+- `center_crop`: as keep_ratio, then the centre `image_size` square is cut out;
+- `border`: the larger side becomes `image_size`, then white borders make it square;
+- `keep_ratio_largest`: the larger side becomes `image_size` (DataComp's download).
+
+With `resize_only_if_bigger`, an image whose deciding side is not above `image_size` is not
+resized (nor cropped or padded). Shrinking averages the source pixels each output pixel covers
+(area resampling, as OpenCV's INTER_AREA that img2dataset uses); enlarging uses a Lanczos
+kernel over 8 taps (as INTER_LANCZOS4). Sizes round as img2dataset's (albumentations) do.
+Decoding and encoding are Pillow's. An image already in `encode_format` and not resized is
+copied byte for byte: the default (`no`, `jpg`) keeps every JPEG as fetched.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+RESIZE_MODES = ("no", "keep_ratio", "center_crop", "border", "keep_ratio_largest")
+ENCODE_FORMATS = ("jpg", "png", "webp")
+PIL_FORMATS = {"jpg": "JPEG", "png": "PNG", "webp": "WEBP"}
+# Formats a fetched image may be in that are already `encode_format` (MPO is a JPEG with extras).
+SAME_FORMAT = {"jpg": {"JPEG", "MPO"}, "png": {"PNG"}, "webp": {"WEBP"}}
+
+
+@dataclass(frozen=True)
+class ImageOptions:
+    """How images are written into shards (picklable: it travels to the shard workers)."""
+
+    resize_mode: str = "no"
+    image_size: int = 256
+    resize_only_if_bigger: bool = False
+    encode_format: str = "jpg"
+    encode_quality: int = 95
+
+    def validate(self) -> None:
+        if self.resize_mode not in RESIZE_MODES:
+            raise ValueError(f"resize_mode must be one of {RESIZE_MODES}, got {self.resize_mode!r}")
+        if self.encode_format not in ENCODE_FORMATS:
+            raise ValueError(f"encode_format must be one of {ENCODE_FORMATS}, got {self.encode_format!r}")
+        if self.image_size < 1:
+            raise ValueError("image_size must be >= 1")
+        low, high = (0, 9) if self.encode_format == "png" else (1, 100)
+        if not low <= self.encode_quality <= high:
+            raise ValueError(f"encode_quality for {self.encode_format} must be between {low} and {high} "
+                             f"(png: zlib compression level, as in img2dataset)")
+
+
+@dataclass
+class ShardImage:
+    """An image ready for its shard: bytes, tar extension, sizes before and after."""
+
+    data: bytes
+    ext: str
+    width: int
+    height: int
+    original_width: int
+    original_height: int
+    reencoded: bool
+
+
+# -- sizes -------------------------------------------------------------------------------------
+def target_size(width: int, height: int, opts: ImageOptions) -> tuple[int, int] | None:
+    """(width, height) the image is scaled to, before any crop or border; None: not resized."""
+    mode, size = opts.resize_mode, opts.image_size
+    if mode == "no":
+        return None
+    side = min(width, height) if mode in ("keep_ratio", "center_crop") else max(width, height)
+    if opts.resize_only_if_bigger and side <= size:
+        return None
+    scale = size / side
+    # Python's round, half to even: what albumentations' SmallestMaxSize/LongestMaxSize do.
+    return max(1, round(width * scale)), max(1, round(height * scale))
+
+
+# -- resampling --------------------------------------------------------------------------------
+def _area_taps(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
+    """Source indices and weights of each output pixel when shrinking: the share of the output
+    pixel's footprint ([o * s, (o + 1) * s) in source pixels) that each source pixel covers."""
+    s = n_in / n_out
+    start = np.arange(n_out) * s
+    end = np.minimum(start + s, n_in)
+    k = int(math.ceil(s)) + 1
+    idx = np.floor(start).astype(np.int64)[:, None] + np.arange(k)[None, :]
+    cover = np.minimum(end[:, None], idx + 1) - np.maximum(start[:, None], idx)
+    cover = np.where(cover > 1e-3, cover, 0.0)  # slivers below a thousandth of a pixel are rounding
+    weights = cover / cover.sum(axis=1, keepdims=True)
+    return np.minimum(idx, n_in - 1), weights
+
+
+def _lanczos4(x: np.ndarray) -> np.ndarray:
+    out = np.sinc(x) * np.sinc(x / 4)
+    return np.where(np.abs(x) < 4, out, 0.0)
+
+
+def _lanczos_taps(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
+    """Source indices and weights when enlarging: 8 taps around the output pixel's centre mapped
+    into the source, edges repeated."""
+    s = n_in / n_out
+    centre = (np.arange(n_out) + 0.5) * s - 0.5
+    base = np.floor(centre)
+    frac = centre - base
+    offsets = np.arange(-3, 5)
+    weights = _lanczos4(frac[:, None] - offsets[None, :])
+    weights /= weights.sum(axis=1, keepdims=True)
+    idx = np.clip(base.astype(np.int64)[:, None] + offsets[None, :], 0, n_in - 1)
+    return idx, weights
+
+
+def _resample_axis(img: np.ndarray, n_out: int, axis: int) -> np.ndarray:
+    n_in = img.shape[axis]
+    if n_in == n_out:
+        return img
+    idx, w = _area_taps(n_in, n_out) if n_out < n_in else _lanczos_taps(n_in, n_out)
+    moved = np.moveaxis(img, axis, 0)
+    out = np.zeros((n_out,) + moved.shape[1:], np.float64)
+    shape = (n_out,) + (1,) * (moved.ndim - 1)
+    for j in range(idx.shape[1]):
+        out += w[:, j].reshape(shape) * moved[idx[:, j]]
+    return np.moveaxis(out, 0, axis)
+
+
+def resample(pixels: np.ndarray, width: int, height: int) -> np.ndarray:
+    """An H x W x C uint8 array resampled to height x width (area when shrinking, Lanczos-4 when
+    enlarging, each axis on its own), rounded to the nearest integer."""
+    out = _resample_axis(pixels.astype(np.float64), width, 1)
+    out = _resample_axis(out, height, 0)
+    return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+
+
+def center_crop(pixels: np.ndarray, size: int) -> np.ndarray:
+    h, w = pixels.shape[:2]
+    top, left = (h - size) // 2, (w - size) // 2
+    return pixels[max(top, 0):max(top, 0) + size, max(left, 0):max(left, 0) + size]
+
+
+def add_border(pixels: np.ndarray, size: int) -> np.ndarray:
+    """White borders around the image up to size x size, the image centred (odd pixel below/right)."""
+    h, w = pixels.shape[:2]
+    top, left = max(size - h, 0) // 2, max(size - w, 0) // 2
+    out = np.full((max(size, h), max(size, w), pixels.shape[2]), 255, np.uint8)
+    out[top:top + h, left:left + w] = pixels
+    return out
+
+
+# -- decoding and encoding ---------------------------------------------------------------------
+def rgb_pixels(im) -> np.ndarray:
+    """An RGB uint8 array of a Pillow image; transparency is laid on white, as browsers show it."""
+    from PIL import Image
+
+    if im.mode in ("RGBA", "LA", "P"):
+        im = im.convert("RGBA")
+        bg = Image.new("RGB", im.size, (255, 255, 255))
+        bg.paste(im, mask=im.getchannel("A"))
+        im = bg
+    elif im.mode != "RGB":
+        im = im.convert("RGB")
+    return np.asarray(im, np.uint8)
+
+
+def encode(pixels: np.ndarray, opts: ImageOptions) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    im = Image.fromarray(pixels, "RGB")
+    if opts.encode_format == "png":
+        im.save(buf, "PNG", compress_level=opts.encode_quality)
+    else:
+        im.save(buf, PIL_FORMATS[opts.encode_format], quality=opts.encode_quality)
+    return buf.getvalue()
+
+
+def transform(pixels: np.ndarray, opts: ImageOptions) -> np.ndarray | None:
+    """The pixels resized (cropped, bordered) as `opts` say; None when the image is not resized."""
+    h, w = pixels.shape[:2]
+    size = target_size(w, h, opts)
+    if size is None:
+        return None
+    out = resample(pixels, *size)
+    if opts.resize_mode == "center_crop":
+        out = center_crop(out, opts.image_size)
+    elif opts.resize_mode == "border":
+        out = add_border(out, opts.image_size)
+    return out
+
+
+def prepare(data: bytes, fmt: str, width: int, height: int, opts: ImageOptions) -> ShardImage:
+    """The shard's copy of an image (`fmt`, `width`, `height` as stage 2 found them): the bytes as
+    fetched when nothing changes, else decoded, resized and encoded; raises on undecodable bytes."""
+    if opts.resize_mode == "no" and fmt.upper() in SAME_FORMAT[opts.encode_format]:
+        return ShardImage(bytes(data), opts.encode_format, width, height, width, height, False)
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as im:
+        im.load()
+        pixels = rgb_pixels(im)
+    original_height, original_width = pixels.shape[:2]
+    resized = transform(pixels, opts)
+    out = pixels if resized is None else resized
+    return ShardImage(encode(out, opts), opts.encode_format, out.shape[1], out.shape[0],
+                      original_width, original_height, True)
+
+
+# -- EXIF --------------------------------------------------------------------------------------
+_IFDS = (("Image", None), ("EXIF", 0x8769), ("GPS", 0x8825), ("Interoperability", 0xA005))
+
+
+def exif_json(data: bytes) -> str:
+    """The EXIF tags of the image bytes as a JSON object of strings (img2dataset's `exif` form,
+    `"IFD TagName": "value"`); "{}" when there are none or they cannot be read."""
+    if b"Exif\x00\x00" not in bytes(data[:65536]):  # no EXIF segment: skip opening the image
+        return "{}"
+    try:
+        from PIL import ExifTags, Image
+
+        with Image.open(io.BytesIO(data)) as im:
+            exif = im.getexif()
+            tags: dict[str, str] = {}
+            for ifd_name, ifd_id in _IFDS:
+                entries = exif if ifd_id is None else exif.get_ifd(ifd_id)
+                names = ExifTags.GPSTAGS if ifd_name == "GPS" else ExifTags.TAGS
+                for tag, value in entries.items():
+                    if ifd_id is None and tag in (0x8769, 0x8825, 0xA005):
+                        continue  # pointers to the sub-IFDs read above
+                    if isinstance(value, bytes):
+                        if len(value) > 256:
+                            continue  # maker notes and thumbnails: binary, not tags
+                        value = value.decode("latin-1")
+                    text = str(value).strip().replace("\x00", "")
+                    tags[f"{ifd_name} {names.get(tag, hex(tag))}"] = text
+        return json.dumps(tags, ensure_ascii=False, sort_keys=True)
+    except Exception:  # a broken EXIF block is not a broken image
+        return "{}"

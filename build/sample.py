@@ -1,0 +1,160 @@
+"""The fixed schema of a shard sample: every key of `KEY.json`, one type each (docs/shards.md).
+
+Readers that infer types from the first rows (Hugging Face `datasets` reads five samples,
+pandas and polars a few more) see every key with its full type in any first row, so:
+
+- every key is present in every sample;
+- no value that can be a string is ever null: a missing string is "" (`lang` undetected,
+  `pretrained` for a local checkpoint, `license` when the page declared none);
+  `error_message` is null in every sample of a tar, which holds successes only;
+- no list is ever empty: `urls` starts with the sample's own URL, `candidates` with its
+  caption's candidate.
+
+The Parquet sidecar has the same fields as Arrow columns (`SIDECAR`), plus the failed samples
+of the shard with their `status` and `error_message`, as img2dataset writes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+CANDIDATE = pa.struct([
+    pa.field("text", pa.string()),
+    pa.field("source", pa.string()),
+    pa.field("lang", pa.string()),
+    pa.field("score", pa.float64()),
+    pa.field("page_url", pa.string()),
+])
+
+# Key, Arrow type, and what it holds: the order of KEY.json and of the sidecar's columns.
+FIELDS: list[tuple[str, pa.DataType, str]] = [
+    ("key", pa.string(), "the sample's key in its tar: shard number (5 digits), then index"),
+    ("uid", pa.string(), "DataComp-style id: 32 hex digits, MD5 of the URL, a tab and the caption"),
+    ("url", pa.string(), "the image URL"),
+    ("caption", pa.string(), "the chosen text, also KEY.txt"),
+    ("status", pa.string(), "success in a tar; failed_to_download or failed_to_resize in a sidecar"),
+    ("error_message", pa.string(), "null in a tar; why the sample failed in a sidecar"),
+    ("width", pa.int64(), "width of the image in the tar"),
+    ("height", pa.int64(), "height of the image in the tar"),
+    ("original_width", pa.int64(), "width of the image as fetched"),
+    ("original_height", pa.int64(), "height of the image as fetched"),
+    ("exif", pa.string(), "the EXIF tags as fetched, a JSON object of strings as text; \"{}\" for none"),
+    ("sha256", pa.string(), "SHA-256 of the image bytes as fetched"),
+    ("original_format", pa.string(), "the fetched image's format (JPEG, PNG, WEBP, ...)"),
+    ("phash", pa.string(), "64-bit perceptual hash of the image, 16 hex digits"),
+    ("page_url", pa.string(), "the page the caption was found on"),
+    ("score", pa.float64(), "image-text similarity of the caption (stage 4)"),
+    ("source", pa.string(), "where on the page the caption came from: figcaption, alt, title, og, aria, context"),
+    ("lang", pa.string(), "the caption's detected language; \"\" when undetected"),
+    ("license", pa.string(), "the licence the page declared; \"\" when none"),
+    ("model", pa.string(), "the scoring model"),
+    ("pretrained", pa.string(), "the scoring model's weights tag; \"\" for a local checkpoint"),
+    ("pages", pa.int64(), "distinct pages that show the picture"),
+    ("urls", pa.list_(pa.string()), "the sample's URL, then up to 16 other URLs of the same picture"),
+    ("n_duplicates", pa.int64(), "other URLs of the same picture that were merged into this sample"),
+    ("candidates", pa.list_(CANDIDATE), "the scored texts, best first (the caption), one per distinct text"),
+    ("n_candidates", pa.int64(), "distinct texts of the picture (candidates lists at most max_candidates)"),
+]
+
+KEYS = [name for name, _, _ in FIELDS]
+SIDECAR = pa.schema([pa.field(name, tp) for name, tp, _ in FIELDS])
+STRINGS = {name for name, tp, _ in FIELDS if tp == pa.string()} - {"error_message"}
+INTS = {name for name, tp, _ in FIELDS if pa.types.is_integer(tp)}
+CANDIDATE_KEYS = [f.name for f in CANDIDATE]
+
+# img2dataset's vocabulary of a sample's status.
+SUCCESS, FAILED_TO_DOWNLOAD, FAILED_TO_RESIZE = "success", "failed_to_download", "failed_to_resize"
+
+
+def sample_uid(url: str, caption: str) -> str:
+    """DataComp's form of a sample id: 128 bits as 32 lower-case hex digits, over the URL and
+    the caption (a tab between them, so that no two (url, caption) pairs share their input)."""
+    return hashlib.md5(f"{url}\t{caption}".encode("utf-8")).hexdigest()
+
+
+def _candidate(c: dict[str, Any]) -> dict[str, Any]:
+    return {"text": c["text"], "source": c["source"], "lang": c.get("lang") or "",
+            "score": float(c["score"]), "page_url": c["page_url"]}
+
+
+def make_sample(meta: dict[str, Any], **image: Any) -> dict[str, Any]:
+    """The sample's record in schema order from the plan's metadata (`build.aggregate.plan_row`)
+    and what writing the image decided (`key`, `status`, `width`, ...); raises ValueError when a
+    key is left over or missing, so that the schema cannot drift silently."""
+    values = {**meta, **image}
+    values["uid"] = sample_uid(values["url"], values["caption"])
+    values.setdefault("error_message", None)
+    for name in ("lang", "license", "pretrained"):
+        values.setdefault(name, None)
+    values["candidates"] = [_candidate(c) for c in values["candidates"]]
+    missing, extra = set(KEYS) - set(values), set(values) - set(KEYS)
+    if missing or extra:
+        raise ValueError(f"sample {values.get('key')}: keys missing {sorted(missing)}, unknown {sorted(extra)}")
+    out = {}
+    for name in KEYS:
+        v = values[name]
+        if name in STRINGS:
+            v = "" if v is None else str(v)
+        elif name in INTS and v is not None:
+            v = int(v)
+        elif name == "score":
+            v = float(v)
+        out[name] = v
+    if not out["urls"] or not out["candidates"]:
+        raise ValueError(f"sample {out['key']}: urls and candidates must not be empty")
+    return out
+
+
+def sample_json(sample: dict[str, Any]) -> bytes:
+    """KEY.json: the sample's record in schema order (UTF-8, no NaN)."""
+    return json.dumps(sample, ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+def check_sample(obj: Any) -> list[str]:
+    """What is wrong with a KEY.json object read back against the schema (empty when nothing)."""
+    if not isinstance(obj, dict):
+        return ["not a JSON object"]
+    problems = []
+    if list(obj) != KEYS:
+        problems.append(f"keys {list(obj)} are not {KEYS}")
+    for name, tp, _ in FIELDS:
+        if name not in obj:
+            continue
+        v = obj[name]
+        if name == "error_message":
+            ok = v is None
+        elif tp == pa.string():
+            ok = isinstance(v, str)
+        elif pa.types.is_integer(tp):
+            ok = isinstance(v, int) and not isinstance(v, bool)
+        elif pa.types.is_floating(tp):
+            ok = isinstance(v, float)
+        elif name == "urls":
+            ok = isinstance(v, list) and bool(v) and all(isinstance(u, str) for u in v)
+        else:  # candidates
+            ok = isinstance(v, list) and bool(v) and all(
+                isinstance(c, dict) and list(c) == CANDIDATE_KEYS and isinstance(c["score"], float)
+                and all(isinstance(c[k], str) for k in CANDIDATE_KEYS if k != "score") for c in v)
+        if not ok:
+            problems.append(f"{name}={v!r} is not of its type")
+    return problems
+
+
+# -- DataComp subset files ----------------------------------------------------------------------
+UID_DTYPE = np.dtype("u8,u8")
+
+
+def uids_to_array(uids: list[str]) -> np.ndarray:
+    """Hex uids as DataComp's subset array: (high, low) u64 pairs in sorted order."""
+    arr = np.array([(int(u[:16], 16), int(u[16:32], 16)) for u in uids], UID_DTYPE)
+    arr.sort()
+    return arr
+
+
+def array_to_uids(arr: np.ndarray) -> list[str]:
+    return [f"{int(hi):016x}{int(lo):016x}" for hi, lo in arr.tolist()]
