@@ -26,6 +26,8 @@ COMMAND_MODULES = [
     "lait.app.stages",
     "lait.app.score",
     "lait.app.build",
+    "lait.app.select",
+    "lait.app.export",
     "lait.app.run",
     "lait.app.stats",
     "lait.app.demo",
@@ -40,6 +42,8 @@ the pipeline (LAIT, ImageBERT paper):
   lait clean work/                                  3. sentence detection and cleaning
   lait score work/                                  4. image-text semantic scoring
   lait build work/                                  5. aggregation into WebDataset shards
+  lait select work/ --out sel/ --top-fraction 0.3   other shards from the scored pool, no rescoring
+  lait export-embeddings work/ --out embs/          embeddings for clip-retrieval and faiss
   lait run work/ --config pipeline.yaml             stages 2-5 in one go, resumable
   lait demo --out demo/                             the whole job offline on a built-in web
 

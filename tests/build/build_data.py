@@ -10,6 +10,7 @@ import io
 import random
 from datetime import datetime, timezone
 
+import numpy as np
 from PIL import Image
 import imagehash
 
@@ -53,8 +54,10 @@ def _pair(url: str, page: str, text: str, source: str, score: float) -> dict:
             "score": score, "model": "test", "pretrained": None, "image_emb_ref": None, "text_emb_ref": None}
 
 
-def make_work(root, n_partitions: int = 4) -> tuple[WorkDir, dict]:
-    """Write the work directory; returns it and the expected outcome per image URL."""
+def make_work(root, n_partitions: int = 4, embeddings: bool = False) -> tuple[WorkDir, dict]:
+    """Write the work directory; returns it and the expected outcome per image URL. With
+    `embeddings`, also `image_embs/` and `text_embs/` as stage 4 lays them out (random unit
+    vectors, one per image URL and one per distinct text of a partition)."""
     work = WorkDir(root, n_partitions=n_partitions).init()
     ok: list[dict] = []
     scored: list[dict] = []
@@ -117,13 +120,40 @@ def make_work(root, n_partitions: int = 4) -> tuple[WorkDir, dict]:
     scored.append(_pair(ghost, f"{SITE}/e.html", "a ghost", "alt", 0.3))
     expect[ghost] = "build/no_image"
 
-    for table, rows in (("images_ok", ok), ("scored", scored)):
+    tables = [("images_ok", ok), ("scored", scored)]
+    if embeddings:
+        tables += embedding_rows(ok, scored, n_partitions)
+    for table, rows in tables:
         writers = {}
         for r in rows:
-            p = partition_of(r["image_url"], n_partitions)
+            r = dict(r)
+            p = partition_of(r.pop("_image_url", None) or r["image_url"], n_partitions)
             if p not in writers:
                 writers[p] = work.writer(table, p, "input")
             writers[p].write(r)
         for w in writers.values():
             w.close()
     return work, expect
+
+
+EMB_DIM = 16
+
+
+def unit_vector(seed: str) -> np.ndarray:
+    rng = np.random.default_rng(int(hashlib.sha256(seed.encode()).hexdigest()[:8], 16))
+    v = rng.standard_normal(EMB_DIM)
+    return (v / np.linalg.norm(v)).astype(np.float16)
+
+
+def embedding_rows(ok: list[dict], scored: list[dict], n_partitions: int) -> list[tuple[str, list[dict]]]:
+    """image_embs/ and text_embs/ rows; a text row's `_image_url` only says its partition."""
+    images = [{"image_url": r["image_url"], "sha256": r["sha256"], "dim": EMB_DIM,
+               "emb": unit_vector(r["image_url"]).tobytes()} for r in ok]
+    texts, seen = [], set()
+    for r in scored:
+        p = partition_of(r["image_url"], n_partitions)
+        if (p, r["text"]) not in seen:
+            seen.add((p, r["text"]))
+            texts.append({"_image_url": r["image_url"], "text": r["text"], "dim": EMB_DIM,
+                          "emb": unit_vector("text:" + r["text"]).tobytes()})
+    return [("image_embs", images), ("text_embs", texts)]

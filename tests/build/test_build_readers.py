@@ -61,22 +61,12 @@ def test_huggingface_datasets_webdataset_loader(shards, tmp_path):
     assert {r["url"]: t for r, t in zip(ds["json"], ds["txt"])} == kept
 
 
-def test_open_clip_training_loader(shards, monkeypatch):
-    """open_clip's own `get_wds_dataset`, as `open_clip_train.main --dataset-type webdataset` calls it.
-
-    open_clip pins webdataset<=0.2.86 for training; webdataset 1.x (this project's) ends each tar
-    with an empty end-of-shard dict that open_clip's `group_by_keys_nothrow` cannot take. The
-    shim turns that marker off, which is what webdataset 0.2.86 does; nothing else is changed.
-    """
+def test_open_clip_training_loader(shards):
+    """open_clip's own `get_wds_dataset`, as `open_clip_train.main --dataset-type webdataset` calls
+    it, in lait's environment (with the webdataset open_clip_torch[training] pins), no shim."""
     pytest.importorskip("pandas")  # open_clip_train.data imports it
     data_mod = pytest.importorskip("open_clip_train.data")
-    import functools
-
     import open_clip
-    from webdataset.tariterators import tar_file_expander
-
-    if "eof_value" in tar_file_expander.__code__.co_varnames:
-        monkeypatch.setattr(data_mod, "tar_file_expander", functools.partial(tar_file_expander, eof_value=None))
 
     d, kept = shards
     tars = tar_list(d)

@@ -1,0 +1,187 @@
+"""`lait select`: score once, select many. New shards from the pool of a built work directory.
+
+`lait build` keeps, in `pool/`, every picture that passed its grouping, deduplication and text
+rules, with its planned sample and uid, before the score thresholds. A selection reads only
+that: it cuts by `min_score`, `top_fraction` and a DataComp subset file of uids, and writes the
+chosen samples as shards into a folder of its own, as `lait build` would with the same
+thresholds (the same samples, keys and bytes). No model runs, nothing is regrouped, and the
+work directory is only read.
+
+The folder gets `NNNNN.tar`, `NNNNN.parquet`, `NNNNN_stats.json`, `sizes.json`, `stats.json` and
+`uids.npy` (what was selected, in DataComp's subset format: `--uids OUT/uids.npy` selects it
+again). Its `_select/` holds the selection's plan and task markers, so an interrupted selection
+resumes; a different selection into the same folder needs `--overwrite`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lait import storage
+from lait.build.aggregate import key_width, score_cut
+from lait.build.config import SelectConfig
+from lait.build.sample import UID_DTYPE, array_to_uids
+from lait.build.shards import ShardStage, finish_shard_dir, shard_files, write_stats
+from lait.config import ConfigError
+from lait.drivers import open_work_dir
+from lait.executor import make_executor
+from lait.parts import PartitionedWriter, WorkDir, atomic_write_json
+from lait.stage import RunReport
+
+log = logging.getLogger(__name__)
+
+STATE_DIR = "_select"
+SELECTION_FILE = "selection.json"
+PLAN_STAGE = "select_plan"
+# What a selection writes into its folder (and --overwrite removes); nothing else is touched.
+OUTPUT_NAME = re.compile(r"(\d{5}\.(tar|parquet)|\d{5}_stats\.json|sizes\.json|stats\.json|uids\.npy)")
+
+
+@dataclass
+class SelectResult:
+    """What a selection did: the shard pass's report and the folder's stats."""
+
+    reports: list[RunReport] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.reports)
+
+    def summary(self) -> str:
+        lines = [r.summary() for r in self.reports]
+        if self.stats:
+            s = self.stats
+            lines.append(f"select: {s['samples']} of {s['pool']} pool samples in {s['shards']} shards "
+                         f"({s['shard_bytes'] / 1e6:.1f} MB) in {s['out']}")
+            if s.get("uids_not_in_pool"):
+                lines.append(f"select: {s['uids_not_in_pool']} uids of {s['uids_file']} are not in the pool")
+        return "\n".join(lines)
+
+
+# -- uid files ---------------------------------------------------------------------------------
+def read_uids(path: str) -> list[str]:
+    """The hex uids of a subset file: DataComp's .npy (a u8,u8 structured array) or a text file
+    with one 32-digit hex uid a line."""
+    raw = storage.read_bytes(storage.location(path))
+    if raw.startswith(b"\x93NUMPY"):
+        arr = np.load(io.BytesIO(raw), allow_pickle=False)
+        if arr.dtype != UID_DTYPE:
+            raise ConfigError(f"{path}: a DataComp subset file holds dtype {UID_DTYPE}, not {arr.dtype}")
+        return array_to_uids(arr)
+    try:
+        uids = [line.strip().lower() for line in raw.decode("utf-8").splitlines() if line.strip()]
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: neither a .npy subset file nor a text file of uids") from None
+    bad = [u for u in uids if not re.fullmatch(r"[0-9a-f]{32}", u)]
+    if bad:
+        raise ConfigError(f"{path}: not a uid (32 hex digits): {bad[0]!r}")
+    return uids
+
+
+# -- the selection -----------------------------------------------------------------------------
+def choose(work: WorkDir, cfg: SelectConfig, wanted: list[str] | None) -> tuple[pa.Array, dict[str, int]]:
+    """The uids of the pool the selection keeps, and its counts (pool, not in pool)."""
+    pool = work.read("pool", columns=["uid", "image_url", "score"])
+    counts = {"pool": pool.num_rows}
+    if wanted is not None:
+        wanted_arr = pa.array(sorted(set(wanted)), pa.string())
+        counts["uids_requested"] = len(wanted_arr)
+        counts["uids_not_in_pool"] = len(wanted_arr) - pc.sum(pc.is_in(wanted_arr, value_set=pool["uid"])).as_py()
+        pool = pool.filter(pc.is_in(pool["uid"], value_set=wanted_arr))
+    kept, _, _ = score_cut(pool["score"].to_numpy(), pool["image_url"], cfg.min_score, cfg.top_fraction)
+    return pool["uid"].take(pa.array(kept, pa.int64())), counts
+
+
+def write_selection_plan(work: WorkDir, plan: WorkDir, chosen: pa.Array, samples_per_shard: int) -> int:
+    """`build_plan/` of the selection (partition N: shard N) from the pool rows in `chosen`, in the
+    pool's shard order, one row group at a time; returns the number of shards."""
+    width = key_width(samples_per_shard)
+    n, shard = 0, -1
+    with PartitionedWriter(plan, PLAN_STAGE) as parts:
+        for f in work.part_files("pool"):  # partition order, then part order: the build's order
+            pf = storage.parquet_file(f)
+            for rg in range(pf.num_row_groups):
+                t = pf.read_row_group(rg)
+                t = t.filter(pc.is_in(t["uid"], value_set=chosen))
+                for row in t.drop_columns(["uid"]).to_pylist():
+                    s, idx = divmod(n, samples_per_shard)
+                    if s != shard:
+                        if shard >= 0:
+                            parts.commit("build_plan", shard)
+                        shard = s
+                    parts.write("build_plan", s, {"key": f"{s:05d}{idx:0{width}d}", "shard": s, **row})
+                    n += 1
+    return shard + 1
+
+
+def fingerprint(work: WorkDir, cfg: SelectConfig) -> str:
+    uids_digest = hashlib.sha256(storage.read_bytes(storage.location(cfg.uids))).hexdigest() if cfg.uids else None
+    blob = json.dumps({"source": work.url, "config": cfg.content(), "uids_sha256": uids_digest,
+                       "pool": work.part_sizes("pool")}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def prepare_out(out: storage.Location, state: WorkDir, fp: str, overwrite: bool) -> bool:
+    """Make the folder ready for this selection; True when an earlier run of the same selection
+    left its plan (resume), False when it starts afresh."""
+    marker = state.root / SELECTION_FILE
+    earlier = json.loads(storage.read_text(marker))["fingerprint"] if storage.exists(marker) else None
+    if earlier == fp:
+        return state.is_done(PLAN_STAGE, 0)
+    ours = [p for p in storage.list_dir(out) if OUTPUT_NAME.fullmatch(p.name)]
+    others = [p for p in storage.list_dir(out) if not OUTPUT_NAME.fullmatch(p.name) and p.name != STATE_DIR]
+    if (ours or earlier is not None) and not overwrite:
+        what = "another selection" if earlier is not None else "shards"
+        raise ConfigError(f"{out} already holds {what}; pass --overwrite to replace it, or choose another --out")
+    if others and earlier is None and not ours:
+        raise ConfigError(f"{out} is not empty ({others[0].name}, ...); choose an empty or new folder for --out")
+    for p in ours:
+        storage.remove(p)
+    storage.remove_tree(state.root)
+    state.init()
+    atomic_write_json(marker, {"fingerprint": fp})
+    return False
+
+
+def select(cfg: SelectConfig) -> SelectResult:
+    """Write the selection `cfg` describes from `cfg.work`'s pool into `cfg.out`."""
+    work = open_work_dir(cfg.work, initialized=True)
+    if not work.part_files("pool") or not work.is_done("build_plan", 0):
+        raise ConfigError(f"{work.root} has no pool/ yet: run `lait build` on it first (it scores nothing)")
+    out = storage.location(cfg.out)
+    storage.make_dirs(out)
+    state = WorkDir(out / STATE_DIR, n_partitions=1)
+    wanted = read_uids(cfg.uids) if cfg.uids else None
+    resumed = prepare_out(out, state, fingerprint(work, cfg), cfg.overwrite)
+    if resumed:
+        counts = state.done_stats(PLAN_STAGE)[0]["counts"]
+    else:
+        chosen, counts = choose(work, cfg, wanted)
+        counts["selected"] = len(chosen)
+        counts["shards_planned"] = write_selection_plan(work, state, chosen, cfg.samples_per_shard)
+        state.mark_done(PLAN_STAGE, 0, {"stage": PLAN_STAGE, "partition": 0, "counts": counts})
+    log.info("select: %d of %d pool samples chosen", counts["selected"], counts["pool"])
+    executor = make_executor(cfg.executor, ray_address=cfg.ray_address, workers=cfg.workers or None,
+                             retries=cfg.retries, show_progress=cfg.progress)
+    stage = ShardStage(cfg.image_options(), cfg.regions, source=work.url, out=str(out))
+    result = SelectResult([executor.run(stage, state)])
+    if not result.ok:
+        return result
+    sizes = finish_shard_dir(out)
+    shard_bytes = sum(int(s.get("counters", {}).get("build/shard_bytes", 0)) for s in state.done_stats(stage.name))
+    result.stats = {"samples": sum(sizes.values()), "shards": len(shard_files(out)), "shard_bytes": shard_bytes,
+                    "out": str(out), "source": work.url, **counts, "uids_file": cfg.uids or None,
+                    "config": cfg.content()}
+    write_stats(out, result.stats)
+    return result

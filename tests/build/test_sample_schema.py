@@ -1,0 +1,125 @@
+"""The fixed sample schema (build/sample.py): every key, one type, the same in KEY.json and the
+sidecar, whatever order readers meet the samples in."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import io
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from lait.build.config import BuildConfig
+from lait.build.pipeline import build
+from lait.build.sample import FIELDS, KEYS, SIDECAR, array_to_uids, check_sample, make_sample, sample_uid
+
+HERE = Path(__file__).parent
+_spec = importlib.util.spec_from_file_location("build_data", HERE / "build_data.py")
+data = importlib.util.module_from_spec(_spec)
+sys.modules["build_data"] = data
+_spec.loader.exec_module(data)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("work")
+    data.make_work(root)
+    assert build(BuildConfig(work=str(root), workers=1, progress=False, samples_per_shard=16)).ok
+    return root / "shards"
+
+
+def members(tar: Path) -> list[tuple[str, bytes]]:
+    with tarfile.open(tar) as tf:
+        return [(m.name, tf.extractfile(m).read()) for m in tf.getmembers()]
+
+
+def samples(shards: Path) -> list[dict]:
+    return [json.loads(b) for t in sorted(shards.glob("*.tar")) for n, b in members(t) if n.endswith(".json")]
+
+
+def test_every_sample_has_every_key_with_its_type(built):
+    metas = samples(built)
+    assert metas
+    for m in metas:
+        assert check_sample(m) == [], m["key"]
+        assert m["uid"] == sample_uid(m["url"], m["caption"]) and len(m["uid"]) == 32
+        assert m["urls"][0] == m["url"] and m["candidates"][0]["text"] == m["caption"]
+        assert m["status"] == "success" and m["error_message"] is None
+        assert (m["width"], m["height"]) == (m["original_width"], m["original_height"])
+    png = next(m for m in metas if m["url"].endswith("photo.png"))
+    assert png["original_format"] == "PNG" and png["lang"] == "en" and png["license"] == ""
+    assert png["pretrained"] == "" and png["exif"] == "{}"  # pretrained None in scored/: ""
+
+
+def test_sidecar_has_the_same_fields_and_the_failed_sample(built):
+    table = pq.read_table(sorted(built.glob("*.parquet")))
+    assert table.schema.names == KEYS and table.schema.equals(SIDECAR)
+    rows = table.to_pylist()
+    by_key = {m["key"]: m for m in samples(built)}
+    for r in rows:
+        if r["status"] == "success":
+            assert r == by_key[r["key"]]
+    failed = [r for r in rows if r["status"] != "success"]
+    assert [(r["url"].rsplit("/", 1)[1], r["status"]) for r in failed] == [("broken.png", "failed_to_resize")]
+    assert failed[0]["error_message"] and failed[0]["width"] is None and failed[0]["original_width"] == 400
+    stats = {p.name: json.loads(p.read_text()) for p in built.glob("*_stats.json")}
+    assert sorted(stats) == [f"{p.stem}_stats.json" for p in sorted(built.glob("*.tar"))]
+    assert sum(s["successes"] for s in stats.values()) == len(by_key)
+    assert sum(s["failed_to_resize"] for s in stats.values()) == 1
+    assert all(s["count"] == s["successes"] + s["failed_to_download"] + s["failed_to_resize"]
+               for s in stats.values())
+
+
+def test_uids_npy_is_a_datacomp_subset_file_of_the_samples(built):
+    arr = np.load(built / "uids.npy", allow_pickle=False)
+    assert arr.dtype == np.dtype("u8,u8") and arr.tolist() == sorted(arr.tolist())
+    assert sorted(array_to_uids(arr)) == sorted(m["uid"] for m in samples(built))
+
+
+def test_huggingface_infers_the_same_types_in_any_order(built, tmp_path):
+    """HF `datasets` types every column from the first five samples of the first tar. On main a
+    `duplicates: []` there made a null column, and a later sample with duplicates broke the
+    load; here the five poorest samples (no duplicates, fewest candidates) go first."""
+    datasets = pytest.importorskip("datasets")
+    by_key: dict[str, list[tuple[str, bytes]]] = {}
+    for t in sorted(built.glob("*.tar")):
+        for name, body in members(t):
+            by_key.setdefault(name.split(".", 1)[0], []).append((name, body))
+    meta = {k: json.loads(next(b for n, b in v if n.endswith(".json"))) for k, v in by_key.items()}
+    order = sorted(by_key, key=lambda k: (meta[k]["n_duplicates"], meta[k]["n_candidates"], k))
+    assert meta[order[0]]["n_duplicates"] == 0 and meta[order[-1]]["n_duplicates"] > 0
+    tar_path = tmp_path / "00000.tar"
+    with tarfile.open(tar_path, "w") as tf:
+        for k in order:
+            for name, body in by_key[k]:
+                info = tarfile.TarInfo(name)
+                info.size = len(body)
+                tf.addfile(info, io.BytesIO(body))
+    ds = datasets.load_dataset("webdataset", data_files={"train": [str(tar_path)]}, split="train",
+                               cache_dir=str(tmp_path / "hf"))
+    assert len(ds) == len(order)
+    assert list(ds.features["json"]) == KEYS
+    assert ds[len(order) - 1]["json"]["urls"][1:] == meta[order[-1]]["urls"][1:]
+
+
+def test_make_sample_refuses_unknown_and_missing_keys():
+    meta = {"key": "0", "url": "u", "caption": "c", "status": "success", "width": 1, "height": 1,
+            "original_width": 1, "original_height": 1, "exif": "{}", "sha256": hashlib.sha256(b"").hexdigest(),
+            "original_format": "JPEG", "phash": "0" * 16, "page_url": "p", "score": 0.5, "source": "alt",
+            "model": "m", "pages": 1, "urls": ["u"], "n_duplicates": 0, "n_candidates": 1,
+            "candidates": [{"text": "c", "source": "alt", "lang": None, "score": 0.5, "page_url": "p"}]}
+    sample = make_sample(meta)
+    assert list(sample) == [name for name, _, _ in FIELDS] and check_sample(json.loads(json.dumps(sample))) == []
+    assert sample["candidates"][0]["lang"] == "" and sample["license"] == ""
+    with pytest.raises(ValueError, match="unknown"):
+        make_sample({**meta, "alternatives": []})
+    with pytest.raises(ValueError, match="missing"):
+        make_sample({k: v for k, v in meta.items() if k != "pages"})
+    with pytest.raises(ValueError, match="empty"):
+        make_sample({**meta, "urls": []})

@@ -1,0 +1,200 @@
+"""The shards of `lait demo` and of the real-web mode, read by the real readers, in lait's own
+environment: Hugging Face `datasets`, open_clip_train's `get_wds_dataset`, webdataset; then a
+DataComp-style selection round trip and clip-retrieval's embedding layout into faiss.
+
+Slow: each work directory comes from a crawl of a local web and stages 2-5 with the offline
+demo scorer (the demo: 40 articles; the real web: the first 60 pages of ../shared/data/html).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("lait.crawler.run")
+pytest.importorskip("lait.scoring.pipeline")
+
+from lait.build.config import SelectConfig  # noqa: E402
+from lait.build.export import ExportConfig, export_embeddings  # noqa: E402
+from lait.build.sample import array_to_uids, check_sample  # noqa: E402
+from lait.build.select import select  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Path:
+    from lait.app.demo import DemoConfig, run_demo
+
+    out = tmp_path_factory.mktemp("demo")
+    assert run_demo(DemoConfig(out=str(out), pages=40, workers=2, port=0, progress=False)) == 0
+    return out / "work"
+
+
+@pytest.fixture(scope="module")
+def realweb(tmp_path_factory, shared_data) -> Path:
+    from lait.app.run import run_pipeline
+    from lait.crawler.config import CrawlConfig
+    from lait.crawler.run import crawl
+    from lait.testkit.realweb import RealWebSite
+    from lait.testkit.server import SiteServer
+
+    work = tmp_path_factory.mktemp("realweb") / "work"
+    with SiteServer(RealWebSite(shared_data), port=0) as srv:
+        stats = crawl(CrawlConfig(seeds=[srv.url + "/"], out=str(work), allow_loopback=True, autothrottle=False,
+                                  concurrency=16, per_domain=16, max_pages=60, log_level="WARNING"), quiet=True)
+    assert stats.get("finish_reason") in ("finished", "max_pages"), stats.get("finish_reason")
+    sections = {"filter": {}, "clean": {}, "score": {"model": "demo", "near_dup_threshold": 0.999},
+                "build": {"samples_per_shard": 100}}
+    assert run_pipeline(str(work), sections, overrides={"workers": 2, "progress": False})
+    return work
+
+
+@pytest.fixture(params=["demo", "realweb"])
+def work(request) -> Path:
+    return request.getfixturevalue(request.param)
+
+
+def tars(folder: Path) -> list[str]:
+    return [str(p) for p in sorted(folder.glob("*.tar"))]
+
+
+def tar_samples(folder: Path) -> dict[str, dict]:
+    """key -> KEY.json, counted straight from the tars."""
+    out = {}
+    for t in tars(folder):
+        with tarfile.open(t) as tf:
+            for m in tf.getmembers():
+                if m.name.endswith(".json"):
+                    out[m.name.split(".", 1)[0]] = json.loads(tf.extractfile(m).read())
+    return out
+
+
+def test_huggingface_datasets_loads_every_shard(work, tmp_path):
+    datasets = pytest.importorskip("datasets")
+    shards = work / "shards"
+    ds = datasets.load_dataset("webdataset", data_files={"train": tars(shards)}, split="train",
+                               cache_dir=str(tmp_path / "hf"))
+    samples = tar_samples(shards)
+    assert len(ds) == len(samples) == sum(json.loads((shards / "sizes.json").read_text()).values()) > 50
+    assert sorted(ds["__key__"]) == sorted(samples)
+    assert {r["uid"] for r in ds["json"]} == {m["uid"] for m in samples.values()}
+
+
+def test_open_clip_train_reads_them_without_a_shim(work):
+    pytest.importorskip("pandas")
+    data_mod = pytest.importorskip("open_clip_train.data")
+    import open_clip
+
+    shards = tars(work / "shards")
+    args = argparse.Namespace(train_data="::".join(shards), val_data=None, train_num_samples=None,
+                              dataset_resampled=False, train_data_upsampling_factors=None, seed=0,
+                              batch_size=16, workers=0, world_size=1)
+    _, _, preprocess = open_clip.create_model_and_transforms("ViT-B-32", pretrained=None)
+    info = data_mod.get_wds_dataset(args, preprocess, is_train=True, epoch=0,
+                                    tokenizer=open_clip.get_tokenizer("ViT-B-32"))
+    n = len(tar_samples(work / "shards"))
+    assert info.dataloader.num_samples == n + (-n) % 16  # from sizes.json
+    seen = 0
+    for images, texts in info.dataloader:
+        assert tuple(images.shape[1:]) == (3, 224, 224) and tuple(texts.shape[1:]) == (77,)
+        seen += images.shape[0]
+    assert seen == info.dataloader.num_samples
+
+
+def test_webdataset_reads_every_sample_in_the_schema(work):
+    wds = pytest.importorskip("webdataset")
+    n = 0
+    for img, txt, meta in wds.WebDataset(tars(work / "shards"), shardshuffle=False).decode("pil").to_tuple(
+            "jpg", "txt", "json"):
+        assert check_sample(meta) == [] and txt == meta["caption"]
+        assert img.size == (meta["width"], meta["height"]) == (meta["original_width"], meta["original_height"])
+        n += 1
+    assert n == len(tar_samples(work / "shards"))
+
+
+def test_center_crop_makes_a_plain_batched_pipeline_work(realweb, tmp_path):
+    wds = pytest.importorskip("webdataset")
+    mixed = wds.WebDataset(tars(realweb / "shards"), shardshuffle=False).decode("rgb8").to_tuple("jpg").batched(16)
+    with pytest.raises(ValueError):  # real photos come in many sizes: np.stack refuses them
+        for _ in mixed:
+            pass
+    assert select(SelectConfig(work=str(realweb), out=str(tmp_path / "sq"), resize_mode="center_crop",
+                               image_size=224, samples_per_shard=100, workers=2, progress=False)).ok
+    n = 0
+    for images, metas in wds.WebDataset(tars(tmp_path / "sq"), shardshuffle=False).decode("rgb8").to_tuple(
+            "jpg", "json").batched(16):
+        assert images.shape[1:] == (224, 224, 3)
+        assert all(check_sample(m) == [] and (m["width"], m["height"]) == (224, 224) for m in metas)
+        n += len(metas)
+    assert n == len(tar_samples(realweb / "shards"))
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in folder.rglob("*") if p.is_file()}
+
+
+def test_datacomp_round_trip_selects_without_scoring(demo, tmp_path, monkeypatch):
+    """A new threshold, then the uid file it wrote: the same samples, no model call, the work
+    directory untouched."""
+    import open_clip
+
+    from lait.scoring import model
+
+    calls = []
+
+    def counted(name, fn):
+        def wrapper(*args, **kwargs):
+            calls.append(name)
+            return fn(*args, **kwargs)
+        return wrapper
+
+    for name in ("encode_images", "encode_texts"):
+        monkeypatch.setattr(model.ClipScorer, name, counted(name, getattr(model.ClipScorer, name)))
+    for name in ("create_model", "create_model_and_transforms"):
+        monkeypatch.setattr(open_clip, name, counted(name, getattr(open_clip, name)))
+    before = snapshot(demo)
+    built = tar_samples(demo / "shards")
+    median = float(np.median([m["score"] for m in built.values()]))
+
+    first = tmp_path / "first"
+    assert select(SelectConfig(work=str(demo), out=str(first), min_score=median, samples_per_shard=50,
+                               workers=1, progress=False)).ok
+    chosen = tar_samples(first)
+    assert {m["uid"] for m in chosen.values()} == {m["uid"] for m in built.values() if m["score"] >= median}
+    assert sorted(array_to_uids(np.load(first / "uids.npy"))) == sorted(m["uid"] for m in chosen.values())
+
+    again = tmp_path / "again"
+    assert select(SelectConfig(work=str(demo), out=str(again), uids=str(first / "uids.npy"), samples_per_shard=50,
+                               workers=1, progress=False)).ok
+    assert {m["uid"] for m in tar_samples(again).values()} == {m["uid"] for m in chosen.values()}
+    assert [Path(p).read_bytes() for p in tars(again)] == [Path(p).read_bytes() for p in tars(first)]
+    assert calls == []
+    assert snapshot(demo) == before
+
+
+def test_exported_embeddings_index_in_faiss(work, tmp_path):
+    faiss = pytest.importorskip("faiss")
+    out = tmp_path / "embs"
+    export_embeddings(ExportConfig(work=str(work), out=str(out)))
+    img = np.concatenate([np.load(p) for p in sorted((out / "img_emb").glob("*.npy"))]).astype(np.float32)
+    txt = np.concatenate([np.load(p) for p in sorted((out / "text_emb").glob("*.npy"))]).astype(np.float32)
+    meta = [r for p in sorted((out / "metadata").glob("*.parquet")) for r in pq.read_table(p).to_pylist()]
+    assert img.shape[0] == txt.shape[0] == len(meta) == len(tar_samples(work / "shards"))
+    # Row i is sample i: its URL and caption, and the embeddings stage 4 stored for them.
+    side = [r for p in sorted((work / "shards").glob("*.parquet"))
+            for r in sorted(pq.read_table(p).to_pylist(), key=lambda r: r["key"]) if r["status"] == "success"]
+    assert [(m["image_path"], m["url"], m["caption"]) for m in meta] == [(r["key"], r["url"], r["caption"]) for r in side]
+    scores = np.array([m["score"] for m in meta])
+    assert np.allclose((img * txt).sum(axis=1), scores, atol=2e-2)  # the score is their cosine (fp16 here)
+    for index in (faiss.IndexFlatIP(img.shape[1]), faiss.IndexFlatL2(img.shape[1])):
+        index.add(img)
+        _, nearest = index.search(img, 1)
+        assert nearest[:, 0].tolist() == list(range(len(meta)))
