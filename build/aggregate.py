@@ -6,12 +6,12 @@
 2. Drop groups that carry too many distinct texts or sit on too many pages (logos, chrome).
 3. Drop texts attached to too many groups (boilerplate such as "click to enlarge").
 4. Pick the best text per group: highest score, ties broken by source priority, then text;
-   the next distinct texts become alternatives.
+   the next distinct texts follow it in the sample's candidates.
 5. Write the pool (`pool/`): every picture that passed 1-4, with its planned sample and uid;
    `lait select` cuts other subsets from it without rescoring.
 6. Threshold by absolute score, then keep the top fraction (as DataComp does).
-7. Assign shards deterministically: samples in the order their bytes lie in `images_ok/`
-   (hash-of-URL order, so shards are already mixed), `samples_per_shard` per tar.
+7. Assign shards deterministically from the pool: samples in the order their bytes lie in
+   `images_ok/` (hash-of-URL order, so shards are already mixed), `samples_per_shard` per tar.
 
 Every dropped image is recorded in `rejected/` as `build/RULE`; the plan goes to `build_plan/`.
 """
@@ -33,6 +33,7 @@ from lait.build.config import BuildConfig
 from lait.build.dedup import group_duplicates, hamming, phash_int
 from lait.build.neardup import embedding_pairs
 from lait.build.sample import sample_uid
+from lait import storage
 from lait.parts import PartitionedWriter, WorkDir
 
 log = logging.getLogger(__name__)
@@ -176,8 +177,8 @@ def plan_build(work: WorkDir, cfg: BuildConfig) -> dict[str, Any]:
         ranked = rank_texts(alive, generic, sink, cfg)
         write_pool(work, ranked, cfg)
         kept = apply_thresholds(ranked, sink, cfg)
-        kept.sort(key=shard_order)
-        n_shards = write_plan(work, kept, cfg)
+        chosen = pa.array([sample_uid(g.rep.url, g.candidates[0].text) for g in kept], pa.string())
+        n_shards = write_plan(work, work, chosen, cfg.samples_per_shard)
     finally:
         sink.close()
     counters = dict(sorted(sink.counts.items()))
@@ -286,7 +287,7 @@ def write_pool(work: WorkDir, groups: list[Group], cfg: BuildConfig) -> None:
     partition: what `lait select` chooses from, without rescoring or regrouping."""
     with PartitionedWriter(work, PLAN_TAG) as parts:
         for g in sorted(groups, key=shard_order):
-            row = plan_row("", -1, g, cfg)
+            row = plan_row("", -1, g, cfg)  # a pool row has no key yet: write_plan gives it one
             del row["key"], row["shard"]
             row["uid"] = sample_uid(row["image_url"], row["caption"])
             parts.write("pool", parts.partition_of(row["image_url"]), row)
@@ -296,18 +297,27 @@ def key_width(samples_per_shard: int) -> int:
     return max(4, len(str(samples_per_shard - 1)))
 
 
-def write_plan(work: WorkDir, kept: list[Group], cfg: BuildConfig) -> int:
-    """`build_plan/`: partition N is shard N, committed as soon as it is full; returns the shard count."""
-    width = key_width(cfg.samples_per_shard)
-    shard = -1
-    with PartitionedWriter(work, PLAN_TAG) as parts:
-        for i, g in enumerate(kept):
-            s, idx = divmod(i, cfg.samples_per_shard)
-            if s != shard:
-                if shard >= 0:
-                    parts.commit("build_plan", shard)  # one shard's plan in memory at a time
-                shard = s
-            parts.write("build_plan", s, plan_row(f"{s:05d}{idx:0{width}d}", s, g, cfg))
+def write_plan(work: WorkDir, plan: WorkDir, chosen: pa.Array, samples_per_shard: int, tag: str = PLAN_TAG) -> int:
+    """`build_plan/` in `plan` (partition N: shard N) from the rows of `work`'s pool whose uid is
+    in `chosen`: in the pool's shard order, one row group at a time, each shard committed as
+    soon as it is full. `lait build` (into its own work directory) and `lait select` (into its
+    folder's) plan with this; returns the number of shards."""
+    width = key_width(samples_per_shard)
+    n, shard = 0, -1
+    with PartitionedWriter(plan, tag) as parts:
+        for f in work.part_files("pool"):  # partition order, then part order: images_ok's order
+            pf = storage.parquet_file(f)
+            for rg in range(pf.num_row_groups):
+                t = pf.read_row_group(rg)
+                t = t.filter(pc.is_in(t["uid"], value_set=chosen))
+                for row in t.drop_columns(["uid"]).to_pylist():
+                    s, idx = divmod(n, samples_per_shard)
+                    if s != shard:
+                        if shard >= 0:
+                            parts.commit("build_plan", shard)  # one shard's plan in memory at a time
+                        shard = s
+                    parts.write("build_plan", s, {"key": f"{s:05d}{idx:0{width}d}", "shard": s, **row})
+                    n += 1
     return shard + 1
 
 

@@ -58,9 +58,10 @@ class ImageOptions:
 
 @dataclass
 class ShardImage:
-    """An image ready for its shard: bytes, tar extension, sizes before and after."""
+    """An image ready for its shard: bytes (the fetched buffer itself when copied), tar
+    extension, sizes before and after."""
 
-    data: bytes
+    data: bytes | memoryview
     ext: str
     width: int
     height: int
@@ -198,7 +199,7 @@ def prepare(data: bytes, fmt: str, width: int, height: int, opts: ImageOptions) 
     """The shard's copy of an image (`fmt`, `width`, `height` as stage 2 found them): the bytes as
     fetched when nothing changes, else decoded, resized and encoded; raises on undecodable bytes."""
     if opts.resize_mode == "no" and fmt.upper() in SAME_FORMAT[opts.encode_format]:
-        return ShardImage(bytes(data), opts.encode_format, width, height, width, height, False)
+        return ShardImage(data, opts.encode_format, width, height, width, height, False)
     from PIL import Image
 
     with Image.open(io.BytesIO(data)) as im:
@@ -215,10 +216,26 @@ def prepare(data: bytes, fmt: str, width: int, height: int, opts: ImageOptions) 
 _IFDS = (("Image", None), ("EXIF", 0x8769), ("GPS", 0x8825), ("Interoperability", 0xA005))
 
 
-def exif_json(data: bytes) -> str:
+def jpeg_has_exif(data) -> bool:
+    """Whether a JPEG has an EXIF segment: a walk over the segments before the image data, so
+    that the JPEGs without one (most) are never opened."""
+    view = memoryview(data)
+    pos = 2
+    while pos + 4 <= len(view) and view[pos] == 0xFF:
+        marker = view[pos + 1]
+        if marker == 0xDA or marker == 0xD9:  # start of scan, end of image: no more headers
+            return False
+        length = (view[pos + 2] << 8) | view[pos + 3]
+        if marker == 0xE1 and bytes(view[pos + 4:pos + 10]) == b"Exif\x00\x00":
+            return True
+        pos += 2 + length
+    return False
+
+
+def exif_json(data, fmt: str = "JPEG") -> str:
     """The EXIF tags of the image bytes as a JSON object of strings (img2dataset's `exif` form,
     `"IFD TagName": "value"`); "{}" when there are none or they cannot be read."""
-    if b"Exif\x00\x00" not in bytes(data[:65536]):  # no EXIF segment: skip opening the image
+    if fmt.upper() in SAME_FORMAT["jpg"] and not jpeg_has_exif(data):
         return "{}"
     try:
         from PIL import ExifTags, Image

@@ -28,14 +28,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lait import storage
-from lait.build.aggregate import key_width, score_cut
+from lait.build.aggregate import score_cut, write_plan
 from lait.build.config import SelectConfig
 from lait.build.sample import UID_DTYPE, array_to_uids
 from lait.build.shards import ShardStage, finish_shard_dir, shard_files, write_stats
 from lait.config import ConfigError
 from lait.drivers import open_work_dir
 from lait.executor import make_executor
-from lait.parts import PartitionedWriter, WorkDir, atomic_write_json
+from lait.parts import WorkDir, atomic_write_json
 from lait.stage import RunReport
 
 log = logging.getLogger(__name__)
@@ -103,28 +103,6 @@ def choose(work: WorkDir, cfg: SelectConfig, wanted: list[str] | None) -> tuple[
     return pool["uid"].take(pa.array(kept, pa.int64())), counts
 
 
-def write_selection_plan(work: WorkDir, plan: WorkDir, chosen: pa.Array, samples_per_shard: int) -> int:
-    """`build_plan/` of the selection (partition N: shard N) from the pool rows in `chosen`, in the
-    pool's shard order, one row group at a time; returns the number of shards."""
-    width = key_width(samples_per_shard)
-    n, shard = 0, -1
-    with PartitionedWriter(plan, PLAN_STAGE) as parts:
-        for f in work.part_files("pool"):  # partition order, then part order: the build's order
-            pf = storage.parquet_file(f)
-            for rg in range(pf.num_row_groups):
-                t = pf.read_row_group(rg)
-                t = t.filter(pc.is_in(t["uid"], value_set=chosen))
-                for row in t.drop_columns(["uid"]).to_pylist():
-                    s, idx = divmod(n, samples_per_shard)
-                    if s != shard:
-                        if shard >= 0:
-                            parts.commit("build_plan", shard)
-                        shard = s
-                    parts.write("build_plan", s, {"key": f"{s:05d}{idx:0{width}d}", "shard": s, **row})
-                    n += 1
-    return shard + 1
-
-
 def fingerprint(work: WorkDir, cfg: SelectConfig) -> str:
     uids_digest = hashlib.sha256(storage.read_bytes(storage.location(cfg.uids))).hexdigest() if cfg.uids else None
     blob = json.dumps({"source": work.url, "config": cfg.content(), "uids_sha256": uids_digest,
@@ -169,7 +147,7 @@ def select(cfg: SelectConfig) -> SelectResult:
     else:
         chosen, counts = choose(work, cfg, wanted)
         counts["selected"] = len(chosen)
-        counts["shards_planned"] = write_selection_plan(work, state, chosen, cfg.samples_per_shard)
+        counts["shards_planned"] = write_plan(work, state, chosen, cfg.samples_per_shard, PLAN_STAGE)
         state.mark_done(PLAN_STAGE, 0, {"stage": PLAN_STAGE, "partition": 0, "counts": counts})
     log.info("select: %d of %d pool samples chosen", counts["selected"], counts["pool"])
     executor = make_executor(cfg.executor, ray_address=cfg.ray_address, workers=cfg.workers or None,

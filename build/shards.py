@@ -205,7 +205,7 @@ class ShardStage(Stage):
                     ctx.count("build/reencoded")
                 sample = make_sample(meta, key=r["key"], status=SUCCESS, width=image.width, height=image.height,
                                      original_width=image.original_width, original_height=image.original_height,
-                                     exif=exif_json(data))
+                                     exif=exif_json(data, r["format"]))
                 members = {image.ext: image.data, "txt": r["caption"].encode("utf-8"), "json": sample_json(sample)}
                 if regions is not None:
                     members.update(regions.arrays(r["image_url"]))

@@ -109,7 +109,8 @@ REASONS: dict[str, str] = {
     "build/generic_texts": "every text of the picture is on more than max_images_per_text pictures.",
     "build/min_score": "the best text's score is below min_score.",
     "build/top_fraction": "the best text's score is not within the top_fraction of the pictures.",
-    "build/unreadable": "the image bytes cannot be read or converted to JPEG for its shard.",
+    "build/unreadable": "the image bytes cannot be read, resized or encoded for its shard (its sidecar row "
+                        "says failed_to_download or failed_to_resize).",
 }
 
 

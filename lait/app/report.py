@@ -192,7 +192,7 @@ def thumbnails(shard_dir: Location, keys_by_tar: dict[str, set[str]]) -> dict[st
         with storage.open_input(shard_dir / tar_name) as f, tarfile.open(fileobj=f) as tf:
             for m in tf:
                 key, _, ext = m.name.partition(".")
-                if ext != "jpg" or key not in keys:
+                if ext not in ("jpg", "png", "webp") or key not in keys:  # encode_format's
                     continue
                 try:
                     with Image.open(tf.extractfile(m)) as im:

@@ -123,3 +123,9 @@ def test_make_sample_refuses_unknown_and_missing_keys():
         make_sample({k: v for k, v in meta.items() if k != "pages"})
     with pytest.raises(ValueError, match="empty"):
         make_sample({**meta, "urls": []})
+
+
+def test_docs_list_every_key_of_the_schema(repo_root):
+    doc = (repo_root / "docs" / "shards.md").read_text()
+    missing = [name for name in KEYS if f"| `{name}` |" not in doc]
+    assert missing == []
