@@ -123,18 +123,18 @@ def _resample_axis(img: np.ndarray, n_out: int, axis: int) -> np.ndarray:
     if n_in == n_out:
         return img
     idx, w = _area_taps(n_in, n_out) if n_out < n_in else _lanczos_taps(n_in, n_out)
-    moved = np.moveaxis(img, axis, 0)
-    out = np.zeros((n_out,) + moved.shape[1:], np.float64)
-    shape = (n_out,) + (1,) * (moved.ndim - 1)
-    for j in range(idx.shape[1]):
-        out += w[:, j].reshape(shape) * moved[idx[:, j]]
+    src = np.ascontiguousarray(np.moveaxis(img, axis, 0))
+    w = w.astype(np.float32).reshape(w.shape + (1,) * (src.ndim - 1))
+    out = src[idx[:, 0]] * w[:, 0]
+    for j in range(1, idx.shape[1]):
+        out += src[idx[:, j]] * w[:, j]
     return np.moveaxis(out, 0, axis)
 
 
 def resample(pixels: np.ndarray, width: int, height: int) -> np.ndarray:
     """An H x W x C uint8 array resampled to height x width (area when shrinking, Lanczos-4 when
     enlarging, each axis on its own), rounded to the nearest integer."""
-    out = _resample_axis(pixels.astype(np.float64), width, 1)
+    out = _resample_axis(pixels.astype(np.float32), width, 1)
     out = _resample_axis(out, height, 0)
     return np.clip(np.rint(out), 0, 255).astype(np.uint8)
 
