@@ -10,16 +10,6 @@ from lait.config import ConfigError, StageConfig, setting
 
 DEFAULT_SOURCE_PRIORITY = ["figcaption", "alt", "title", "og", "aria", "context"]
 
-# Settings that change what ends up in the shards; the others (workers, progress) do not, so
-# changing them must not make a rerun rebuild finished shards.
-SHARD_FIELDS = ("samples_per_shard", "resize_mode", "image_size", "resize_only_if_bigger", "encode_format",
-                "encode_quality", "regions")
-CONTENT_FIELDS = SHARD_FIELDS + (
-    "min_score", "top_fraction", "max_texts_per_image", "max_pages_per_image", "max_images_per_text",
-    "max_candidates", "phash_threshold", "use_embedding_dups", "source_priority",
-)
-
-
 @dataclass
 class ShardConfig(StageConfig):
     """How samples are written into WebDataset tars (img2dataset's names for the image options)."""
@@ -90,8 +80,9 @@ class BuildConfig(ShardConfig):
             raise ConfigError("phash_threshold must be between -1 (off) and 16 bits")
 
     def content(self) -> dict:
-        """The settings the shards depend on (for the rebuild fingerprint)."""
-        return {k: getattr(self, k) for k in CONTENT_FIELDS}
+        """The settings the shards depend on (for the rebuild fingerprint): all but the `run` ones,
+        so every setting added here (resize_mode, encode_format, ...) is part of it."""
+        return self.output_settings()
 
 
 @dataclass
@@ -100,12 +91,12 @@ class SelectConfig(ShardConfig):
 
     section = "select"
 
-    out: str = setting("", "folder for the selected shards (NNNNN.tar, sidecars, sizes.json, uids.npy)")
+    out: str = setting("", "folder for the selected shards (NNNNN.tar, sidecars, sizes.json, uids.npy)", run=True)
     min_score: float | None = setting(None, "keep pictures whose best text scores at least this")
     top_fraction: float = setting(1.0, "keep this fraction of the best-scoring pictures, after min-score and uids")
     uids: str = setting("", "keep only these samples: a DataComp subset file (.npy of sorted u8,u8 uids) "
                         "or a text file of hex uids, one a line", metavar="FILE")
-    overwrite: bool = setting(False, "replace what an earlier, different selection wrote into --out")
+    overwrite: bool = setting(False, "replace what an earlier, different selection wrote into --out", run=True)
 
     def validate(self) -> None:
         super().validate()
@@ -114,4 +105,6 @@ class SelectConfig(ShardConfig):
         check_top_fraction(self.top_fraction)
 
     def content(self) -> dict:
-        return {k: getattr(self, k) for k in SHARD_FIELDS + ("min_score", "top_fraction", "uids")}
+        """The settings the selection's shards depend on: all but the `run` ones (the uid file's
+        content is fingerprinted too, by `lait.build.select.fingerprint`)."""
+        return self.output_settings()

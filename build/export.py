@@ -8,11 +8,15 @@ File NNNNN holds the successful samples of tar NNNNN.tar in key order, so row i 
 three files is the same sample, and the files sort in the same order: what autofaiss
 (`clip-retrieval index`) and `clip-retrieval back` read. The embeddings are the ones stage 4
 stored (`image_embs/`, `text_embs/`, read with `lait.arrays`): nothing is encoded again.
+
+The export holds the lock of OUT (`OUT/_lock`), and the work directory's too when OUT lies
+inside it; the work directory it only reads is not locked.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +32,7 @@ from lait.build.sample import SUCCESS
 from lait.build.shards import shard_files
 from lait.config import ConfigError, Config, setting
 from lait.drivers import open_work_dir
+from lait.lock import locked_output
 from lait.parts import WorkDir, partition_of
 
 log = logging.getLogger(__name__)
@@ -148,6 +153,19 @@ def export_embeddings(cfg: ExportConfig) -> dict[str, Any]:
     if not work.part_files("image_embs"):
         raise ConfigError(f"{work.root} has no image_embs/: the embeddings come from `lait score`")
     out = storage.location(cfg.out)
+    storage.make_dirs(out)
+    with locked_output(out, "lait export-embeddings", reads=work):
+        return write_export(work, out, names, tables, samples)
+
+
+def write_export(work: WorkDir, out: storage.Location, names: list[str], tables: list[pa.Table],
+                 samples: list[Sample]) -> dict[str, Any]:
+    """The three folders of the export, OUT locked."""
+    for folder, pattern in (("img_emb", r"img_emb_\d+\.npy"), ("text_emb", r"text_emb_\d+\.npy"),
+                            ("metadata", r"metadata_\d+\.parquet")):
+        for p in storage.list_dir(out / folder):  # an earlier export of more tars: rows must line up
+            if re.fullmatch(pattern, p.name):
+                storage.remove(p)
     rows = [t.num_rows for t in tables]
     images = EmbeddingArrays(out / "img_emb", "img_emb", names, rows)
     texts = EmbeddingArrays(out / "text_emb", "text_emb", names, rows)

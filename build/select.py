@@ -10,7 +10,14 @@ work directory is only read.
 The folder gets `NNNNN.tar`, `NNNNN.parquet`, `NNNNN_stats.json`, `sizes.json`, `stats.json` and
 `uids.npy` (what was selected, in DataComp's subset format: `--uids OUT/uids.npy` selects it
 again). Its `_select/` holds the selection's plan and task markers, so an interrupted selection
-resumes; a different selection into the same folder needs `--overwrite`.
+resumes; a different selection into the same folder needs `--overwrite`, and `--force` redoes
+the same one.
+
+The selection holds the lock of its folder (`OUT/_lock`), and the work directory's too when the
+folder lies inside it. The work directory it only reads is not locked, so that several
+selections run side by side from one pool; instead the selection refuses a pool whose build is
+out of date (`images_ok/`, `scored/`, ... changed since `lait build`: the pool's rows point
+into them), and checks when it ends that none of what it read changed while it ran.
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ from lait.build.shards import ShardStage, finish_shard_dir, shard_files, write_s
 from lait.config import ConfigError
 from lait.drivers import open_work_dir
 from lait.executor import make_executor
+from lait.fingerprint import global_fingerprint
+from lait.lock import LOCAL_FILE, REMOTE_FILE, locked_output
 from lait.parts import WorkDir, atomic_write_json
 from lait.stage import RunReport
 
@@ -45,6 +54,7 @@ SELECTION_FILE = "selection.json"
 PLAN_STAGE = "select_plan"
 # What a selection writes into its folder (and --overwrite removes); nothing else is touched.
 OUTPUT_NAME = re.compile(r"(\d{5}\.(tar|parquet)|\d{5}_stats\.json|sizes\.json|stats\.json|uids\.npy)")
+OWN_NAMES = {STATE_DIR, LOCAL_FILE, REMOTE_FILE}  # the selection's state and the folder's lock
 
 
 @dataclass
@@ -103,22 +113,53 @@ def choose(work: WorkDir, cfg: SelectConfig, wanted: list[str] | None) -> tuple[
     return pool["uid"].take(pa.array(kept, pa.int64())), counts
 
 
-def fingerprint(work: WorkDir, cfg: SelectConfig) -> str:
+def source_inputs(work: WorkDir) -> dict[str, Any]:
+    """What a selection reads from the work directory, as `lait.fingerprint` lists it: the pool
+    (and the build's own record of its inputs) and the tables the shard writer reads bytes and
+    region arrays from, every part with its size and the digest of the task that wrote it."""
+    from lait.build.pipeline import FINGERPRINT
+
+    record = work.root / "_done" / FINGERPRINT
+    build = json.loads(storage.read_text(record)).get("fingerprint") if storage.exists(record) else None
+    listed = global_fingerprint(work, "select", {}, ("pool", "images_ok", "regions", "region_labels")).inputs
+    return {"build": (build or {}).get("digest"), "inputs": {t: [list(p) for p in parts] for t, parts in listed.items()}}
+
+
+def check_build_current(work: WorkDir) -> None:
+    """A ConfigError when the tables the build read changed since it made the pool: its rows
+    point into `images_ok/` by file and row, so a pool older than them would select wrong bytes."""
+    from lait.build.pipeline import FINGERPRINT, INPUT_TABLES
+
+    record = work.root / "_done" / FINGERPRINT
+    old = json.loads(storage.read_text(record)).get("fingerprint") if storage.exists(record) else None
+    if not isinstance(old, dict) or "inputs" not in old:
+        raise ConfigError(f"{work.root}: the pool was made by an older lait build; run `lait build` again first")
+    now = global_fingerprint(work, "build", {}, INPUT_TABLES).inputs
+    if old["inputs"] != {t: [list(p) for p in parts] for t, parts in now.items()}:
+        changed = sorted(t for t in set(old["inputs"]) | set(now)
+                         if old["inputs"].get(t) != [list(p) for p in now.get(t, [])])
+        raise ConfigError(f"{work.root}: {', '.join(changed)} changed since `lait build` made the pool; "
+                          f"run `lait build` again first (`lait status` says what changed)")
+
+
+def fingerprint(work: WorkDir, cfg: SelectConfig, source: dict[str, Any]) -> str:
     uids_digest = hashlib.sha256(storage.read_bytes(storage.location(cfg.uids))).hexdigest() if cfg.uids else None
-    blob = json.dumps({"source": work.url, "config": cfg.content(), "uids_sha256": uids_digest,
-                       "pool": work.part_sizes("pool")}, sort_keys=True, default=str)
+    blob = json.dumps({"source": work.url, "config": cfg.content(), "uids_sha256": uids_digest, "read": source},
+                      sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def prepare_out(out: storage.Location, state: WorkDir, fp: str, overwrite: bool) -> bool:
+def prepare_out(out: storage.Location, state: WorkDir, fp: str, overwrite: bool, force: bool = False) -> bool:
     """Make the folder ready for this selection; True when an earlier run of the same selection
-    left its plan (resume), False when it starts afresh."""
+    left its plan (resume), False when it starts afresh (always with `force`)."""
     marker = state.root / SELECTION_FILE
     earlier = json.loads(storage.read_text(marker))["fingerprint"] if storage.exists(marker) else None
-    if earlier == fp:
+    if earlier == fp and not force:
         return state.is_done(PLAN_STAGE, 0)
+    if earlier == fp:
+        overwrite = True  # --force: the same selection, redone from its plan on
     ours = [p for p in storage.list_dir(out) if OUTPUT_NAME.fullmatch(p.name)]
-    others = [p for p in storage.list_dir(out) if not OUTPUT_NAME.fullmatch(p.name) and p.name != STATE_DIR]
+    others = [p for p in storage.list_dir(out) if not OUTPUT_NAME.fullmatch(p.name) and p.name not in OWN_NAMES]
     if (ours or earlier is not None) and not overwrite:
         what = "another selection" if earlier is not None else "shards"
         raise ConfigError(f"{out} already holds {what}; pass --overwrite to replace it, or choose another --out")
@@ -139,9 +180,17 @@ def select(cfg: SelectConfig) -> SelectResult:
         raise ConfigError(f"{work.root} has no pool/ yet: run `lait build` on it first (it scores nothing)")
     out = storage.location(cfg.out)
     storage.make_dirs(out)
+    with locked_output(out, "lait select", reads=work):
+        return select_into(work, out, cfg)
+
+
+def select_into(work: WorkDir, out: storage.Location, cfg: SelectConfig) -> SelectResult:
+    """The selection, its folder locked."""
+    check_build_current(work)
+    read = source_inputs(work)
     state = WorkDir(out / STATE_DIR, n_partitions=1)
     wanted = read_uids(cfg.uids) if cfg.uids else None
-    resumed = prepare_out(out, state, fingerprint(work, cfg), cfg.overwrite)
+    resumed = prepare_out(out, state, fingerprint(work, cfg, read), cfg.overwrite, cfg.force)
     if resumed:
         counts = state.done_stats(PLAN_STAGE)[0]["counts"]
     else:
@@ -156,6 +205,11 @@ def select(cfg: SelectConfig) -> SelectResult:
     result = SelectResult([executor.run(stage, state)])
     if not result.ok:
         return result
+    if source_inputs(work) != read:
+        # A build or a filter rewrote what the shards were cut from while they were written.
+        storage.remove(state.root / SELECTION_FILE)
+        raise RuntimeError(f"select: {work.root} changed while the selection ran (a `lait build` or an "
+                           f"earlier stage rewrote it); run `lait select` again, with --overwrite")
     sizes = finish_shard_dir(out)
     shard_bytes = sum(int(s.get("counters", {}).get("build/shard_bytes", 0)) for s in state.done_stats(stage.name))
     result.stats = {"samples": sum(sizes.values()), "shards": len(shard_files(out)), "shard_bytes": shard_bytes,

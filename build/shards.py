@@ -11,6 +11,7 @@ written with fixed tar metadata, so the same plan always gives byte-identical ta
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
@@ -164,6 +165,11 @@ class ShardStage(Stage):
         self.regions = regions
         self.source = source
         self.out = out
+
+    def settings(self) -> dict[str, Any]:
+        """What changes a shard besides its plan: the image options and the region arrays (the
+        build's and the selection's own fingerprints hold every other setting)."""
+        return {**dataclasses.asdict(self.images), "regions": self.regions}
 
     def process(self, ctx: PartContext) -> None:
         started = time.time()

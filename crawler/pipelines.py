@@ -20,6 +20,7 @@ import logging
 import os
 import uuid
 
+from lait.lock import locked
 from lait.parts import RollingPartitionedWriter, WorkDir
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,10 @@ class PartsPipeline:
 
     def open_spider(self, spider=None):
         self.work = WorkDir(self.out, n_partitions=self.n_partitions).init()
+        # `lait crawl` holds the work directory's lock for this process; `scrapy crawl lait`
+        # takes it here (WorkDirBusy stops the crawl before any request when another run holds it).
+        self._lock = locked(self.work, "scrapy crawl lait")
+        self._lock.__enter__()
         self.run_id = getattr(spider, "run_id", None) or self.run_id
         # Small row groups: a crawler holds one open part per (table, partition).
         self.parts = RollingPartitionedWriter(
@@ -90,7 +95,10 @@ class PartsPipeline:
         self.parts.commit_all()
 
     def close_spider(self, spider=None):
-        self.parts.close()
+        try:
+            self.parts.close()
+        finally:
+            self._lock.__exit__(None, None, None)
 
     def _inc(self, name: str) -> None:
         if self.stats is not None:

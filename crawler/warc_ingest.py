@@ -42,6 +42,7 @@ from lait.crawler.warc_links import image_links, iter_link_rows, wat_image_links
 from lait import storage
 from lait.pagereader import is_noai, meta_robots, parse_html, robots_directives
 from lait.reasons import http_error
+from lait.lock import locked
 from lait.parts import PartitionedWriter, WorkDir, atomic_write_json
 from lait.storage import Location
 
@@ -338,13 +339,19 @@ def ingest_file(path: str | Path, work_root: str | Location, opts: IngestOptions
 
 def ingest_files(paths: list[str | Path], work_root: str | Location, opts: IngestOptions | None = None, *,
                  workers: int = 1, show_progress: bool = True) -> list[FileReport]:
-    """Ingest several archives, `workers` at a time in a process pool; reports in input order."""
+    """Ingest several archives, `workers` at a time in a process pool; reports in input order.
+    Holds the work directory's lock while it runs (see `lait.lock`)."""
+    work = WorkDir(work_root).init()
+    with locked(work, "lait ingest-warc"):
+        return _ingest_all(paths, work, opts or IngestOptions(), workers=workers, show_progress=show_progress)
+
+
+def _ingest_all(paths: list[str | Path], work: WorkDir, opts: IngestOptions, *, workers: int,
+                show_progress: bool) -> list[FileReport]:
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from lait.log import progress
 
-    opts = opts or IngestOptions()
-    work = WorkDir(work_root).init()
     work.clean_temp()
     paths = [str(p) for p in paths]
     # The same file named twice would race on its own parts.

@@ -296,6 +296,12 @@ class Config:
         if errors:
             raise ConfigError(errors[0])
 
+    def output_settings(self) -> dict[str, Any]:
+        """The settings that can change what the command writes (not those marked `run`): what
+        a partition's fingerprint records."""
+        keep = {f.name for f, _ in self._fields() if not f.metadata.get("run")}
+        return {k: v for k, v in self.to_dict().items() if k in keep}
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -314,10 +320,14 @@ class Config:
         return dataclasses.replace(self, **changes)
 
 
-def setting(default: Any = dataclasses.MISSING, help: str = "", **metadata: Any) -> Any:
+def setting(default: Any = dataclasses.MISSING, help: str = "", *, run: bool = False, **metadata: Any) -> Any:
     """A config field with its help text: `min_side: int = setting(300, "minimum side in px")`.
-    A mutable default (a list, a nested config) is copied for every instance."""
-    md = {"help": help, **metadata}
+    A mutable default (a list, a nested config) is copied for every instance.
+
+    `run=True` marks a setting that says how a command runs (workers, batch sizes, progress
+    bars) and never what it writes: it is left out of the fingerprint of a partition, so
+    changing it redoes nothing."""
+    md = {"help": help, "run": run, **metadata}
     if isinstance(default, (list, dict, set)) or (dataclasses.is_dataclass(default) and not isinstance(default, type)):
         value = default
         return dataclasses.field(default_factory=lambda: copy.deepcopy(value), metadata=md)
@@ -328,13 +338,17 @@ def setting(default: Any = dataclasses.MISSING, help: str = "", **metadata: Any)
 class StageConfig(Config):
     """Settings every partitioned stage command shares."""
 
-    work: str = setting("", "work directory (holds pages/, images/, ... as Parquet parts)", positional=True)
+    work: str = setting("", "work directory (holds pages/, images/, ... as Parquet parts)", positional=True,
+                        run=True)
     executor: str = setting("local", "where partitions run: a local process pool, or a Ray cluster",
-                            choices=["local", "ray"])
-    ray_address: str | None = setting(None, "Ray cluster address for --executor ray (default: start a local one)")
-    workers: int = setting(0, "worker processes (0: one per CPU core)")
-    retries: int = setting(2, "times a failing partition is retried before it is reported")
-    progress: bool = setting(True, "show a progress bar on a terminal")
+                            choices=["local", "ray"], run=True)
+    ray_address: str | None = setting(None, "Ray cluster address for --executor ray (default: start a local one)",
+                                      run=True)
+    workers: int = setting(0, "worker processes (0: one per CPU core)", run=True)
+    retries: int = setting(2, "times a failing partition is retried before it is reported", run=True)
+    progress: bool = setting(True, "show a progress bar on a terminal", run=True)
+    force: bool = setting(False, "redo every partition, even those whose settings and input are unchanged",
+                          run=True)
 
     def validate(self) -> None:
         if not self.work:

@@ -30,10 +30,12 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import datetime, timezone
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import yaml
 
 from lait import storage
 from lait.reasons import check as check_reason
@@ -349,16 +351,35 @@ class WorkDir:
         else:
             storage.remove(self.marker_path(stage, partition))
 
-    def done_stats(self, stage: str) -> list[dict[str, Any]]:
+    def markers(self, stage: str) -> dict[int, dict[str, Any]]:
+        """Every completion marker of a stage by partition (stats and fingerprint)."""
         files = sorted((p for p in storage.list_dir(self.root / "_done" / stage)
-                        if re.fullmatch(r"p.*\.json", p.name)), key=lambda p: p.name)
-        return [json.loads(b) for b in storage.read_many(files)]
+                        if re.fullmatch(r"p\d{5}\.json", p.name)), key=lambda p: p.name)
+        return {int(f.name[1:6]): json.loads(b) for f, b in zip(files, storage.read_many(files))}
+
+    def done_stats(self, stage: str) -> list[dict[str, Any]]:
+        return list(self.markers(stage).values())
 
     # -- configs ---------------------------------------------------------------------------
-    def write_config(self, command: str, text: str) -> Location:
+    def write_config(self, command: str, text: str, *, latest: bool = True,
+                     redone: Mapping[str, Any] | None = None) -> Location:
+        """Record a run's resolved settings: `_configs/history/TIME-COMMAND.yaml` always, with
+        what the run redid and why; `_configs/COMMAND.yaml` (the settings the data was last
+        built with) only when `latest`, i.e. when the run completed."""
+        now = datetime.now(timezone.utc)
+        entry = f"# {command} at {now.isoformat(timespec='seconds')}\n"
+        if redone is not None:
+            entry += "".join(f"# {line}\n" for line in yaml.safe_dump(dict(redone), sort_keys=False).splitlines())
+        stamp = now.strftime("%Y%m%dT%H%M%S.%fZ")
+        atomic_write_bytes(self.root / "_configs" / "history" / f"{stamp}-{command}.yaml", (entry + text).encode())
         path = self.root / "_configs" / f"{command}.yaml"
-        atomic_write_bytes(path, text.encode())
+        if latest:
+            atomic_write_bytes(path, text.encode())
         return path
+
+    def config_history(self) -> list[Location]:
+        """Every recorded run, oldest first."""
+        return sorted(storage.list_dir(self.root / "_configs" / "history"), key=lambda p: p.name)
 
 
 class PartitionedWriter:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -45,10 +46,18 @@ class ScoreStage(Stage):
 
     name = "score"
     input_table = "candidates"
+    extra_inputs = ("images_ok",)
     output_tables = ("scored", "image_embs", "text_embs", "regions")
+    # Settings of the global steps after the partitions (see lait.scoring.pipeline): changing
+    # them redoes those steps, not the scoring.
+    GLOBAL_SETTINGS = frozenset({"near_dup_threshold", "near_dup_k", "codebook_k", "codebook_sample",
+                                 "codebook_iters", "seed"})
 
     def __init__(self, cfg: ScoreConfig):
         self.cfg = cfg
+
+    def settings(self) -> dict[str, Any]:
+        return {k: v for k, v in self.cfg.output_settings().items() if k not in self.GLOBAL_SETTINGS}
 
     def process(self, ctx: PartContext) -> None:
         cfg = self.cfg

@@ -29,6 +29,7 @@ COMMAND_MODULES = [
     "lait.app.select",
     "lait.app.export",
     "lait.app.run",
+    "lait.app.status",
     "lait.app.stats",
     "lait.app.demo",
     "lait.app.train",
@@ -45,6 +46,7 @@ the pipeline (LAIT, ImageBERT paper):
   lait select work/ --out sel/ --top-fraction 0.3   other shards from the scored pool, no rescoring
   lait export-embeddings work/ --out embs/          embeddings for clip-retrieval and faiss
   lait run work/ --config pipeline.yaml             stages 2-5 in one go, resumable
+  lait status work/                                 what is done, what is stale and why
   lait demo --out demo/                             the whole job offline on a built-in web
 
 `lait COMMAND --help` explains each command.

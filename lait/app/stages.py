@@ -10,7 +10,8 @@ from lait.reasons import reasons_help
 
 FILTER_EPILOG = f"""\
 reads WORK/images/, writes WORK/images_ok/ and WORK/rejected/.
-Duplicates are found within a partition. Finished partitions are skipped on a rerun.
+Duplicates are found within a partition. A rerun redoes only the partitions whose settings or
+input changed since they were made, and says why (--force redoes all; `lait status` shows it).
 
 {reasons_help(["filter"])}
 
