@@ -8,9 +8,12 @@ a private or loopback address. The crawler refuses such requests *after DNS reso
   before robots.txt, so not even robots.txt is requested) resolves the host, classifies every
   address and raises :class:`AddressRefused` (an ``IgnoreRequest``) with the reason, which the
   spider records in ``rejected/`` as ``crawl/refused_<kind>``;
-- :class:`GuardedResolver` (``DNS_RESOLVER``) re-checks the address the connection actually
-  uses, so a name that resolves to a public address first and a private one later (DNS
-  rebinding) still cannot reach the internal network.
+- :class:`GuardedResolver` (``TWISTED_DNS_RESOLVER``) re-checks the address the
+  connection actually uses, so a name that resolves to a public address first and a private
+  one later (DNS rebinding) still cannot reach the internal network.
+
+Both answer from one cache of lookups (`lait.crawler.dns.dns_cache`), which also holds the
+crawl's ``--resolve`` overrides.
 
 Settings: ``LAIT_ALLOW_LOOPBACK`` (the demo and tests), ``LAIT_ALLOW_PRIVATE`` (private,
 shared, link-local and reserved ranges). Cloud metadata addresses are refused by both unless
@@ -21,14 +24,16 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from scrapy.exceptions import IgnoreRequest
-from scrapy.resolver import CachingThreadedResolver
-from twisted.internet import threads
+from twisted.internet import defer
 from twisted.internet.error import DNSLookupError
+from twisted.internet.interfaces import IResolverSimple
+from zope.interface import implementer
+
+from lait.crawler.dns import dns_cache, parse_resolve
 
 log = logging.getLogger(__name__)
 
@@ -108,12 +113,6 @@ class AddressRefused(IgnoreRequest):
         return f"refused_{self.kind}"
 
 
-def _host_addresses(host: str, port: int) -> list[str]:
-    """Every address `host` resolves to (blocking; run in a thread)."""
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return list(dict.fromkeys(info[4][0] for info in infos))
-
-
 class AddressGuardMiddleware:
     """Refuse requests whose host resolves to a forbidden address (see the module docstring)."""
 
@@ -124,11 +123,13 @@ class AddressGuardMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler):
-        global _active_policy
         policy = AddressPolicy.from_settings(crawler.settings)
         # The resolver is built from the process settings, before the spider applies its own
-        # (`-a allow_loopback=true`): it follows the policy of the crawl running in this process.
+        # (`-a allow_loopback=true`, `-a resolve=...`): it follows the crawl of this process.
+        global _active_policy
         _active_policy = policy
+        dns_cache.configure(parse_resolve(crawler.settings.getlist("LAIT_RESOLVE")),
+                            crawler.settings.getfloat("DNS_TIMEOUT"))
         return cls(policy, crawler.stats)
 
     async def process_request(self, request, spider=None):
@@ -138,7 +139,7 @@ class AddressGuardMiddleware:
             return None
         verdict = self._verdicts.get(host)
         if verdict is None:
-            verdict = await self._check(host, parts.port or (443 if parts.scheme == "https" else 80))
+            verdict = await self._check(host)
             self._verdicts[host] = verdict
         kind, address = verdict
         if kind is not None:
@@ -146,19 +147,14 @@ class AddressGuardMiddleware:
             raise AddressRefused(kind, host, address)
         return None
 
-    async def _check(self, host: str, port: int) -> tuple[str | None, str | None]:
-        try:
-            ip = ipaddress.ip_address(host.strip("[]"))
-            addresses = [str(ip)]
-        except ValueError:
-            from scrapy.utils.defer import maybe_deferred_to_future
+    async def _check(self, host: str) -> tuple[str | None, str | None]:
+        from scrapy.utils.defer import maybe_deferred_to_future
 
-            try:
-                addresses = await maybe_deferred_to_future(
-                    threads.deferToThread(_host_addresses, host, port))
-            except OSError:
-                # Unresolvable: let the download fail with its own DNS error and status.
-                return (None, None)
+        try:
+            addresses = await maybe_deferred_to_future(dns_cache.lookup(host))
+        except DNSLookupError:
+            # Unresolvable: let the download fail with its own DNS error and status.
+            return (None, None)
         for a in addresses:
             kind = self.policy.refusal([a])
             if kind is not None:
@@ -170,29 +166,38 @@ class AddressGuardMiddleware:
 _active_policy: AddressPolicy | None = None
 
 
-class GuardedResolver(CachingThreadedResolver):
-    """Scrapy's caching resolver that fails for names resolving to a forbidden address.
+@implementer(IResolverSimple)
+class GuardedResolver:
+    """The reactor's resolver: answers from `lait.crawler.dns.dns_cache` (overrides, cached
+    answers and failures), and fails for names resolving to an address the policy forbids.
 
     This guards the address the connection really uses; :class:`AddressGuardMiddleware`
     already refused (and recorded) the request in the common case. It applies the policy of
     the crawl of this process (set up by the middleware), else the process settings' one.
     """
 
-    policy = AddressPolicy()
+    def __init__(self, reactor, policy: AddressPolicy | None = None):
+        self.reactor = reactor
+        self.policy = policy or AddressPolicy()
 
     @classmethod
     def from_crawler(cls, crawler, reactor):
-        resolver = super().from_crawler(crawler, reactor)
-        resolver.policy = AddressPolicy.from_settings(crawler.settings)
-        return resolver
+        settings = crawler.settings
+        dns_cache.configure(parse_resolve(settings.getlist("LAIT_RESOLVE")), settings.getfloat("DNS_TIMEOUT"))
+        dns_cache.size = settings.getint("DNSCACHE_SIZE", 10_000)
+        return cls(reactor, AddressPolicy.from_settings(settings))
 
-    def getHostByName(self, name, timeout=()):
-        d = super().getHostByName(name, timeout)
+    def install_on_reactor(self) -> None:
+        self.reactor.installResolver(self)
 
-        def check(address):
-            kind = (_active_policy or self.policy).refusal([address])
+    def getHostByName(self, name: str, timeout=()) -> defer.Deferred:  # noqa: N802 (Twisted's name)
+        def pick(addresses: list[str]) -> str:
+            v4 = [a for a in addresses if ":" not in a]
+            if not v4:  # the HTTP client connects over IPv4, as Scrapy's own resolver does
+                raise DNSLookupError(f"{name} has no IPv4 address")
+            kind = (_active_policy or self.policy).refusal([v4[0]])
             if kind is not None:
-                raise DNSLookupError(f"{name} resolves to a refused {kind} address {address}")
-            return address
+                raise DNSLookupError(f"{name} resolves to a refused {kind} address {v4[0]}")
+            return v4[0]
 
-        return d.addCallback(check)
+        return dns_cache.lookup(name).addCallback(pick)
