@@ -32,8 +32,10 @@ class PageItem:
     encoding: str | None = None
     depth: int | None = None
     referer: str | None = None
-    # None when the page is stored; else why not: noai, not_html, download/<Error>, ...
+    # None when the page is stored; else why not: noai, tdm_reserved, not_html, download/<Error>, ...
     error: str | None = None
+    # The licence the page declares (rel="license", licence meta, a Creative Commons link).
+    license: str | None = None
 
     def key(self) -> str:
         return self.url

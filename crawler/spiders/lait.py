@@ -8,13 +8,18 @@ What it writes (through `lait.crawler.pipelines.PartsPipeline`):
 - ``pages/``: one row per fetched page, any status. ``error`` is None exactly when ``html``
   holds the page; otherwise it says why not: ``status_404`` (any non-2xx), ``noai`` (an
   ``X-Robots-Tag`` or ``<meta name="robots">`` with ``noai``/``noimageai``: links are still
-  followed, images not requested), ``not_html``, ``download/<Error>`` (status 0: no response).
+  followed, images not requested), ``tdm_reserved`` (a ``tdm-reservation: 1`` header or meta
+  tag, handled as ``noai``), ``not_html``, ``download/<Error>`` (status 0: no response).
+  ``license`` is the licence the page declares (`lait.pagereader.page_license`).
 - ``images/``: one row per image URL, requested once however many pages show it; ``page_url``
   is the first page it was found on. ``bytes`` is None unless it is stored; ``error`` is
-  ``status_N``, ``noai``, ``not_image`` (content type), ``empty`` or ``download/<Error>``.
-- ``rejected/``: requests that were never sent: ``crawl/robots`` (robots.txt) and
-  ``crawl/refused_<kind>`` (the host resolves to a loopback, private, link_local, metadata or
-  reserved address; see `lait.crawler.middlewares`).
+  ``status_N``, ``noai``, ``tdm_reserved``, ``not_image`` (content type), ``empty`` or
+  ``download/<Error>``.
+- ``rejected/``: requests that were never sent: ``crawl/robots`` and
+  ``crawl/robots_unreachable`` (robots.txt, `lait.crawler.robots`), ``crawl/tdm_reserved``
+  (the origin's tdmrep.json, `lait.crawler.tdmrep`), ``crawl/host_down`` (`lait.crawler.hosts`)
+  and ``crawl/refused_<kind>`` (the host resolves to a loopback, private, link_local, metadata
+  or reserved address; see `lait.crawler.middlewares`).
 
 Frontier: links found wait in a compact `lait.crawler.frontier.Frontier` (URLs, breadth-first), and
 become Scrapy Requests only as Scrapy's scheduler runs low (`LaitSpider.top_up`), so a crawl
@@ -24,9 +29,11 @@ whose pages link to thousands of others does not hold thousands of Requests. Wit
 Resume: committed parts of the output are the checkpoint. On start, the spider reads the
 pages and images already in the work directory, never requests them again, and rebuilds the
 frontier from the stored HTML of those pages, so a crawl killed at any moment (SIGKILL
-included) and restarted ends with every page exactly once. Scrapy's ``JOBDIR`` state is used
-as well after a clean stop; after a kill it is discarded, since it may name requests whose
-rows were still in open parts.
+included) and restarted ends with every page exactly once. A stop (Ctrl-C, SIGTERM) cancels
+the downloads in flight (`lait.crawler.hosts.HostAwareDownloader.interrupt`), puts their
+requests back in the queue and closes at once. Scrapy's ``JOBDIR`` state is used as well
+after such a clean stop; after a kill it is discarded, since it may name requests whose rows
+were still in open parts.
 """
 
 from __future__ import annotations
@@ -43,12 +50,14 @@ import scrapy
 from scrapy import signals
 from scrapy.exceptions import DontCloseSpider, IgnoreRequest
 
+from lait.crawler.config import CrawlConfig, scrapy_settings
 from lait.crawler.frontier import Frontier
+from lait.crawler.hosts import CrawlInterrupted
 from lait.crawler.items import ImageItem, PageItem, RejectedItem
 from lait.crawler.middlewares import AddressRefused
 from lait.crawler.pipelines import new_run_id
-from lait.crawler.config import CrawlConfig, scrapy_settings
-from lait.pagereader import is_noai, read_page, robots_directives
+from lait.crawler.reasons import ERROR_TDM_RESERVED
+from lait.pagereader import is_noai, is_tdm_reserved, read_page, robots_directives, tdm_reservation
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +69,10 @@ RUNNING_MARKER = "lait.running"
 def _header(response, name: str) -> str:
     values = response.headers.getlist(name)
     return ", ".join(v.decode("latin-1") for v in values)
+
+
+def _tdm_header(response) -> bool | None:
+    return tdm_reservation(_header(response, "tdm-reservation") or None)
 
 
 def _headers_map(response) -> dict[str, str]:
@@ -92,6 +105,7 @@ class LaitSpider(scrapy.Spider):
         self._idle_since: float | None = None
         idle = config.idle_seconds or (5.0 if config.redis_url else 0.0)
         self.idle_seconds = idle
+        self.interrupted = False  # a stop was asked for: no more pages from the frontier
 
     @classmethod
     def from_crawler(cls, crawler, *args, config: CrawlConfig | dict | str | None = None,
@@ -204,10 +218,9 @@ class LaitSpider(scrapy.Spider):
         Called after every response and error (the crawl's clock), at start and when the spider
         goes idle.
         """
-        if not self.frontier or self._max_pages_reached():
+        if not self.frontier or self._max_pages_reached() or self.interrupted:
             return []
-        scheduler = self.crawler.engine.scheduler if self.crawler.engine else None
-        room = self.low_water - (len(scheduler) if scheduler is not None else 0)
+        room = self.low_water - self._pages_waiting()
         out = []
         while room > 0 and self.frontier:
             url, depth, referer = self.frontier.pop()
@@ -216,6 +229,19 @@ class LaitSpider(scrapy.Spider):
             out.append(self._page_request(url, depth, referer))
             room -= 1
         return out
+
+    def _pages_waiting(self) -> int:
+        """Page requests in Scrapy's scheduler (with lait's `HostFairQueue`; else all requests).
+
+        Images do not count: they pile up behind slow hosts, and the page host must not wait
+        for them to drain."""
+        scheduler = self.crawler.engine.scheduler if self.crawler.engine else None
+        if scheduler is None:
+            return 0
+        queues = [q for q in (getattr(scheduler, "mqs", None), getattr(scheduler, "dqs", None)) if q is not None]
+        if not queues or not all(hasattr(q, "waiting") for q in queues):
+            return len(scheduler)
+        return sum(q.waiting["page"] for q in queues)
 
     # -- callbacks -----------------------------------------------------------------------------
     def parse_page(self, response):
@@ -250,16 +276,21 @@ class LaitSpider(scrapy.Spider):
             yield from self._emit(item, replay)
             return
         page = read_page(response.body, response.url, response.encoding)
+        item.license = page.license
         noai = is_noai(robots_directives(_header(response, "X-Robots-Tag")) | page.robots)
+        reserved = self.cfg.obey_tdmrep and is_tdm_reserved(_tdm_header(response), page.tdm_reservation)
         if noai:
             item.error = "noai"
             self._count("page_noai")
+        elif reserved:
+            item.error = ERROR_TDM_RESERVED
+            self._count("page_tdm_reserved")
         else:
             item.html = response.body
             item.encoding = response.encoding
             self._count("page_ok")
         yield from self._emit(item, replay)
-        yield from self._follow(page, response.url, depth, noai)
+        yield from self._follow(page, response.url, depth, noai or reserved)
 
     def _emit(self, item: PageItem, replay: bool):
         if not replay:
@@ -277,6 +308,8 @@ class LaitSpider(scrapy.Spider):
             item.error = f"status_{status}"
         elif is_noai(robots_directives(_header(response, "X-Robots-Tag"))):
             item.error = "noai"
+        elif self.cfg.obey_tdmrep and _tdm_header(response):
+            item.error = ERROR_TDM_RESERVED
         elif not mime or not mime.startswith("image/"):
             item.error = "not_image"
         elif not response.body:
@@ -297,16 +330,23 @@ class LaitSpider(scrapy.Spider):
         kind = request.meta.get("lait_kind", "page")
         referer = request.meta.get("lait_referer")
         exc = failure.value
+        if isinstance(exc, CrawlInterrupted):
+            # Cancelled by a stop: back in the queue (kept in JOBDIR), nothing recorded.
+            self._count("interrupted")
+            yield request.replace(dont_filter=True)
+            return
         if isinstance(exc, AddressRefused):
             self._count(exc.reason)
             yield self._rejected(f"crawl/{exc.reason}", kind, request.url, referer, str(exc))
             return
+        reason = getattr(exc, "reason", None)
+        if isinstance(exc, IgnoreRequest) and isinstance(reason, str) and reason.startswith("crawl/"):
+            # robots.txt, an unreachable robots.txt, TDMRep, a host marked down
+            self._count(reason.split("/", 1)[1])
+            yield self._rejected(reason, kind, request.url, referer, str(exc))
+            return
         if isinstance(exc, IgnoreRequest):
-            if "robots.txt" in str(exc):
-                self._count("robots")
-                yield self._rejected("crawl/robots", kind, request.url, referer, str(exc))
-            else:
-                self._count("ignored")
+            self._count("ignored")
             return
         error = f"download/{type(exc).__name__}"
         self._count(f"{kind}_download_error")
@@ -346,7 +386,17 @@ class LaitSpider(scrapy.Spider):
             raise DontCloseSpider
         self._idle_since = None
 
+    def interrupt(self) -> None:
+        """A stop was asked for: feed no more pages, cancel the downloads in flight."""
+        self.interrupted = True
+        downloader = self.crawler.engine.downloader if self.crawler.engine else None
+        if hasattr(downloader, "interrupt"):
+            downloader.interrupt()
+
     def closed(self, reason):
+        if reason == "shutdown":
+            log.warning("crawl stopped: %d pages in %s; run the same command again to resume",
+                        self.pages_seen, self.cfg.out)
         jobdir = self.settings.get("JOBDIR")
         if jobdir:
             (Path(jobdir) / RUNNING_MARKER).unlink(missing_ok=True)
