@@ -57,7 +57,7 @@ class ScoreStage(Stage):
         work = ctx.work
 
         # Candidates are small (texts only): hold the partition, image bytes are streamed.
-        pairs_by_image: dict[str, list[tuple[str, dict]]] = {}
+        pairs_by_image: dict[str, list[tuple[str, dict, str | None]]] = {}
         text_ids: dict[str, int] = {}
         for row in work.iter_rows("candidates", ctx.partition):
             for t in row["texts"]:
@@ -65,7 +65,7 @@ class ScoreStage(Stage):
                 if not text:
                     continue
                 text_ids.setdefault(text, len(text_ids))
-                pairs_by_image.setdefault(row["image_url"], []).append((row["page_url"], t))
+                pairs_by_image.setdefault(row["image_url"], []).append((row["page_url"], t, row.get("license")))
         n_pairs = sum(map(len, pairs_by_image.values()))
         ctx.count("pairs", n_pairs)
         ctx.count("distinct_texts", len(text_ids))
@@ -104,20 +104,20 @@ class ScoreStage(Stage):
 
         for url, pairs in pairs_by_image.items():
             if url in failed:
-                for page_url, t in pairs:
+                for page_url, t, _ in pairs:
                     ctx.reject("decode_error", image_url=url, page_url=page_url, text=t["text"], detail=failed[url])
                 continue
             if url not in image_embs:
                 ctx.count("no_image", len(pairs))
                 continue
             ref, emb = image_embs[url]
-            for page_url, t in pairs:
+            for page_url, t, license_ in pairs:
                 tid = text_ids[t["text"]]
                 ctx.write("scored", {
                     "image_url": url, "page_url": page_url, "text": t["text"], "source": t["source"],
                     "lang": t.get("lang"), "score": float(np.dot(emb, text_embs[tid])),
                     "model": scorer.name, "pretrained": scorer.pretrained,
-                    "image_emb_ref": ref, "text_emb_ref": tid})
+                    "image_emb_ref": ref, "text_emb_ref": tid, "license": license_})
 
     def _image_bytes(self, ctx: PartContext, wanted: dict, sha: dict) -> Iterator[tuple[str, bytes]]:
         """(image_url, bytes) of the partition's images that have candidates, each once."""
