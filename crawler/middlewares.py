@@ -155,6 +155,9 @@ class AddressGuardMiddleware:
         except DNSLookupError:
             # Unresolvable: let the download fail with its own DNS error and status.
             return (None, None)
+        finally:
+            if self.stats is not None:  # names the system was asked for, each at most once
+                self.stats.set_value("crawl/dns_lookups", dns_cache.lookups)
         for a in addresses:
             kind = self.policy.refusal([a])
             if kind is not None:
