@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 from lait.build.config import BuildConfig
 from lait.build.dedup import group_duplicates, hamming, phash_int
 from lait.build.neardup import embedding_pairs
-from lait.parts import PartWriter, WorkDir, partition_of
+from lait.parts import PartitionedWriter, WorkDir
 
 log = logging.getLogger(__name__)
 
@@ -87,24 +87,21 @@ class RejectSink:
     """Writes the global pass's rejects into `rejected/`, partitioned by image URL."""
 
     def __init__(self, work: WorkDir):
-        self.work = work
-        self.writers: dict[int, PartWriter] = {}
+        self.parts = PartitionedWriter(work, PLAN_TAG)
         self.counts: Counter[str] = Counter()
 
     def reject(self, rule: str, image: Image, *, text: str | None = None, page_url: str | None = None,
                detail: str | None = None) -> None:
-        p = partition_of(image.url, self.work.n_partitions)
-        w = self.writers.get(p)
-        if w is None:
-            w = self.writers[p] = self.work.writer("rejected", p, PLAN_TAG)
         page_url = page_url or (image.candidates[0].page_url if image.candidates else None)
-        w.write({"reason": f"build/{rule}", "image_url": image.url, "page_url": page_url,
-                 "text": text, "detail": detail})
-        self.counts[f"build/{rule}"] += 1
+        reason = self.parts.reject(f"build/{rule}", self.parts.partition_of(image.url), image_url=image.url,
+                                   page_url=page_url, text=text, detail=detail)
+        self.counts[reason] += 1
 
     def close(self) -> None:
-        for _, w in sorted(self.writers.items()):
-            w.close()
+        self.parts.close()
+
+    def abort(self) -> None:
+        self.parts.abort()
 
 
 def load_images(work: WorkDir) -> list[Image]:
@@ -167,63 +164,12 @@ def plan_build(work: WorkDir, cfg: BuildConfig) -> dict[str, Any]:
     images = load_images(work)
     groups = make_groups(work, images, cfg)
     sink = RejectSink(work)
-    rank = _rank_key({s: i for i, s in enumerate(cfg.source_priority)})
     try:
-        # 1. duplicates
-        for g in groups:
-            for im in g.members[1:]:
-                rule, detail = _duplicate_rule(im, g.rep, cfg.phash_threshold)
-                sink.reject(rule, im, detail=detail)
-        # 2. images with too many texts or pages
-        alive = []
-        for g in groups:
-            pooled = [c for im in g.members for c in im.candidates]
-            texts = {norm_text(c.text) for c in pooled}
-            g.pages = len({c.page_url for c in pooled})
-            if cfg.max_texts_per_image and len(texts) > cfg.max_texts_per_image:
-                sink.reject("too_many_texts", g.rep, detail=f"{len(texts)} distinct texts")
-            elif cfg.max_pages_per_image and g.pages > cfg.max_pages_per_image:
-                sink.reject("too_many_pages", g.rep, detail=f"on {g.pages} pages")
-            else:
-                g.candidates = pooled
-                alive.append(g)
-        # 3. texts attached to too many pictures
-        generic: set[str] = set()
-        if cfg.max_images_per_text:
-            per_text = Counter(t for g in alive for t in {norm_text(c.text) for c in g.candidates})
-            generic = {t for t, n in per_text.items() if n > cfg.max_images_per_text}
-        # 4. best text and alternatives
-        ranked = []
-        for g in alive:
-            best: dict[str, Cand] = {}
-            for c in sorted(g.candidates, key=rank):
-                t = norm_text(c.text)
-                if t in generic:
-                    continue
-                best.setdefault(t, c)
-            dropped = {norm_text(c.text) for c in g.candidates} & generic
-            g.candidates = list(best.values())
-            if not g.candidates:
-                sink.reject("generic_texts", g.rep, detail=f"all {len(dropped)} texts are on too many images")
-                continue
-            ranked.append(g)
-        # 5. thresholds
-        kept = []
-        for g in ranked:
-            if cfg.min_score is not None and g.score < cfg.min_score:
-                sink.reject("min_score", g.rep, text=g.candidates[0].text,
-                            page_url=g.candidates[0].page_url, detail=f"{g.score:.4f} < {cfg.min_score}")
-            else:
-                kept.append(g)
-        if cfg.top_fraction < 1.0 and kept:
-            kept.sort(key=lambda g: (-g.score, g.rep.url))
-            n_keep = math.ceil(cfg.top_fraction * len(kept))
-            for g in kept[n_keep:]:
-                sink.reject("top_fraction", g.rep, text=g.candidates[0].text,
-                            page_url=g.candidates[0].page_url,
-                            detail=f"{g.score:.4f} below the top {cfg.top_fraction:g}")
-            kept = kept[:n_keep]
-        # 6. shards
+        reject_duplicates(groups, sink, cfg)
+        alive = drop_crowded(groups, sink, cfg)
+        generic = generic_texts(alive, cfg)
+        ranked = rank_texts(alive, generic, sink, cfg)
+        kept = apply_thresholds(ranked, sink, cfg)
         kept.sort(key=lambda g: (g.rep.src_file, g.rep.row_group, g.rep.row_index))
         n_shards = write_plan(work, kept, cfg)
     finally:
@@ -235,24 +181,96 @@ def plan_build(work: WorkDir, cfg: BuildConfig) -> dict[str, Any]:
     return counters
 
 
+def reject_duplicates(groups: list[Group], sink: RejectSink, cfg: BuildConfig) -> None:
+    """Step 1: every member of a group but its representative is a duplicate."""
+    for g in groups:
+        for im in g.members[1:]:
+            rule, detail = _duplicate_rule(im, g.rep, cfg.phash_threshold)
+            sink.reject(rule, im, detail=detail)
+
+
+def drop_crowded(groups: list[Group], sink: RejectSink, cfg: BuildConfig) -> list[Group]:
+    """Step 2: pool each group's candidates; drop pictures with too many texts or pages."""
+    alive = []
+    for g in groups:
+        pooled = [c for im in g.members for c in im.candidates]
+        texts = {norm_text(c.text) for c in pooled}
+        g.pages = len({c.page_url for c in pooled})
+        if cfg.max_texts_per_image and len(texts) > cfg.max_texts_per_image:
+            sink.reject("too_many_texts", g.rep, detail=f"{len(texts)} distinct texts")
+        elif cfg.max_pages_per_image and g.pages > cfg.max_pages_per_image:
+            sink.reject("too_many_pages", g.rep, detail=f"on {g.pages} pages")
+        else:
+            g.candidates = pooled
+            alive.append(g)
+    return alive
+
+
+def generic_texts(groups: list[Group], cfg: BuildConfig) -> set[str]:
+    """Step 3: the (normalised) texts attached to more than `max_images_per_text` pictures."""
+    if not cfg.max_images_per_text:
+        return set()
+    per_text = Counter(t for g in groups for t in {norm_text(c.text) for c in g.candidates})
+    return {t for t, n in per_text.items() if n > cfg.max_images_per_text}
+
+
+def rank_texts(groups: list[Group], generic: set[str], sink: RejectSink, cfg: BuildConfig) -> list[Group]:
+    """Step 4: each group's candidates ranked, one per distinct non-generic text; a group left
+    with none is dropped."""
+    rank = _rank_key({s: i for i, s in enumerate(cfg.source_priority)})
+    ranked = []
+    for g in groups:
+        best: dict[str, Cand] = {}
+        for c in sorted(g.candidates, key=rank):
+            t = norm_text(c.text)
+            if t in generic:
+                continue
+            best.setdefault(t, c)
+        dropped = {norm_text(c.text) for c in g.candidates} & generic
+        g.candidates = list(best.values())
+        if not g.candidates:
+            sink.reject("generic_texts", g.rep, detail=f"all {len(dropped)} texts are on too many images")
+            continue
+        ranked.append(g)
+    return ranked
+
+
+def apply_thresholds(groups: list[Group], sink: RejectSink, cfg: BuildConfig) -> list[Group]:
+    """Step 5: the absolute score threshold, then the top fraction (DataComp-style)."""
+    kept = []
+    for g in groups:
+        if cfg.min_score is not None and g.score < cfg.min_score:
+            sink.reject("min_score", g.rep, text=g.candidates[0].text,
+                        page_url=g.candidates[0].page_url, detail=f"{g.score:.4f} < {cfg.min_score}")
+        else:
+            kept.append(g)
+    if cfg.top_fraction < 1.0 and kept:
+        kept.sort(key=lambda g: (-g.score, g.rep.url))
+        n_keep = math.ceil(cfg.top_fraction * len(kept))
+        for g in kept[n_keep:]:
+            sink.reject("top_fraction", g.rep, text=g.candidates[0].text,
+                        page_url=g.candidates[0].page_url,
+                        detail=f"{g.score:.4f} below the top {cfg.top_fraction:g}")
+        kept = kept[:n_keep]
+    return kept
+
+
 def key_width(samples_per_shard: int) -> int:
     return max(4, len(str(samples_per_shard - 1)))
 
 
 def write_plan(work: WorkDir, kept: list[Group], cfg: BuildConfig) -> int:
+    """`build_plan/`: partition N is shard N, committed as soon as it is full; returns the shard count."""
     width = key_width(cfg.samples_per_shard)
-    writer: PartWriter | None = None
     shard = -1
-    for i, g in enumerate(kept):
-        s, idx = divmod(i, cfg.samples_per_shard)
-        if s != shard:
-            if writer is not None:
-                writer.close()
-            shard, writer = s, work.writer("build_plan", s, PLAN_TAG)
-        key = f"{s:05d}{idx:0{width}d}"
-        writer.write(plan_row(key, s, g, cfg))
-    if writer is not None:
-        writer.close()
+    with PartitionedWriter(work, PLAN_TAG) as parts:
+        for i, g in enumerate(kept):
+            s, idx = divmod(i, cfg.samples_per_shard)
+            if s != shard:
+                if shard >= 0:
+                    parts.commit("build_plan", shard)  # one shard's plan in memory at a time
+                shard = s
+            parts.write("build_plan", s, plan_row(f"{s:05d}{idx:0{width}d}", s, g, cfg))
     return shard + 1
 
 

@@ -8,15 +8,6 @@ from lait.config import ConfigError, StageConfig, setting
 
 DEFAULT_SOURCE_PRIORITY = ["figcaption", "alt", "title", "og", "aria", "context"]
 
-# Settings that change what ends up in the shards; the others (workers, progress) do not, so
-# changing them must not make a rerun rebuild finished shards.
-CONTENT_FIELDS = (
-    "samples_per_shard", "min_score", "top_fraction", "max_texts_per_image", "max_pages_per_image",
-    "max_images_per_text", "n_alternatives", "max_candidates", "phash_threshold", "use_embedding_dups",
-    "source_priority", "jpeg_quality", "regions",
-)
-
-
 @dataclass
 class BuildConfig(StageConfig):
     """Aggregation (LAIT stage 5): group, deduplicate, pick captions, threshold, write shards."""
@@ -60,5 +51,5 @@ class BuildConfig(StageConfig):
             raise ConfigError("jpeg_quality must be between 1 and 100")
 
     def content(self) -> dict:
-        """The settings the shards depend on (for the rebuild fingerprint)."""
-        return {k: getattr(self, k) for k in CONTENT_FIELDS}
+        """The settings the shards depend on (for the rebuild fingerprint): all but the `run` ones."""
+        return self.output_settings()

@@ -22,6 +22,7 @@ class PickStage(Stage):
 
     name = "build_pick"
     input_table = "scored"
+    extra_inputs = ("images_ok",)
     output_tables = ("build_images",)
 
     def process(self, ctx: PartContext) -> None:

@@ -12,7 +12,6 @@ build state is cleared and rebuilt, so shards never mix two configurations.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import multiprocessing
@@ -28,7 +27,9 @@ from lait.build.config import BuildConfig
 from lait.build.pick import PickStage
 from lait.build.shards import ShardStage, write_sizes, write_stats
 from lait import storage
-from lait.drivers import open_work_dir
+from lait.drivers import open_work_dir, record_run
+from lait.fingerprint import NEW, Fingerprint, cause, global_fingerprint
+from lait.lock import locked
 from lait.config import ConfigError
 from lait.executor import make_executor
 from lait.stage import RunReport
@@ -62,13 +63,9 @@ class BuildResult:
         return "\n".join(lines)
 
 
-def fingerprint(work: WorkDir, cfg: BuildConfig) -> str:
-    listing = []
-    for table in INPUT_TABLES:
-        for name, size in work.part_sizes(table):
-            listing.append([table, name, size])
-    blob = json.dumps({"config": cfg.content(), "inputs": listing}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
+def fingerprint(work: WorkDir, cfg: BuildConfig) -> Fingerprint:
+    """The build's inputs (every part, with the digest of the task that wrote it) and settings."""
+    return global_fingerprint(work, "build", cfg.content(), INPUT_TABLES)
 
 
 def reset(work: WorkDir) -> None:
@@ -90,15 +87,39 @@ def build(cfg: BuildConfig) -> BuildResult:
     work = open_work_dir(cfg.work, initialized=True)
     if not work.part_files("scored"):
         raise ConfigError(f"{work.root} has no scored/ table yet: run `lait score` first")
+    with locked(work, "lait build"):
+        why = start_build(work, cfg)
+        result = run_passes(work, cfg)
+        if why:
+            result.reports[0].plan.insert(0, why)
+        record_run(work, "build", cfg, result.reports)
+    return result
+
+
+def start_build(work: WorkDir, cfg: BuildConfig) -> str | None:
+    """Clear an earlier build made from other inputs or settings (the plan is global: any
+    change redoes it, and every shard after it); returns the line that says why, if any."""
     fp = fingerprint(work, cfg)
     fp_path = work.root / "_done" / FINGERPRINT
-    old = json.loads(storage.read_text(fp_path))["fingerprint"] if storage.exists(fp_path) else None
-    if old != fp:
-        if old is not None:
-            log.info("build: inputs or settings changed since the last build; rebuilding")
-        reset(work)
-        atomic_write_json(fp_path, {"fingerprint": fp, "config": cfg.content()})
-    work.write_config("build", cfg.to_yaml())
+    old = json.loads(storage.read_text(fp_path)) if storage.exists(fp_path) else None
+    prev = old.get("fingerprint") if old else None
+    if old is None:
+        why = NEW
+    else:
+        why = "--force" if cfg.force else cause(prev if isinstance(prev, dict) else None, fp)
+    if why is None:
+        return None
+    line = None
+    if why != NEW:
+        line = f"build: {why}: rebuilding"
+        log.info(line)
+    reset(work)
+    atomic_write_json(fp_path, {"fingerprint": fp.to_json(), "config": cfg.content()})
+    return line
+
+
+def run_passes(work: WorkDir, cfg: BuildConfig) -> BuildResult:
+    """Pick per partition, plan once, shards per shard; each pass skips what is done."""
     executor = make_executor(cfg.executor, ray_address=cfg.ray_address, workers=cfg.workers or None,
                              retries=cfg.retries, show_progress=cfg.progress)
     result = BuildResult()

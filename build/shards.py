@@ -174,6 +174,9 @@ class ShardStage(Stage):
         self.jpeg_quality = jpeg_quality
         self.regions = regions
 
+    def settings(self) -> dict[str, Any]:
+        return {"jpeg_quality": self.jpeg_quality, "regions": self.regions}
+
     def process(self, ctx: PartContext) -> None:
         work = ctx.work
         out_dir = work.root / "shards"

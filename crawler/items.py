@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, ClassVar
 
+from lait.reasons import check as check_reason
+
 
 def now() -> datetime:
     return datetime.now(timezone.utc)
@@ -32,7 +34,8 @@ class PageItem:
     encoding: str | None = None
     depth: int | None = None
     referer: str | None = None
-    # None when the page is stored; else why not: noai, tdm_reserved, not_html, download/<Error>, ...
+    # None when the page is stored; else why not: http_N, noai, tdm_reserved, not_html,
+    # download/<Error> (the vocabulary of `lait.reasons`)
     error: str | None = None
     # The licence the page declares (rel="license", licence meta, a Creative Commons link).
     license: str | None = None
@@ -75,6 +78,9 @@ class RejectedItem:
     page_url: str | None = None
     image_url: str | None = None
     detail: str | None = None
+
+    def __post_init__(self) -> None:
+        check_reason(self.reason)  # an unregistered reason fails where it is made, in the spider
 
     def key(self) -> str:
         return self.image_url or self.page_url or self.reason

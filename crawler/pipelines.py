@@ -10,17 +10,18 @@ its open parts, and a restarted crawl (see `lait.crawler.spiders.lait`) fetches 
 Rows wait in their part's buffer until a row group fills (256 rows or 8 MiB). One part is open
 per (table, partition), so without a shared limit the buffers could hold 8 MiB times twice the
 partitions; ``LAIT_PART_BUFFER_BYTES`` caps them all together: past it, the fullest buffers are
-written out as (smaller) row groups until half of it remains.
+written out as (smaller) row groups until half of it remains. All of this is the core's
+`lait.parts.RollingPartitionedWriter`; refused requests go to `rejected/` through its `reject`.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import time
 import uuid
 
-from lait.parts import PartWriter, WorkDir, partition_of
+from lait.lock import locked
+from lait.parts import RollingPartitionedWriter, WorkDir
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +44,10 @@ class PartsPipeline:
         self.part_bytes = part_bytes
         self.part_seconds = part_seconds
         self.buffer_bytes = buffer_bytes
-        self._buffered = 0  # an upper bound of the open writers' buffered bytes
         self.stats = stats
         self.work: WorkDir | None = None
         self.run_id = new_run_id()
-        self._seq = 0
-        self._writers: dict[tuple[str, int], tuple[PartWriter, list[int]]] = {}
-        self._last_commit = time.monotonic()
+        self.parts: RollingPartitionedWriter | None = None
         self._pages_written: set[str] = set()
 
     @classmethod
@@ -62,7 +60,17 @@ class PartsPipeline:
 
     def open_spider(self, spider=None):
         self.work = WorkDir(self.out, n_partitions=self.n_partitions).init()
+        # `lait crawl` holds the work directory's lock for this process; `scrapy crawl lait`
+        # takes it here (WorkDirBusy stops the crawl before any request when another run holds it).
+        self._lock = locked(self.work, "scrapy crawl lait")
+        self._lock.__enter__()
         self.run_id = getattr(spider, "run_id", None) or self.run_id
+        # Small row groups: a crawler holds one open part per (table, partition).
+        self.parts = RollingPartitionedWriter(
+            self.work, f"crawl-{self.run_id}", part_rows=self.part_rows, part_bytes=self.part_bytes,
+            part_seconds=self.part_seconds, buffer_bytes=self.buffer_bytes,
+            on_event=lambda event: self._inc(f"crawl/{event}"),
+            row_group_rows=256, row_group_bytes=8 << 20, extra_stats={"writer": "crawl"})
         log.info("writing pages/ and images/ into %s (%d partitions, parts crawl-%s-*)",
                  self.out, self.work.n_partitions, self.run_id)
 
@@ -73,62 +81,24 @@ class PartsPipeline:
                 self._inc("crawl/duplicate_page_dropped")
                 return item
             self._pages_written.add(item.url)
-        partition = partition_of(item.key(), self.work.n_partitions)
-        writer, counts = self._writer(item.table, partition)
-        row = item.row()
-        writer.write(row)
-        size = sum(len(v) for v in row.values() if isinstance(v, (bytes, str)))
-        counts[0] += 1
-        counts[1] += size
-        self._inc(f"crawl/rows_{item.table}")
-        if counts[0] >= self.part_rows or counts[1] >= self.part_bytes:
-            self._commit(item.table, partition)
+        partition = self.parts.partition_of(item.key())
+        if item.table == "rejected":
+            self.parts.reject(item.reason, partition, page_url=item.page_url, image_url=item.image_url,
+                              detail=item.detail)
         else:
-            self._buffered += size
-            if self._buffered > self.buffer_bytes:
-                self._flush_fullest()
-        if time.monotonic() - self._last_commit >= self.part_seconds:
-            self.commit_all()
+            self.parts.write(item.table, partition, item.row())
+        self._inc(f"crawl/rows_{item.table}")
         return item
-
-    def _writer(self, table: str, partition: int) -> tuple[PartWriter, list[int]]:
-        entry = self._writers.get((table, partition))
-        if entry is None:
-            self._seq += 1
-            tag = f"crawl-{self.run_id}-{self._seq:05d}"
-            # Small row groups: a crawler holds one open part per (table, partition).
-            writer = self.work.writer(table, partition, tag, row_group_rows=256,
-                                      row_group_bytes=8 << 20, extra_stats={"writer": "crawl"})
-            entry = self._writers[(table, partition)] = (writer, [0, 0])
-        return entry
-
-    def _flush_fullest(self) -> None:
-        """Bring the open writers' buffers together under half of `buffer_bytes`."""
-        writers = sorted((w for w, _ in self._writers.values()), key=lambda w: w.buffered_bytes)
-        total = sum(w.buffered_bytes for w in writers)
-        while writers and total > self.buffer_bytes // 2:
-            writer = writers.pop()
-            total -= writer.buffered_bytes
-            writer.flush()
-            self._inc("crawl/buffer_flushes")
-        self._buffered = total
-
-    def _commit(self, table: str, partition: int) -> None:
-        writer, _ = self._writers.pop((table, partition))
-        stats = writer.close()
-        if stats:
-            self._inc("crawl/parts_committed")
-            log.debug("committed %s (%d rows)", writer.path.name, stats["rows"])
 
     def commit_all(self) -> None:
         """Close every open part, so that everything written so far is durable."""
-        for key in list(self._writers):
-            self._commit(*key)
-        self._buffered = 0
-        self._last_commit = time.monotonic()
+        self.parts.commit_all()
 
     def close_spider(self, spider=None):
-        self.commit_all()
+        try:
+            self.parts.close()
+        finally:
+            self._lock.__exit__(None, None, None)
 
     def _inc(self, name: str) -> None:
         if self.stats is not None:

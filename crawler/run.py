@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from lait.config import ConfigError
+from lait.lock import child_env
 from lait.crawler.config import CrawlConfig, scrapy_settings
 
 log = logging.getLogger(__name__)
@@ -61,18 +62,25 @@ def crawl(cfg: CrawlConfig, *, timeout: float | None = None, quiet: bool = False
     Raises RuntimeError when the crawler process fails.
     """
     from lait.drivers import open_work_dir
+    from lait.lock import locked
 
     cfg.validate()
     cfg.seed_urls()  # fail here, not in the subprocess, on bad seeds
     work = open_work_dir(cfg.out, create=True, n_partitions=cfg.n_partitions or None)
-    work.write_config("crawl", cfg.to_yaml())
+    with locked(work, "lait crawl"):
+        work.write_config("crawl", cfg.to_yaml())
+        return _crawl_subprocess(cfg, work, timeout=timeout, quiet=quiet)
+
+
+def _crawl_subprocess(cfg: CrawlConfig, work: Any, *, timeout: float | None, quiet: bool) -> dict[str, Any]:
     # The subprocess's config and stats are local files even when the work directory is remote
-    # (as Scrapy's JOBDIR is); it inherits this environment, storage settings included.
+    # (as Scrapy's JOBDIR is); it inherits this environment, storage settings included, and the
+    # right to write into the work directory whose lock this process holds.
     with tempfile.TemporaryDirectory(prefix="lait-crawl-") as tmp:
         config_path, stats_path = Path(tmp) / "crawl.yaml", Path(tmp) / "stats.json"
         config_path.write_text(cfg.to_yaml())
         cmd = [sys.executable, "-m", "lait.crawler.run", str(config_path), "--stats-json", str(stats_path)]
-        env = dict(os.environ)
+        env = child_env(work)
         repo = str(Path(__file__).resolve().parents[1])
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [repo, env.get("PYTHONPATH")]))
         log.info("crawling %d seed(s) into %s", len(cfg.seed_urls()), work.url)

@@ -9,15 +9,16 @@ by image URL.
 
 What goes where:
 
-- `response`/`resource` records with HTML -> `pages/` (`html` only for 2xx; others keep their
-  status and headers with `error` "http STATUS"), and the URLs of their images ->
+- `response`/`resource` records with HTML -> `pages/`, and the URLs of their images ->
   `warc_links/` (see `lait.crawler.warc_links`).
-- records with an image (by Content-Type, else by magic bytes) -> `images/` (`bytes` only
-  for 2xx).
-- WAT `metadata` records (JSON) -> `warc_links/` from their `IMG@` links.
-- `noai` / `noimageai` in the captured `X-Robots-Tag` header or a page's robots meta tag, read
-  by `lait.pagereader` as the crawler reads them: nothing stored, a reject `ingest/noai_page`
-  or `ingest/noai` recorded.
+- records with an image (by Content-Type, else by magic bytes) -> `images/`.
+- Rows of both keep status and headers; `html`/`bytes` are stored exactly when `error` is
+  None. Otherwise `error` says why, in the crawl's vocabulary (`lait.reasons`): `http_404`
+  (any non-2xx), `noai` (`noai` / `noimageai` in the captured `X-Robots-Tag` or, for a page,
+  its robots meta tag, read by `lait.pagereader` as the crawler reads them; no links are kept
+  from such a page), `empty` (an image with no bytes).
+- WAT `metadata` records (JSON) -> `warc_links/` from their `IMG@` links; a WAT record with
+  noai has no page body to keep as a pages/ row: it is a reject `ingest/noai_page`.
 - damage (truncated, malformed records, broken gzip, unreadable files) -> `ingest/RULE`
   rejects and the file's report; a truncated payload is never stored.
 - revisit, request, warcinfo, conversion (WET) records, CSS/JS/fonts: counted, not stored.
@@ -40,7 +41,9 @@ from lait.crawler.warc import HttpError, WarcReader, WarcRecord, decode_body, pa
 from lait.crawler.warc_links import image_links, iter_link_rows, wat_image_links
 from lait import storage
 from lait.pagereader import is_noai, meta_robots, parse_html, robots_directives
-from lait.parts import PartWriter, WorkDir, atomic_write_json, partition_of
+from lait.reasons import http_error
+from lait.lock import locked
+from lait.parts import PartitionedWriter, WorkDir, atomic_write_json
 from lait.storage import Location
 
 log = logging.getLogger(__name__)
@@ -156,30 +159,26 @@ def _sniff(body: bytes) -> str | None:
 
 
 class _FileIngest:
-    """The writers and counters of one archive being ingested."""
+    """The parts and counters of one archive being ingested."""
 
     def __init__(self, work: WorkDir, path: Path, tag: str, opts: IngestOptions):
         self.work, self.path, self.tag, self.opts = work, path, tag, opts
         self.name = path.name
         self.counters: Counter[str] = Counter()
-        self._writers: dict[tuple[str, int], PartWriter] = {}
+        # Small row groups: up to partitions x tables parts are open at once.
+        self.parts = PartitionedWriter(work, tag, row_group_bytes=8 << 20,
+                                       extra_stats={"stage": STAGE, "warc_file": str(path)})
 
     def write(self, table: str, key: str, row: dict[str, Any]) -> None:
-        p = partition_of(key, self.work.n_partitions)
-        w = self._writers.get((table, p))
-        if w is None:
-            # Small row groups: up to partitions x tables writers are open at once.
-            w = self._writers[(table, p)] = self.work.writer(
-                table, p, self.tag, row_group_bytes=8 << 20,
-                extra_stats={"stage": STAGE, "warc_file": str(self.path)})
-        w.write(row)
+        self.parts.write(table, self.parts.partition_of(key), row)
         self.counters[f"ingest/out_{table}"] += 1
 
     def reject(self, rule: str, *, key: str, image_url: str | None = None, page_url: str | None = None,
                detail: str | None = None) -> None:
-        self.write("rejected", key, {"reason": f"ingest/{rule}", "image_url": image_url, "page_url": page_url,
-                                     "text": None, "detail": None if detail is None else detail[:1000]})
-        self.counters[f"ingest/{rule}"] += 1
+        reason = self.parts.reject(f"ingest/{rule}", self.parts.partition_of(key), image_url=image_url,
+                                   page_url=page_url, detail=detail)
+        self.counters["ingest/out_rejected"] += 1
+        self.counters[reason] += 1
 
     # -- records ---------------------------------------------------------------------------
     def record(self, rec: WarcRecord) -> None:
@@ -221,39 +220,45 @@ class _FileIngest:
         if not (is_page or is_image):
             self.counters["ingest/skipped_other_type"] += 1
             return
-        if is_noai(robots_directives(robots)):
-            if is_page:
-                self.reject("noai_page", key=url, page_url=url, detail=f"X-Robots-Tag: {robots}")
-            else:
-                self.reject("noai", key=url, image_url=url, detail=f"X-Robots-Tag: {robots}")
-            return
-        if problem:
-            rule, _, detail = problem.partition(": ")
+        # The crawl's order and vocabulary (lait.reasons): a non-2xx status first, then noai.
+        error = http_error(status)
+        if error is None and is_noai(robots_directives(robots)):
+            error = "noai"
+        elif problem:  # an encoding that cannot be undone: nothing usable to store
+            _, _, detail = problem.partition(": ")
             kw = {"page_url": url} if is_page else {"image_url": url}
-            self.reject(rule, key=url, detail=detail, **kw)
+            self.reject("content_encoding", key=url, detail=detail, **kw)
             return
-        ok = 200 <= status < 300
-        error = None if ok else f"http {status}"
         if is_page:
-            tree = parse_html(body, charset) if ok else None
-            meta = meta_robots(tree) if tree is not None else set()
-            if is_noai(meta):
-                self.reject("noai_page", key=url, page_url=url, detail=f"meta robots: {', '.join(sorted(meta))}")
-                return
-            merged: dict[str, str] = {}
-            for k, v in headers:
-                k = k.lower()
-                merged[k] = f"{merged[k]}, {v}" if k in merged else v
-            self.write("pages", url, {
-                "url": url, "status": status, "fetched_at": fetched_at, "headers": merged,
-                "content_type": content_type, "html": body if ok else None, "encoding": charset,
-                "depth": None, "referer": None, "error": error})
-            if tree is not None and self.opts.links:
-                self._links(url, image_links(tree, url), fetched_at)
+            self._page(url, status, headers, content_type, charset, body, error, fetched_at)
         else:
+            if error is None and not body:
+                error = "empty"
+            if error is not None:
+                self.counters[f"ingest/image_{error}"] += 1
             self.write("images", url, {
-                "image_url": url, "page_url": None, "bytes": body if ok else None, "mime": mime,
+                "image_url": url, "page_url": None, "bytes": body if error is None else None, "mime": mime,
                 "status": status, "fetched_at": fetched_at, "error": error})
+
+    def _page(self, url: str, status: int, headers: list[tuple[str, str]], content_type: str | None,
+              charset: str | None, body: bytes, error: str | None, fetched_at: datetime) -> None:
+        """A pages row; with noai (header or robots meta) the row without its HTML or links."""
+        tree = parse_html(body, charset) if error is None else None
+        if tree is not None and is_noai(meta_robots(tree)):
+            error, tree = "noai", None
+        if error is not None:
+            self.counters[f"ingest/page_{error}"] += 1
+        merged: dict[str, str] = {}
+        for k, v in headers:
+            k = k.lower()
+            merged[k] = f"{merged[k]}, {v}" if k in merged else v
+        stored = error is None
+        self.write("pages", url, {
+            "url": url, "status": status, "fetched_at": fetched_at, "headers": merged,
+            "content_type": content_type, "html": body if stored else None,
+            "encoding": charset if stored else None, "depth": None, "referer": None, "error": error})
+        if tree is not None and self.opts.links:
+            self._links(url, image_links(tree, url), fetched_at)
 
     def wat(self, rec: WarcRecord) -> None:
         if not (rec.content_type or "").lower().startswith("application/json"):
@@ -277,17 +282,10 @@ class _FileIngest:
 
     # -- end -------------------------------------------------------------------------------
     def close(self) -> dict[str, int]:
-        out: Counter[str] = Counter()
-        for (table, _), w in sorted(self._writers.items()):
-            stats = w.close()
-            if stats is not None:
-                out[table] += stats["rows"]
-        return dict(out)
+        return self.parts.close()
 
     def abort(self) -> None:
-        for w in self._writers.values():
-            if not w.closed:
-                w.abort()
+        self.parts.abort()
 
 
 def ingest_file(path: str | Path, work_root: str | Location, opts: IngestOptions | None = None) -> FileReport:
@@ -341,13 +339,19 @@ def ingest_file(path: str | Path, work_root: str | Location, opts: IngestOptions
 
 def ingest_files(paths: list[str | Path], work_root: str | Location, opts: IngestOptions | None = None, *,
                  workers: int = 1, show_progress: bool = True) -> list[FileReport]:
-    """Ingest several archives, `workers` at a time in a process pool; reports in input order."""
+    """Ingest several archives, `workers` at a time in a process pool; reports in input order.
+    Holds the work directory's lock while it runs (see `lait.lock`)."""
+    work = WorkDir(work_root).init()
+    with locked(work, "lait ingest-warc"):
+        return _ingest_all(paths, work, opts or IngestOptions(), workers=workers, show_progress=show_progress)
+
+
+def _ingest_all(paths: list[str | Path], work: WorkDir, opts: IngestOptions, *, workers: int,
+                show_progress: bool) -> list[FileReport]:
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from lait.log import progress
 
-    opts = opts or IngestOptions()
-    work = WorkDir(work_root).init()
     work.clean_temp()
     paths = [str(p) for p in paths]
     # The same file named twice would race on its own parts.

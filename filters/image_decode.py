@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from lait.stage import Rejected
+
 # EXIF orientation -> the transpose that shows the image upright.
 _ORIENT = {
     2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
@@ -33,13 +35,8 @@ DRAFT_SIZE = (32, 32)
 NEAREST_SIDE = 64
 
 
-class ImageRejected(Exception):
+class ImageRejected(Rejected):
     """An image that cannot or must not be used; `rule` is the `filter/RULE` name."""
-
-    def __init__(self, rule: str, detail: str = ""):
-        super().__init__(f"{rule}: {detail}")
-        self.rule = rule
-        self.detail = detail
 
 
 @dataclass

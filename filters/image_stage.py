@@ -2,7 +2,9 @@
 
 Per image, cheapest test first, so most rejects cost no pixel decoding:
 
-1. crawl status 200 and bytes present (`filter/status`, `filter/empty`), byte limit (`too_large`)
+1. the fetch: a row whose `error` says why it has no bytes is dropped for that (`noai`,
+   `status`, `not_image`, `download`, `empty`; see `lait.reasons.fetch_rule`), as is any
+   status but 200; then empty bytes (`empty`) and the byte limit (`too_large`)
 2. same bytes as an image already kept in this partition (`duplicate_sha256`)
 3. sniffing and the header: `svg`, `not_an_image`, `decompression_bomb`, then the rule filters
    on the header alone: `format`, `animated`, `min_side`, `aspect_ratio`
@@ -24,6 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from lait.config import ConfigError, StageConfig, setting
+from lait.reasons import fetch_rule
 from lait.stage import Filter, KeepResult, PartContext, Stage
 from lait.filters.image_decode import (ImageHeader, ImageRejected, decode_small, encode_for_storage,
                                   open_image, sniff)
@@ -240,8 +243,9 @@ class ImageFilterStage(Stage):
         """The images_ok row for one images row, or ImageRejected."""
         cfg = self.cfg
         data = row.get("bytes")
-        if row.get("status") != 200 or data is None:
-            raise ImageRejected("status", f"crawl status {row.get('status')}"
+        fetched = fetch_rule(row.get("error"), "images")
+        if fetched is not None or row.get("status") != 200 or data is None:
+            raise ImageRejected(fetched or "status", f"crawl status {row.get('status')}"
                                 + (f" ({row['error']})" if row.get("error") else "")
                                 + ("" if data is not None else ", no bytes"))
         if len(data) > cfg.max_bytes:

@@ -27,7 +27,8 @@ from urllib.parse import urlsplit
 from lait.config import ConfigError, StageConfig, setting
 from lait.memory import release_free_memory
 from lait.parts import partition_of
-from lait.stage import PartContext, Stage
+from lait.reasons import fetch_rule
+from lait.stage import PartContext, Rejected, Stage
 from lait.filters.html_images import BLOCK_TAGS, PageImage, find_images, normalise_space
 from lait.filters.text_rules import Candidate, repair, split_sentences, text_filters
 
@@ -76,10 +77,8 @@ class CleanConfig(StageConfig):
                 raise ConfigError(f"unknown language codes {bad} (use ISO 639-1, like en, de)")
 
 
-class PageRejected(Exception):
-    def __init__(self, rule: str, detail: str = ""):
-        super().__init__(f"{rule}: {detail}")
-        self.rule, self.detail = rule, detail
+class PageRejected(Rejected):
+    """A page stage 3 cannot read; `rule` is the `clean/RULE` name."""
 
 
 class PageTimeout(PageRejected):
@@ -106,10 +105,16 @@ def time_limit(seconds: float) -> Iterator[None]:
 
 
 def decode_page(row: dict[str, Any], max_bytes: int) -> tuple[str, bool]:
-    """(text, truncated) of a page's bytes; PageRejected for what is not HTML."""
+    """(text, truncated) of a page's bytes; PageRejected for what is not HTML.
+
+    A row stored without HTML is dropped for what its `error` says (`noai`, `status`,
+    `not_html`, `download`: `lait.reasons.fetch_rule`), any other status than 200 as `status`.
+    """
     body: bytes = row.get("html") or b""
-    if row.get("status") != 200:
-        raise PageRejected("status", f"HTTP {row.get('status')}")
+    error = row.get("error")
+    fetched = fetch_rule(error, "pages")
+    if fetched is not None or row.get("status") != 200:
+        raise PageRejected(fetched or "status", f"HTTP {row.get('status')}" + (f" ({error})" if error else ""))
     if not body.strip():
         raise PageRejected("empty", "no content")
     ctype = (row.get("content_type") or "").lower()

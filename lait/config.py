@@ -8,12 +8,19 @@
 `FilterConfig.add_arguments(parser)` turns the fields into flags (`--min-side`), and
 `FilterConfig.from_args(args)` resolves defaults < `--config FILE.yaml` < flags. The resolved
 config is written into the work directory with `to_yaml()`, so every output says how it was made.
+
+A config may nest: a field whose type is a dataclass (or a list of them) is read from a mapping
+(a list of mappings) with the same checks, and a mistake names its dotted path
+(`stages.0.optim.lr: expected float, got 'fast'`). Nested settings have no flags of their own;
+a config that sets `dotted_overrides` gets `--set a.b.0.c=VALUE` (VALUE read as YAML) for them.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
+import types
 import typing
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar, get_args, get_origin
@@ -32,49 +39,109 @@ def _flag(name: str) -> str:
 
 
 def _base_type(tp: Any) -> tuple[Any, bool]:
-    """(type, optional) for `int`, `int | None`, `list[str]`, ..."""
+    """(type, optional) for `int`, `int | None`, `list[str]`, `str | list[str] | None`, ..."""
     args = get_args(tp)
-    if get_origin(tp) in (typing.Union, getattr(__import__("types"), "UnionType", None)) and type(None) in args:
-        rest = [a for a in args if a is not type(None)]
-        return rest[0], True
+    if get_origin(tp) in (typing.Union, types.UnionType) and type(None) in args:
+        rest = tuple(a for a in args if a is not type(None))
+        return (rest[0] if len(rest) == 1 else typing.Union[rest]), True
     return tp, False
 
 
-def _coerce(value: Any, tp: Any, name: str) -> Any:
+def _is_config_class(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def _nested(tp: Any) -> bool:
+    """Whether a field holds settings of its own (a dataclass, or a list of them): no flag."""
+    base, _ = _base_type(tp)
+    if get_origin(base) in (list, tuple):
+        return any(_is_config_class(a) for a in get_args(base))
+    return _is_config_class(base)
+
+
+def _join(path: str, key: str | int) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _error(where: str, path: str, message: str) -> ConfigError:
+    """`where: path: message`, leaving out what is empty, on one line."""
+    return ConfigError(": ".join(p for p in (where, path, message) if p))
+
+
+def _type_name(tp: Any) -> str:
+    return str(tp).replace("typing.", "") if get_origin(tp) else getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, where: str, path: str) -> Any:
+    """`value` as type `tp`, or a ConfigError naming `path` (the setting's dotted path)."""
     base, optional = _base_type(tp)
     if value is None:
         if optional:
             return None
-        raise ConfigError(f"{name}: null is not allowed")
+        if _is_config_class(base):  # an empty YAML section (`data:`) means its defaults
+            return base()
+        raise _error(where, path, "null is not allowed")
+    if _is_config_class(base):
+        if isinstance(value, base):
+            return value
+        return build(base, value, where=where, path=path)
     origin = get_origin(base)
+    if origin in (typing.Union, types.UnionType):
+        for alternative in get_args(base):
+            try:
+                return _coerce(value, alternative, where, path)
+            except ConfigError:
+                continue
+        names = " or ".join(_type_name(a) for a in get_args(base))
+        raise _error(where, path, f"expected {names}, got {value!r}")
     if origin in (list, tuple):
         (item,) = get_args(base)[:1] or (str,)
         if isinstance(value, str):
             value = [v for v in value.split(",") if v]
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{name}: expected a list, got {value!r}")
-        return [_coerce(v, item, name) for v in value]
+            raise _error(where, path, f"expected a list, got {value!r}")
+        return [_coerce(v, item, where, _join(path, i)) for i, v in enumerate(value)]
     if origin is dict or base is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{name}: expected a mapping, got {value!r}")
+            raise _error(where, path, f"expected a mapping, got {value!r}")
         return dict(value)
     if base is bool:
         if isinstance(value, bool):
             return value
         if isinstance(value, str) and value.lower() in ("true", "yes", "1", "false", "no", "0"):
             return value.lower() in ("true", "yes", "1")
-        raise ConfigError(f"{name}: expected true or false, got {value!r}")
+        raise _error(where, path, f"expected true or false, got {value!r}")
     if base in (int, float, str):
         if base is str and not isinstance(value, str):
-            raise ConfigError(f"{name}: expected a string, got {value!r}")
+            raise _error(where, path, f"expected a string, got {value!r}")
         try:
             out = base(value)
         except (TypeError, ValueError):
-            raise ConfigError(f"{name}: expected {base.__name__}, got {value!r}") from None
+            raise _error(where, path, f"expected {base.__name__}, got {value!r}") from None
         if base is int and isinstance(value, float) and value != out:
-            raise ConfigError(f"{name}: expected an integer, got {value!r}")
+            raise _error(where, path, f"expected an integer, got {value!r}")
         return out
     return value
+
+
+def build(cls: type[C], data: Any, *, where: str = "config", path: str = "") -> C:
+    """Dataclass `cls` from a mapping of its settings, nested ones included; every value is
+    checked and converted, and an unknown or ill-typed setting is a ConfigError naming it."""
+    if not isinstance(data, dict):
+        raise _error(where, path, f"expected a mapping of settings, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
+    unknown = set(data) - set(known)
+    if unknown:
+        raise _error(where, path, f"unknown settings {sorted(map(str, unknown))}; known: {sorted(known)}")
+    return cls(**{k: _coerce(v, known[k], where, _join(path, k)) for k, v in data.items()})
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML parser error on one line: what is wrong and where."""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    mark = getattr(exc, "problem_mark", None)
+    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark else problem
 
 
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
@@ -83,11 +150,63 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
         data = yaml.safe_load(Path(path).read_text()) or {}
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {path} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of settings at the top level")
     return data
+
+
+def apply_override(data: dict[str, Any], assignment: str) -> None:
+    """Apply one `--set a.b.0.c=VALUE` to nested settings in place; VALUE is read as YAML
+    (`5e-5`, `true`, `[a, b]`, `{lr: 1.0e-3}`), a number in the path indexes a list."""
+    key, sep, raw = assignment.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"--set {assignment!r}: expected KEY=VALUE, e.g. --set stages.0.steps=100")
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {key}: the value is not valid YAML: {_yaml_problem(exc)}") from None
+    parts = key.split(".")
+    node: Any = data
+    for depth, part in enumerate(parts):
+        here, last = ".".join(parts[: depth + 1]), depth == len(parts) - 1
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ConfigError(f"--set {key}: {here[: -len(part) - 1]} has {len(node)} item(s), "
+                                  f"so no item {part!r}")
+            index: Any = int(part)
+        elif isinstance(node, dict):
+            index = part
+            if not last and node.get(part) is None:
+                if parts[depth + 1].isdigit():
+                    raise ConfigError(f"--set {key}: {here} is not set, so it has no item "
+                                      f"{parts[depth + 1]}; set the whole list: --set {here}=[...]")
+                node[part] = {}
+        else:
+            raise ConfigError(f"--set {key}: {here[: -len(part) - 1]} is {node!r}, which has no settings")
+        if last:
+            node[index] = value
+        else:
+            node = node[index]
+
+
+def _choice_errors(obj: Any, path: str) -> list[str]:
+    """`path: expected one of ...` for every value outside its field's `choices`, nested too."""
+    out = []
+    for f in dataclasses.fields(obj):
+        value, here = getattr(obj, f.name), _join(path, f.name)
+        choices = f.metadata.get("choices")
+        if choices and value is not None and value not in choices:
+            out.append(f"{here}: expected one of {list(choices)}, got {value!r}")
+        if dataclasses.is_dataclass(value):
+            out += _choice_errors(value, here)
+        elif isinstance(value, list):
+            out += [e for i, v in enumerate(value) if dataclasses.is_dataclass(v)
+                    for e in _choice_errors(v, _join(here, i))]
+    return out
 
 
 @dataclasses.dataclass
@@ -96,6 +215,8 @@ class Config:
 
     # The YAML section a multi-command file (`lait run --config pipeline.yaml`) uses for it.
     section: ClassVar[str | None] = None
+    # Whether the command takes `--set a.b.0.c=VALUE` (for nested settings, which have no flags).
+    dotted_overrides: ClassVar[bool] = False
 
     @classmethod
     def _fields(cls) -> list[tuple[dataclasses.Field, Any]]:
@@ -108,7 +229,13 @@ class Config:
         if with_config_file:
             parser.add_argument("--config", metavar="YAML", default=None,
                                 help="YAML file with any of these settings (flags override it)")
+        if cls.dotted_overrides:
+            parser.add_argument("--set", dest="set_overrides", action="append", default=[], metavar="KEY=VALUE",
+                                help="set any setting, nested ones too, by its dotted path; the value is "
+                                     "read as YAML; repeatable, applied last: --set stages.0.optim.lr=5e-5")
         for f, tp in cls._fields():
+            if _nested(tp):
+                continue
             base, _ = _base_type(tp)
             default = f.default if f.default is not dataclasses.MISSING else (
                 f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
@@ -136,12 +263,7 @@ class Config:
 
     @classmethod
     def from_dict(cls: type[C], data: dict[str, Any] | None, *, where: str = "config") -> C:
-        data = dict(data or {})
-        known = {f.name: tp for f, tp in cls._fields()}
-        unknown = set(data) - set(known)
-        if unknown:
-            raise ConfigError(f"{where}: unknown settings {sorted(unknown)}; known: {sorted(known)}")
-        return cls(**{k: _coerce(v, known[k], f"{where}: {k}") for k, v in data.items()})
+        return build(cls, dict(data or {}), where=where)
 
     @classmethod
     def load_yaml(cls, path: str | Path) -> dict[str, Any]:
@@ -152,7 +274,7 @@ class Config:
 
     @classmethod
     def from_args(cls: type[C], args: argparse.Namespace) -> C:
-        """Defaults, then the `--config` YAML file, then the flags given on the command line."""
+        """Defaults, then the `--config` YAML file, then the flags, then the `--set` overrides."""
         data: dict[str, Any] = {}
         path = getattr(args, "config", None)
         if path:
@@ -161,6 +283,8 @@ class Config:
             value = getattr(args, f.name, None)
             if value is not None:
                 data[f.name] = value
+        for assignment in getattr(args, "set_overrides", None) or []:
+            apply_override(data, assignment)
         cfg = cls.from_dict(data, where=str(path or "command line"))
         cfg.validate()
         return cfg
@@ -168,22 +292,47 @@ class Config:
     def validate(self) -> None:
         """Override to check values together; raise ConfigError with a clear message."""
 
+    def check_choices(self) -> None:
+        """Raise a ConfigError for the first value, nested ones included, outside its `choices`."""
+        errors = _choice_errors(self, "")
+        if errors:
+            raise ConfigError(errors[0])
+
+    def output_settings(self) -> dict[str, Any]:
+        """The settings that can change what the command writes (not those marked `run`): what
+        a partition's fingerprint records."""
+        keep = {f.name for f, _ in self._fields() if not f.metadata.get("run")}
+        return {k: v for k, v in self.to_dict().items() if k in keep}
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
+    def write_resolved(self, out_dir: str | Path, name: str = "config.yaml") -> Path:
+        """Write the resolved config as `out_dir/name`, so the output says how it was made."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / name
+        path.write_text(self.to_yaml())
+        return path
+
     def replace(self: C, **changes: Any) -> C:
         return dataclasses.replace(self, **changes)
 
 
-def setting(default: Any = dataclasses.MISSING, help: str = "", **metadata: Any) -> Any:
-    """A config field with its help text: `min_side: int = setting(300, "minimum side in px")`."""
-    md = {"help": help, **metadata}
-    if isinstance(default, (list, dict, set)):
+def setting(default: Any = dataclasses.MISSING, help: str = "", *, run: bool = False, **metadata: Any) -> Any:
+    """A config field with its help text: `min_side: int = setting(300, "minimum side in px")`.
+    A mutable default (a list, a nested config) is copied for every instance.
+
+    `run=True` marks a setting that says how a command runs (workers, batch sizes, progress
+    bars) and never what it writes: it is left out of the fingerprint of a partition, so
+    changing it redoes nothing."""
+    md = {"help": help, "run": run, **metadata}
+    if isinstance(default, (list, dict, set)) or (dataclasses.is_dataclass(default) and not isinstance(default, type)):
         value = default
-        return dataclasses.field(default_factory=lambda: type(value)(value), metadata=md)
+        return dataclasses.field(default_factory=lambda: copy.deepcopy(value), metadata=md)
     return dataclasses.field(default=default, metadata=md)
 
 
@@ -191,13 +340,17 @@ def setting(default: Any = dataclasses.MISSING, help: str = "", **metadata: Any)
 class StageConfig(Config):
     """Settings every partitioned stage command shares."""
 
-    work: str = setting("", "work directory (holds pages/, images/, ... as Parquet parts)", positional=True)
+    work: str = setting("", "work directory (holds pages/, images/, ... as Parquet parts)", positional=True,
+                        run=True)
     executor: str = setting("local", "where partitions run: a local process pool, or a Ray cluster",
-                            choices=["local", "ray"])
-    ray_address: str | None = setting(None, "Ray cluster address for --executor ray (default: start a local one)")
-    workers: int = setting(0, "worker processes (0: one per CPU core)")
-    retries: int = setting(2, "times a failing partition is retried before it is reported")
-    progress: bool = setting(True, "show a progress bar on a terminal")
+                            choices=["local", "ray"], run=True)
+    ray_address: str | None = setting(None, "Ray cluster address for --executor ray (default: start a local one)",
+                                      run=True)
+    workers: int = setting(0, "worker processes (0: one per CPU core)", run=True)
+    retries: int = setting(2, "times a failing partition is retried before it is reported", run=True)
+    progress: bool = setting(True, "show a progress bar on a terminal", run=True)
+    force: bool = setting(False, "redo every partition, even those whose settings and input are unchanged",
+                          run=True)
 
     def validate(self) -> None:
         if not self.work:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import logging
 
 from lait import storage
-from lait.config import ConfigError, StageConfig
+from lait.config import Config, ConfigError, StageConfig
 from lait.executor import make_executor
 from lait.stage import RunReport
+from lait.lock import locked
 from lait.parts import WorkDir
 from lait.stage import Stage
 
@@ -55,9 +56,24 @@ def open_work_dir(root: str, *, create: bool = False, n_partitions: int | None =
 
 
 def run_stage(stage: Stage, cfg: StageConfig, command: str) -> RunReport:
-    """Run a stage over the work directory with the executor the config names."""
+    """Run a stage over the work directory with the executor the config names, holding the
+    directory's lock, and record the run's settings and what it redid."""
     work = open_work_dir(cfg.work)
-    work.write_config(command, cfg.to_yaml())
-    executor = make_executor(cfg.executor, ray_address=cfg.ray_address, workers=cfg.workers or None,
-                             retries=cfg.retries, show_progress=cfg.progress)
-    return executor.run(stage, work)
+    with locked(work, f"lait {command}"):
+        executor = make_executor(cfg.executor, ray_address=cfg.ray_address, workers=cfg.workers or None,
+                                 retries=cfg.retries, show_progress=cfg.progress, force=cfg.force)
+        report = executor.run(stage, work)
+        record_run(work, command, cfg, [report])
+    return report
+
+
+def record_run(work: WorkDir, command: str, cfg: Config, reports: list[RunReport]) -> None:
+    """`_configs/`: the run's settings in the history with what it redid and why; as the
+    directory's current settings only when every partition ended up made with them."""
+    ok = all(r.ok for r in reports)
+    redone = {"redone": {r.stage: len(r.done) for r in reports}, "why": [line for r in reports for line in r.plan],
+              "complete": ok}
+    failed = {r.stage: sorted(r.failed) for r in reports if r.failed}
+    if failed:
+        redone["failed"] = failed
+    work.write_config(command, cfg.to_yaml(), latest=ok, redone=redone)

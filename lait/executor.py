@@ -16,7 +16,8 @@ from typing import Any
 
 from lait.log import progress
 from lait.parts import WorkDir
-from lait.stage import RunReport, Stage, run_part
+from lait.fingerprint import Fingerprint
+from lait.stage import RunReport, Stage, run_part, start_report
 
 log = logging.getLogger(__name__)
 
@@ -35,32 +36,24 @@ class LocalExecutor:
     """
 
     def __init__(self, workers: int | None = None, retries: int = 2, *, show_progress: bool = True,
-                 start_method: str = "fork"):
+                 start_method: str = "fork", force: bool = False):
         self.workers = max(1, workers or os.cpu_count() or 1)
         self.retries = retries
         self.show_progress = show_progress
         self.start_method = start_method
+        self.force = force
 
     def run(self, stage: Stage, work: WorkDir | str, partitions: Sequence[int] | None = None) -> RunReport:
         work = work if isinstance(work, WorkDir) else WorkDir(work)
         work.clean_temp()
-        todo = sorted(stage.partitions(work) if partitions is None else partitions)
-        report = RunReport(stage.name)
-        pending = []
-        done = work.done_partitions(stage.name)
-        for p in todo:
-            if p in done:
-                report.skipped.append(p)
-            else:
-                pending.append(p)
-        if report.skipped:
-            log.info("%s: %d of %d partitions already done", stage.name, len(report.skipped), len(todo))
+        report, plan = start_report(stage, work, partitions, force=self.force)
+        pending = plan.pending
         bar = progress(total=len(pending), desc=stage.name, unit="part", disable=not self.show_progress)
         try:
             if self.workers == 1 or len(pending) <= 1:
-                self._run_inline(stage, work.url, pending, report, bar)
+                self._run_inline(stage, work.url, pending, plan.fingerprints, report, bar)
             else:
-                self._run_pool(stage, work.url, pending, report, bar)
+                self._run_pool(stage, work.url, pending, plan.fingerprints, report, bar)
         finally:
             bar.close()
         return report.finish()
@@ -70,11 +63,12 @@ class LocalExecutor:
         report.stats.append(stats)
         bar.update(1)
 
-    def _run_inline(self, stage: Stage, root: str, pending: list[int], report: RunReport, bar: Any) -> None:
+    def _run_inline(self, stage: Stage, root: str, pending: list[int], fingerprints: dict[int, Fingerprint],
+                    report: RunReport, bar: Any) -> None:
         for p in pending:
             for attempt in range(self.retries + 1):
                 try:
-                    self._record(report, p, run_part(stage, root, p), bar)
+                    self._record(report, p, run_part(stage, root, p, fingerprints[p]), bar)
                     break
                 except Exception as exc:  # one bad partition must not stop the others
                     log.warning("%s partition %05d attempt %d failed: %r", stage.name, p, attempt + 1, exc)
@@ -82,7 +76,8 @@ class LocalExecutor:
                         report.failed[p] = _format_exc(exc)
                         bar.update(1)
 
-    def _run_pool(self, stage: Stage, root: str, pending: list[int], report: RunReport, bar: Any) -> None:
+    def _run_pool(self, stage: Stage, root: str, pending: list[int], fingerprints: dict[int, Fingerprint],
+                  report: RunReport, bar: Any) -> None:
         attempts = dict.fromkeys(pending, 0)
         queue = list(pending)
         ctx = multiprocessing.get_context(self.start_method)
@@ -93,7 +88,7 @@ class LocalExecutor:
                 while (queue or futures) and not broken:
                     while queue and len(futures) < 2 * self.workers:
                         p = queue.pop(0)
-                        futures[pool.submit(run_part, stage, root, p)] = p
+                        futures[pool.submit(run_part, stage, root, p, fingerprints[p])] = p
                     finished, _ = wait(futures, return_when=FIRST_COMPLETED)
                     for fut in finished:
                         p = futures.pop(fut)

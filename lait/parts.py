@@ -9,7 +9,9 @@ Layout of a work directory::
     WORK/_configs/COMMAND.yaml         # resolved config of the last run of COMMAND
 
 A partition of a table is the union of its parts, read in file-name order, so several writers
-(crawler processes, or stage tasks that re-partition) can add to the same partition.
+(crawler processes, or stage tasks that re-partition) can add to the same partition. A writer
+writes through one `PartitionedWriter` (one open part per table and partition, all under its
+tag); the crawler's `RollingPartitionedWriter` commits its parts as they grow.
 
 WORK is a local folder or an object storage URL such as `s3://bucket/prefix` (see
 `lait.storage`): `WorkDir.root` is a `Path` or a `RemotePath`, and every file operation here
@@ -25,13 +27,18 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import datetime, timezone
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import yaml
 
 from lait import storage
+from lait.reasons import check as check_reason
 from lait.schemas import get_table
 from lait.storage import Location, RemotePath
 
@@ -77,6 +84,11 @@ def validate_rows(rows: Iterable[Mapping[str, Any]], schema: pa.Schema) -> list[
             raise ValueError(f"missing required columns {missing} in row {_short(row)}")
         out.append(row)
     return out
+
+
+def row_bytes(row: Mapping[str, Any]) -> int:
+    """Bytes of a row's str and bytes values: what buffer limits count."""
+    return sum(len(v) for v in row.values() if isinstance(v, (bytes, str)))
 
 
 def _short(row: Mapping[str, Any]) -> str:
@@ -126,7 +138,7 @@ class PartWriter:
 
     def write(self, row: Mapping[str, Any]) -> None:
         self._buffer.append(row)
-        self._buffer_bytes += sum(len(v) for v in row.values() if isinstance(v, (bytes, str)))
+        self._buffer_bytes += row_bytes(row)
         if len(self._buffer) >= self.row_group_rows or self._buffer_bytes >= self.row_group_bytes:
             self._flush()
 
@@ -339,13 +351,199 @@ class WorkDir:
         else:
             storage.remove(self.marker_path(stage, partition))
 
-    def done_stats(self, stage: str) -> list[dict[str, Any]]:
+    def markers(self, stage: str) -> dict[int, dict[str, Any]]:
+        """Every completion marker of a stage by partition (stats and fingerprint)."""
         files = sorted((p for p in storage.list_dir(self.root / "_done" / stage)
-                        if re.fullmatch(r"p.*\.json", p.name)), key=lambda p: p.name)
-        return [json.loads(b) for b in storage.read_many(files)]
+                        if re.fullmatch(r"p\d{5}\.json", p.name)), key=lambda p: p.name)
+        return {int(f.name[1:6]): json.loads(b) for f, b in zip(files, storage.read_many(files))}
+
+    def done_stats(self, stage: str) -> list[dict[str, Any]]:
+        return list(self.markers(stage).values())
 
     # -- configs ---------------------------------------------------------------------------
-    def write_config(self, command: str, text: str) -> Location:
+    def write_config(self, command: str, text: str, *, latest: bool = True,
+                     redone: Mapping[str, Any] | None = None) -> Location:
+        """Record a run's resolved settings: `_configs/history/TIME-COMMAND.yaml` always, with
+        what the run redid and why; `_configs/COMMAND.yaml` (the settings the data was last
+        built with) only when `latest`, i.e. when the run completed."""
+        now = datetime.now(timezone.utc)
+        entry = f"# {command} at {now.isoformat(timespec='seconds')}\n"
+        if redone is not None:
+            entry += "".join(f"# {line}\n" for line in yaml.safe_dump(dict(redone), sort_keys=False).splitlines())
+        stamp = now.strftime("%Y%m%dT%H%M%S.%fZ")
+        atomic_write_bytes(self.root / "_configs" / "history" / f"{stamp}-{command}.yaml", (entry + text).encode())
         path = self.root / "_configs" / f"{command}.yaml"
-        atomic_write_bytes(path, text.encode())
+        if latest:
+            atomic_write_bytes(path, text.encode())
         return path
+
+    def config_history(self) -> list[Location]:
+        """Every recorded run, oldest first."""
+        return sorted(storage.list_dir(self.root / "_configs" / "history"), key=lambda p: p.name)
+
+
+class PartitionedWriter:
+    """Everything one writer adds to a work directory: one open `PartWriter` per (table,
+    partition), made on first use, every part under the same tag.
+
+    Every writer of lait's tables is one of these: a stage task (`lait.stage.PartContext`), an
+    archive being ingested, the crawler (`RollingPartitionedWriter`), the build's global pass,
+    the near-duplicate step. `reject` is the one way a row reaches `rejected/`: its reason
+    must be registered in `lait.reasons`. `close` commits every open part and returns the rows
+    written per table; `abort` discards the open ones. As a context manager it closes on
+    success and aborts on an exception.
+    """
+
+    def __init__(self, work: WorkDir, tag: str, *, row_group_rows: int = 2048,
+                 row_group_bytes: int = 8 << 20, extra_stats: Mapping[str, Any] | None = None):
+        self.work = work
+        self.tag = tag
+        self._part_options = {"row_group_rows": row_group_rows, "row_group_bytes": row_group_bytes,
+                              "extra_stats": extra_stats}
+        self._open: dict[tuple[str, int], PartWriter] = {}
+        self._committed: set[tuple[str, int]] = set()
+        self.rows: Counter[str] = Counter()  # rows of the committed parts, per table
+
+    def partition_of(self, key: str) -> int:
+        """The partition of a key (an image or page URL) in this work directory."""
+        return partition_of(key, self.work.n_partitions)
+
+    def writer(self, table: str, partition: int) -> PartWriter:
+        """The open part of (table, partition), made now if there is none."""
+        w = self._open.get((table, partition))
+        if w is None:
+            tag = self._new_tag(table, partition)
+            w = self._open[(table, partition)] = self.work.writer(table, partition, tag, **self._part_options)
+        return w
+
+    def _new_tag(self, table: str, partition: int) -> str:
+        if (table, partition) in self._committed:  # a second part under the tag would replace it
+            raise RuntimeError(f"{table} partition {partition} of {self.tag} is already committed")
+        return self.tag
+
+    def write(self, table: str, partition: int, row: Mapping[str, Any]) -> None:
+        self.writer(table, partition).write(row)
+
+    def reject(self, reason: str, partition: int, *, image_url: str | None = None,
+               page_url: str | None = None, text: str | None = None, detail: Any = None) -> str:
+        """Write a dropped row into `rejected/` with its registered `stage/rule` reason."""
+        self.write("rejected", partition, {
+            "reason": check_reason(reason), "image_url": image_url, "page_url": page_url, "text": text,
+            "detail": None if detail is None else str(detail)[:1000]})
+        return reason
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes waiting in the open parts' buffers."""
+        return sum(w.buffered_bytes for w in self._open.values())
+
+    def commit(self, table: str, partition: int) -> dict[str, Any] | None:
+        """Close the open part of (table, partition); its stats, or None when it had no row."""
+        w = self._open.pop((table, partition))
+        self._committed.add((table, partition))
+        stats = w.close()
+        if stats is not None:
+            self.rows[table] += stats["rows"]
+        return stats
+
+    def close(self) -> dict[str, int]:
+        """Commit every open part; returns the rows written per table (tables with rows only)."""
+        for key in sorted(self._open):
+            self.commit(*key)
+        return dict(sorted(self.rows.items()))
+
+    def abort(self) -> None:
+        """Discard the open parts (committed ones stay)."""
+        for w in self._open.values():
+            if not w.closed:
+                w.abort()
+        self._open.clear()
+
+    def __enter__(self) -> PartitionedWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+class RollingPartitionedWriter(PartitionedWriter):
+    """A `PartitionedWriter` for a long-running writer (the crawler): parts are committed as
+    they go, so that what is committed survives a kill.
+
+    Each part gets the next tag `TAG-00001`, `TAG-00002`, ...; a part is committed when it
+    holds `part_rows` rows or `part_bytes` bytes, and every part is committed every
+    `part_seconds` seconds. The open parts' buffers share a cap, `buffer_bytes`: past it, the
+    fullest buffers are written out as (smaller) row groups until half of it remains.
+    `on_event(name)` hears `parts_committed` and `buffer_flushes`.
+    """
+
+    def __init__(self, work: WorkDir, tag: str, *, part_rows: int, part_bytes: int, part_seconds: float,
+                 buffer_bytes: int = 32 << 20, on_event: Callable[[str], None] | None = None, **part_options: Any):
+        super().__init__(work, tag, **part_options)
+        self.part_rows = part_rows
+        self.part_bytes = part_bytes
+        self.part_seconds = part_seconds
+        self.buffer_bytes = buffer_bytes
+        self.on_event = on_event
+        self._seq = 0
+        self._sizes: dict[tuple[str, int], list[int]] = {}  # rows and bytes of each open part
+        self._buffered = 0  # an upper bound of the open parts' buffered bytes
+        self._last_commit = time.monotonic()
+
+    def _new_tag(self, table: str, partition: int) -> str:
+        self._seq += 1
+        self._sizes[(table, partition)] = [0, 0]
+        return f"{self.tag}-{self._seq:05d}"
+
+    def write(self, table: str, partition: int, row: Mapping[str, Any]) -> None:
+        super().write(table, partition, row)
+        size = row_bytes(row)
+        sizes = self._sizes[(table, partition)]
+        sizes[0] += 1
+        sizes[1] += size
+        if sizes[0] >= self.part_rows or sizes[1] >= self.part_bytes:
+            self.commit(table, partition)
+        else:
+            self._buffered += size
+            if self._buffered > self.buffer_bytes:
+                self._flush_fullest()
+        if time.monotonic() - self._last_commit >= self.part_seconds:
+            self.commit_all()
+
+    def _flush_fullest(self) -> None:
+        """Bring the open parts' buffers together under half of `buffer_bytes`."""
+        writers = sorted(self._open.values(), key=lambda w: w.buffered_bytes)
+        total = sum(w.buffered_bytes for w in writers)
+        while writers and total > self.buffer_bytes // 2:
+            writer = writers.pop()
+            total -= writer.buffered_bytes
+            writer.flush()
+            self._event("buffer_flushes")
+        self._buffered = total
+
+    def commit(self, table: str, partition: int) -> dict[str, Any] | None:
+        self._sizes.pop((table, partition), None)
+        path = self._open[(table, partition)].path
+        stats = super().commit(table, partition)
+        if stats:
+            self._event("parts_committed")
+            log.debug("committed %s (%d rows)", path.name, stats["rows"])
+        return stats
+
+    def commit_all(self) -> None:
+        """Commit every open part, so that everything written so far is durable."""
+        for key in list(self._open):
+            self.commit(*key)
+        self._buffered = 0
+        self._last_commit = time.monotonic()
+
+    def close(self) -> dict[str, int]:
+        self.commit_all()
+        return dict(sorted(self.rows.items()))
+
+    def _event(self, name: str) -> None:
+        if self.on_event is not None:
+            self.on_event(name)

@@ -23,7 +23,7 @@ from typing import Any
 from lait.log import progress
 from lait.memory import arrow_env
 from lait.parts import WorkDir
-from lait.stage import RunReport, Stage, run_part
+from lait.stage import RunReport, Stage, run_part, start_report
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +47,9 @@ class RayExecutor:
 
     def __init__(self, address: str | None = None, retries: int = 2, *, workers: int | None = None,
                  show_progress: bool = True, max_in_flight: int | None = None,
-                 init_kwargs: dict[str, Any] | None = None):
+                 init_kwargs: dict[str, Any] | None = None, force: bool = False):
         self.address = address
+        self.force = force
         self.retries = retries
         self.workers = workers
         self.show_progress = show_progress
@@ -70,11 +71,8 @@ class RayExecutor:
         ray = self._connect()
         work = work if isinstance(work, WorkDir) else WorkDir(work)
         work.clean_temp()
-        todo = sorted(stage.partitions(work) if partitions is None else partitions)
-        report = RunReport(stage.name)
-        done = work.done_partitions(stage.name)
-        pending = [p for p in todo if p not in done]
-        report.skipped = [p for p in todo if p not in set(pending)]
+        report, plan = start_report(stage, work, partitions, force=self.force)
+        pending = plan.pending
         root = work.url
         submit = self._submitter(ray, stage)
         cpus = int(ray.cluster_resources().get("CPU", 1))
@@ -86,7 +84,7 @@ class RayExecutor:
             while queue or in_flight:
                 while queue and len(in_flight) < limit:
                     p = queue.pop(0)
-                    in_flight[submit(root, p)] = p
+                    in_flight[submit(root, p, plan.fingerprints[p])] = p
                 ready, _ = ray.wait(list(in_flight), num_returns=1)
                 for ref in ready:
                     p = in_flight.pop(ref)
@@ -113,7 +111,7 @@ class RayExecutor:
             runtime_env=_worker_env(),
         )
         stage_ref = ray.put(stage)
-        return lambda root, p: task.remote(stage_ref, root, p)
+        return lambda root, p, fp: task.remote(stage_ref, root, p, fp)
 
     def _gpu_actor_submitter(self, ray: Any, stage: Stage, gpus: int) -> Any:
         @ray.remote(num_gpus=1, max_restarts=self.retries, max_task_retries=self.retries,
@@ -124,10 +122,10 @@ class RayExecutor:
             def __init__(self, stage: Stage):
                 self.stage = stage
 
-            def run(self, root: str, partition: int) -> dict[str, Any]:
-                return run_part(self.stage, root, partition)
+            def run(self, root: str, partition: int, fingerprint: Any) -> dict[str, Any]:
+                return run_part(self.stage, root, partition, fingerprint)
 
         actors = [PartRunner.remote(stage) for _ in range(gpus)]
         counter = iter(range(1 << 62))
         log.info("%s: %d GPU actors", stage.name, len(actors))
-        return lambda root, p: actors[next(counter) % len(actors)].run.remote(root, p)
+        return lambda root, p, fp: actors[next(counter) % len(actors)].run.remote(root, p, fp)

@@ -4,6 +4,11 @@ A `Stage` is a picklable object (its config plus code) that every executor calls
 `lait.executor.run_part`. Inside `Stage.process` it reads its input partition and writes
 through a `PartContext`, which owns the output parts, the `rejected/` part and the counters,
 so every stage gets atomic outputs, reasons for every drop and a stats funnel for free.
+
+A row is dropped in one of two ways, both ending in `PartContext.reject` with a reason
+registered in `lait.reasons`: a `Filter` applied with `PartContext.apply_filters`, or, for a
+rule that is not a test of one record, a call to `reject` (deep inside a decoder, a `Rejected`
+exception carries the rule up to the loop that calls it).
 """
 
 from __future__ import annotations
@@ -16,8 +21,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from lait.fingerprint import Fingerprint, RunPlan, plan_run
 from lait.memory import apply_memory_settings, release_free_memory
-from lait.parts import PartWriter, WorkDir
+from lait.parts import PartitionedWriter, PartWriter, WorkDir
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +43,16 @@ class Filter(ABC):
     def keep(self, record: Any) -> KeepResult: ...
 
 
+class Rejected(Exception):
+    """A record dropped deep inside a step; the loop over records passes `rule` and `detail`
+    to `PartContext.reject`."""
+
+    def __init__(self, rule: str, detail: str = ""):
+        super().__init__(f"{rule}: {detail}")
+        self.rule = rule
+        self.detail = detail
+
+
 def task_tag(stage: str, partition: int) -> str:
     """Tag of the parts a stage task writes: rerunning the task replaces exactly these."""
     return f"{stage}{partition:05d}"
@@ -45,23 +61,19 @@ def task_tag(stage: str, partition: int) -> str:
 class PartContext:
     """What a stage task writes to: output parts per (table, partition), rejects, counters."""
 
-    def __init__(self, work: WorkDir, stage: str, partition: int):
+    def __init__(self, work: WorkDir, stage: str, partition: int, fingerprint: str | None = None):
         self.work = work
         self.stage = stage
         self.partition = partition
         self.tag = task_tag(stage, partition)
         self.counters: Counter[str] = Counter()
-        self._writers: dict[tuple[str, int], PartWriter] = {}
+        # Every part carries the digest of the task that wrote it: what its readers fingerprint.
+        self.parts = PartitionedWriter(work, self.tag, extra_stats={
+            "stage": stage, "input_partition": partition, "fingerprint": fingerprint})
 
     def output(self, table: str, partition: int | None = None) -> PartWriter:
         """Writer for `table`, in this task's partition unless another is given (re-partitioning)."""
-        key = (table, self.partition if partition is None else partition)
-        w = self._writers.get(key)
-        if w is None:
-            w = self._writers[key] = self.work.writer(
-                table, key[1], self.tag, extra_stats={"stage": self.stage, "input_partition": self.partition}
-            )
-        return w
+        return self.parts.writer(table, self.partition if partition is None else partition)
 
     def write(self, table: str, row: Mapping[str, Any], partition: int | None = None) -> None:
         self.output(table, partition).write(row)
@@ -69,12 +81,11 @@ class PartContext:
 
     def reject(self, rule: str, *, image_url: str | None = None, page_url: str | None = None,
                text: str | None = None, detail: str | None = None) -> None:
-        """Record a dropped row with the reason `STAGE/RULE`."""
+        """Record a dropped row with the reason `STAGE/RULE` (or `rule` itself when it holds a
+        slash); ValueError when the reason is not registered in `lait.reasons`."""
         reason = rule if "/" in rule else f"{self.stage}/{rule}"
-        self.output("rejected").write(
-            {"reason": reason, "image_url": image_url, "page_url": page_url, "text": text,
-             "detail": None if detail is None else str(detail)[:1000]}
-        )
+        self.parts.reject(reason, self.partition, image_url=image_url, page_url=page_url, text=text,
+                          detail=detail)
         self.counters[reason] += 1
 
     def count(self, name: str, n: int = 1) -> None:
@@ -98,19 +109,12 @@ class PartContext:
 
     def close(self) -> dict[str, Any]:
         """Finish every output part; returns the task's stats."""
-        outputs = {}
-        for (table, part), w in sorted(self._writers.items()):
-            stats = w.close()
-            if stats is not None:
-                outputs.setdefault(table, 0)
-                outputs[table] += stats["rows"]
+        outputs = self.parts.close()
         return {"stage": self.stage, "partition": self.partition, "outputs": outputs,
                 "counters": dict(sorted(self.counters.items()))}
 
     def abort(self) -> None:
-        for w in self._writers.values():
-            if not w.closed:
-                w.abort()
+        self.parts.abort()
 
 
 class Stage(ABC):
@@ -124,27 +128,55 @@ class Stage(ABC):
     name: ClassVar[str]
     input_table: ClassVar[str]
     output_tables: ClassVar[tuple[str, ...]]
+    # Other tables a task reads in its own partition (stage 4 joins images_ok/ to candidates/).
+    extra_inputs: ClassVar[tuple[str, ...]] = ()
+    # The version of the stage's rules: bump it when a change of code changes what the stage
+    # writes, so that finished partitions are redone (see `lait.fingerprint`).
+    version: ClassVar[int] = 1
 
     def partitions(self, work: WorkDir) -> list[int]:
         return work.partitions(self.input_table)
+
+    def input_tables(self) -> tuple[str, ...]:
+        return (self.input_table, *self.extra_inputs)
+
+    def settings(self) -> dict[str, Any]:
+        """The settings that can change this stage's output: by default those of its `cfg`
+        that are not marked `run` (worker counts, batch sizes, progress bars)."""
+        cfg = getattr(self, "cfg", None)
+        return cfg.output_settings() if cfg is not None else {}
+
+    def global_inputs(self, work: WorkDir) -> dict[str, Any]:
+        """Digests of what every task reads besides its partition (a codebook); {} by default."""
+        return {}
 
     @abstractmethod
     def process(self, ctx: PartContext) -> None: ...
 
 
-def run_part(stage: Stage, work_root: str, partition: int) -> dict[str, Any]:
+def run_part(stage: Stage, work_root: str, partition: int, fingerprint: Fingerprint | None = None
+             ) -> dict[str, Any]:
     """Process one partition of `stage` in `work_root`; the only entry point of every executor.
+
+    The executor decided the partition needs doing (`lait.fingerprint.plan_run`) and passes
+    the fingerprint it computed; called without one, the task checks for itself and returns
+    `skipped` when its marker is current. Whatever an earlier attempt left under the task's tag
+    is removed first, the marker (with the fingerprint) is written last.
 
     `work_root` is a path or URL (`WorkDir.url`), not a WorkDir: each worker process opens its
     own, so no filesystem connection crosses a fork or a pickle."""
     apply_memory_settings()  # spawned and Ray workers start with glibc's and Arrow's defaults
     work = WorkDir(work_root)
-    if work.is_done(stage.name, partition):
-        return {"stage": stage.name, "partition": partition, "skipped": True}
+    if fingerprint is None:
+        plan = plan_run(stage, work, [partition])
+        if not plan.pending:
+            return {"stage": stage.name, "partition": partition, "skipped": True}
+        fingerprint = plan.fingerprints[partition]
     tag = task_tag(stage.name, partition)
+    work.clear_done(stage.name, partition)  # a stale marker must not outlive a failed redo
     for table in (*stage.output_tables, "rejected"):
         work.remove_parts(table, tag)
-    ctx = PartContext(work, stage.name, partition)
+    ctx = PartContext(work, stage.name, partition, fingerprint.digest)
     start = time.perf_counter()
     try:
         stage.process(ctx)
@@ -155,6 +187,7 @@ def run_part(stage: Stage, work_root: str, partition: int) -> dict[str, Any]:
     finally:
         release_free_memory()  # the next partition of this worker starts from what is live
     stats["seconds"] = round(time.perf_counter() - start, 3)
+    stats["fingerprint"] = fingerprint.to_json()
     work.mark_done(stage.name, partition, stats)
     return stats
 
@@ -165,9 +198,10 @@ class RunReport:
 
     stage: str
     done: list[int] = field(default_factory=list)
-    skipped: list[int] = field(default_factory=list)
+    skipped: list[int] = field(default_factory=list)  # up to date: nothing to redo
     failed: dict[int, str] = field(default_factory=dict)
     stats: list[dict[str, Any]] = field(default_factory=list)
+    plan: list[str] = field(default_factory=list)  # what was redone and why, one line per cause
 
     @property
     def ok(self) -> bool:
@@ -181,7 +215,20 @@ class RunReport:
         return self
 
     def summary(self) -> str:
-        s = f"{self.stage}: {len(self.done)} done, {len(self.skipped)} already done, {len(self.failed)} failed"
+        s = f"{self.stage}: {len(self.done)} done, {len(self.skipped)} up to date, {len(self.failed)} failed"
         for p, err in sorted(self.failed.items()):
             s += f"\n  partition {p:05d} failed: {err.strip().splitlines()[-1] if err.strip() else err}"
         return s
+
+
+def start_report(stage: Stage, work: WorkDir, partitions: Sequence[int] | None, *,
+                 force: bool = False) -> tuple[RunReport, RunPlan]:
+    """What every executor does first: find the partitions to (re)do and say why, one line
+    per cause (`filter: min_side 300 -> 100: redoing 16 of 16 partitions`)."""
+    plan = plan_run(stage, work, partitions, force=force)
+    report = RunReport(stage.name, skipped=list(plan.current), plan=plan.lines())
+    for line in report.plan:
+        log.info(line)
+    if plan.current and not plan.pending:
+        log.info("%s: all %d partitions up to date", stage.name, len(plan.current))
+    return report, plan

@@ -14,24 +14,24 @@ class ScoreConfig(StageConfig):
 
     section = "score"
 
-    workers: int = setting(1, "scoring processes; one uses every CPU core, use one per GPU on a multi-GPU host")
+    workers: int = setting(1, "scoring processes; one uses every CPU core, use one per GPU on a multi-GPU host", run=True)
     model: str = setting("ViT-B-32", "open_clip architecture (ViT-B-32, ...), 'local-dir:PATH', 'hf-hub:ORG/REPO', "
                          "or 'demo' for the offline demo scorer of the built-in web")
     pretrained: str = setting("", "open_clip pretrained tag, e.g. laion2b_s34b_b79k (downloaded into --cache-dir)")
     checkpoint: str = setting("", "local weights file (.safetensors, .pt, .bin) for --model, instead of a tag")
     model_config: str = setting("", "JSON model config in open_clip's model_configs format (for small custom "
                                 "models); its file name without .json becomes the model name")
-    cache_dir: str = setting("", "where open_clip keeps downloaded weights (default: its own cache)")
+    cache_dir: str = setting("", "where open_clip keeps downloaded weights (default: its own cache)", run=True)
     allow_random_init: bool = setting(False, "allow a model without weights (tests and benchmarks only)")
     device: str = setting("auto", "cpu, cuda, cuda:N, or auto (cuda when present; worker k takes GPU k)")
     precision: str = setting("auto", "auto (bf16 autocast on CUDA, fp32 on CPU), fp32 or bf16",
                              choices=["auto", "fp32", "bf16"])
-    batch_size: int = setting(128, "images per model batch")
-    text_batch_size: int = setting(256, "texts per model batch")
+    batch_size: int = setting(128, "images per model batch", run=True)
+    text_batch_size: int = setting(256, "texts per model batch", run=True)
     threads: int = setting(0, "CPU threads of each scoring process (0: the machine's cores divided by "
                            "--workers); fixed, so that scores do not depend on the executor, whose "
-                           "workers would otherwise start with different thread counts")
-    loader_workers: int = setting(2, "processes decoding and resizing images beside the model (0: inline)")
+                           "workers would otherwise start with different thread counts", run=True)
+    loader_workers: int = setting(2, "processes decoding and resizing images beside the model (0: inline)", run=True)
     fast_decode: bool = setting(True, "let JPEG decoding downscale by 2/4/8 when the image is much larger "
                                 "than the model input (faster; pixels differ slightly from a full decode)")
     regions: bool = setting(False, "also store the visual tower's patch features as region tokens, with "
@@ -45,8 +45,8 @@ class ScoreConfig(StageConfig):
     near_dup_k: int = setting(16, "neighbours searched per image for near-duplicates")
     seed: int = setting(0, "seed of the codebook sample and k-means")
     demo_dir: str = setting("", "folder of the demo scorer for --model demo (default: $LAIT_CACHE/demo-scorer-v1, "
-                            "$LAIT_CACHE defaulting to ~/.cache/lait); built there on first use")
-    build_demo_model: bool = setting(False, "only build (or find) the offline demo scorer and print its folder")
+                            "$LAIT_CACHE defaulting to ~/.cache/lait); built there on first use", run=True)
+    build_demo_model: bool = setting(False, "only build (or find) the offline demo scorer and print its folder", run=True)
 
     def validate(self) -> None:
         if self.build_demo_model:

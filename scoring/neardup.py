@@ -13,7 +13,7 @@ import logging
 
 import numpy as np
 
-from lait.parts import WorkDir, partition_of
+from lait.parts import PartitionedWriter, WorkDir
 from lait.arrays import stack_embs
 
 log = logging.getLogger(__name__)
@@ -43,8 +43,9 @@ def find_near_dups(urls: list[str], embs: np.ndarray, threshold: float, k: int) 
     return sorted((a, b, s) for (a, b), s in pairs.items())
 
 
-def write_near_dups(work: WorkDir, threshold: float, k: int) -> int:
-    """Recompute `near_dups/` from every `image_embs/` partition; returns the number of pairs."""
+def write_near_dups(work: WorkDir, threshold: float, k: int, fingerprint: str | None = None) -> int:
+    """Recompute `near_dups/` from every `image_embs/` partition; returns the number of pairs.
+    `fingerprint` (the step's digest) goes into the parts' stats, for the readers' fingerprints."""
     urls: list[str] = []
     chunks = []
     for p in work.partitions("image_embs"):
@@ -53,13 +54,8 @@ def write_near_dups(work: WorkDir, threshold: float, k: int) -> int:
         chunks.append(stack_embs(t))
     pairs = find_near_dups(urls, np.concatenate(chunks) if chunks else np.zeros((0, 1)), threshold, k)
     work.remove_parts("near_dups", TAG)
-    writers = {}
-    for a, b, s in pairs:
-        p = partition_of(a, work.n_partitions)
-        if p not in writers:
-            writers[p] = work.writer("near_dups", p, TAG)
-        writers[p].write({"image_url_a": a, "image_url_b": b, "cosine": s})
-    for w in writers.values():
-        w.close()
+    with PartitionedWriter(work, TAG, extra_stats={"fingerprint": fingerprint}) as parts:
+        for a, b, s in pairs:
+            parts.write("near_dups", parts.partition_of(a), {"image_url_a": a, "image_url_b": b, "cosine": s})
     log.info("score: %d near-duplicate image pairs among %d images (cosine >= %.3f)", len(pairs), len(urls), threshold)
     return len(pairs)

@@ -15,21 +15,22 @@ import logging
 import os
 
 from lait import storage
-from lait.drivers import open_work_dir
+from lait.drivers import open_work_dir, record_run
+from lait.fingerprint import NEW, global_fingerprint, global_step_cause
+from lait.lock import locked
 from lait.config import ConfigError
 from lait.stage import RunReport
 from lait.parts import WorkDir
 from lait.scoring.config import ScoreConfig
 from lait.scoring.model import get_scorer, load_scorer, pick_device
 from lait.scoring.neardup import write_near_dups
-from lait.scoring.regions import RegionLabelStage, train_codebook
+from lait.scoring.regions import CODEBOOK_DIR, CODEBOOK_STEP_NAME, RegionLabelStage, train_codebook
 from lait.scoring.stage import ScoreStage
-from lait.scoring.regions import CODEBOOK_DIR
 
 log = logging.getLogger(__name__)
 
 NEAR_DUPS_STEP = "score_near_dups"
-CODEBOOK_STEP = "score_codebook"
+CODEBOOK_STEP = CODEBOOK_STEP_NAME
 
 
 def preflight(cfg: ScoreConfig) -> None:
@@ -47,7 +48,7 @@ def make_stage_executor(cfg: ScoreConfig, workers: int | None = None):
     from lait.executor import make_executor
 
     n = workers or cfg.workers or os.cpu_count() or 1
-    kwargs = {"workers": n, "retries": cfg.retries, "show_progress": cfg.progress}
+    kwargs = {"workers": n, "retries": cfg.retries, "show_progress": cfg.progress, "force": cfg.force}
     if cfg.executor == "local":
         kwargs["start_method"] = "spawn" if n > 1 else "fork"
     else:
@@ -62,32 +63,53 @@ def score_work(cfg: ScoreConfig) -> RunReport:
     """Run stage 4 and its global steps over `cfg.work`; returns the scoring run's report."""
     work = open_work_dir(cfg.work, initialized=True)
     preflight(cfg)
-    work.write_config("score", cfg.to_yaml())
-    report = make_stage_executor(cfg).run(ScoreStage(cfg), work)
-    if not report.ok:
-        return report
-    rescored = bool(report.done)
-    if rescored or not work.is_done(NEAR_DUPS_STEP, 0):
-        work.clear_done(NEAR_DUPS_STEP, 0)
-        n = write_near_dups(work, cfg.near_dup_threshold, cfg.near_dup_k)
-        work.mark_done(NEAR_DUPS_STEP, 0, {"pairs": n, "threshold": cfg.near_dup_threshold})
-    if cfg.regions:
-        labels = run_region_labels(work, cfg, force=rescored)
-        report.failed.update(labels.failed)
+    with locked(work, "lait score"):
+        report = make_stage_executor(cfg).run(ScoreStage(cfg), work)
+        reports = [report]
+        if report.ok:
+            near_dups_step(work, cfg, report)
+            if cfg.regions:
+                labels = run_region_labels(work, cfg, report)
+                report.failed.update(labels.failed)
+                reports.append(labels)
+        record_run(work, "score", cfg, reports)
     return report
 
 
-def run_region_labels(work: WorkDir, cfg: ScoreConfig, *, force: bool) -> RunReport:
-    """Train the codebook (when needed) and label every partition's regions with it."""
+def near_dups_step(work: WorkDir, cfg: ScoreConfig, report: RunReport) -> None:
+    """`near_dups/` over every image embedding, redone when an embedding part or a setting of
+    the step changed since it last ran."""
+    fp = global_fingerprint(work, NEAR_DUPS_STEP, {"near_dup_threshold": cfg.near_dup_threshold,
+                                                    "near_dup_k": cfg.near_dup_k}, ["image_embs"])
+    why = global_step_cause(work, fp, force=cfg.force)
+    if why is None:
+        return
+    if why != NEW:
+        report.plan.append(f"score: near-duplicates: {why}: redoing")
+        log.info(report.plan[-1])
+    work.clear_done(NEAR_DUPS_STEP, 0)
+    n = write_near_dups(work, cfg.near_dup_threshold, cfg.near_dup_k, fp.digest)
+    work.mark_done(NEAR_DUPS_STEP, 0, {"pairs": n, "fingerprint": fp.to_json()})
+
+
+def run_region_labels(work: WorkDir, cfg: ScoreConfig, report: RunReport) -> RunReport:
+    """Train the codebook (when its inputs or settings changed) and label every partition's
+    regions with it; the labels' fingerprints hold the codebook's, so a new one relabels all."""
     stage = RegionLabelStage()
-    if force or not work.is_done(CODEBOOK_STEP, 0):
+    fp = global_fingerprint(work, CODEBOOK_STEP, {k: getattr(cfg, k) for k in
+                                                  ("codebook_k", "codebook_sample", "codebook_iters", "seed")},
+                            ["regions"])
+    why = global_step_cause(work, fp, force=cfg.force)
+    if why is not None:
+        if why != NEW:
+            report.plan.append(f"score: codebook: {why}: redoing")
+            log.info(report.plan[-1])
         work.clear_done(CODEBOOK_STEP, 0)
-        work.clear_done(stage.name)
         centroids = train_codebook(work, cfg.codebook_k, cfg.codebook_sample, cfg.codebook_iters, cfg.seed)
         if centroids is None:
             log.warning("score: --regions is set but no region features were written")
             storage.remove_tree(work.root / CODEBOOK_DIR)
             return RunReport(stage.name)
-        work.mark_done(CODEBOOK_STEP, 0, {"k": int(centroids.shape[0])})
+        work.mark_done(CODEBOOK_STEP, 0, {"k": int(centroids.shape[0]), "fingerprint": fp.to_json()})
     # Labelling is light (nearest centroid, numpy only): one process is enough.
     return make_stage_executor(cfg, workers=1).run(stage, work)

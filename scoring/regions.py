@@ -12,6 +12,8 @@ import io
 import logging
 import math
 
+from typing import Any
+
 import numpy as np
 
 from lait import storage
@@ -23,6 +25,7 @@ log = logging.getLogger(__name__)
 
 # The k-means codebook of region features: WORK/score_codebook/centroids.npy + codebook.json.
 CODEBOOK_DIR = "score_codebook"
+CODEBOOK_STEP_NAME = "score_codebook"  # its completion marker: _done/score_codebook/
 
 
 def cell_grid(grid_h: int, grid_w: int, max_regions: int) -> tuple[int, int]:
@@ -128,6 +131,11 @@ class RegionLabelStage(Stage):
     name = "score_labels"
     input_table = "regions"
     output_tables = ("region_labels",)
+
+    def global_inputs(self, work: WorkDir) -> dict[str, Any]:
+        """Every partition reads the codebook: a new one relabels them all."""
+        marker = work.markers(CODEBOOK_STEP_NAME).get(0) or {}
+        return {"codebook": (marker.get("fingerprint") or {}).get("digest")}
 
     def process(self, ctx: PartContext) -> None:
         centroids = load_codebook(ctx.work)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -45,38 +46,59 @@ class ScoreStage(Stage):
 
     name = "score"
     input_table = "candidates"
+    extra_inputs = ("images_ok",)
     output_tables = ("scored", "image_embs", "text_embs", "regions")
+    # Settings of the global steps after the partitions (see lait.scoring.pipeline): changing
+    # them redoes those steps, not the scoring.
+    GLOBAL_SETTINGS = frozenset({"near_dup_threshold", "near_dup_k", "codebook_k", "codebook_sample",
+                                 "codebook_iters", "seed"})
 
     def __init__(self, cfg: ScoreConfig):
         self.cfg = cfg
+
+    def settings(self) -> dict[str, Any]:
+        return {k: v for k, v in self.cfg.output_settings().items() if k not in self.GLOBAL_SETTINGS}
 
     def process(self, ctx: PartContext) -> None:
         cfg = self.cfg
         set_threads(cfg)
         scorer = get_scorer(cfg)
-        work = ctx.work
+        pairs_by_image, text_ids = self._pairs(ctx)
+        if not pairs_by_image:
+            return
+        text_embs = self._encode_texts(ctx, scorer, list(text_ids))
+        image_embs, failed = self._encode_images(ctx, scorer, pairs_by_image)
+        self._write_scores(ctx, scorer, pairs_by_image, text_ids, text_embs, image_embs, failed)
 
-        # Candidates are small (texts only): hold the partition, image bytes are streamed.
+    def _pairs(self, ctx: PartContext) -> tuple[dict[str, list[tuple[str, dict, str | None]]], dict[str, int]]:
+        """(image URL -> [(page URL, text entry, licence)], text -> id) of the partition's candidates.
+
+        Candidates are small (texts only): the partition is held, image bytes are streamed."""
         pairs_by_image: dict[str, list[tuple[str, dict, str | None]]] = {}
         text_ids: dict[str, int] = {}
-        for row in work.iter_rows("candidates", ctx.partition):
+        for row in ctx.work.iter_rows("candidates", ctx.partition):
             for t in row["texts"]:
                 text = t["text"]
                 if not text:
                     continue
                 text_ids.setdefault(text, len(text_ids))
                 pairs_by_image.setdefault(row["image_url"], []).append((row["page_url"], t, row.get("license")))
-        n_pairs = sum(map(len, pairs_by_image.values()))
-        ctx.count("pairs", n_pairs)
+        ctx.count("pairs", sum(map(len, pairs_by_image.values())))
         ctx.count("distinct_texts", len(text_ids))
-        if not pairs_by_image:
-            return
+        return pairs_by_image, text_ids
 
-        texts = list(text_ids)
-        text_embs = scorer.encode_texts(texts, cfg.text_batch_size)
+    def _encode_texts(self, ctx: PartContext, scorer, texts: list[str]) -> np.ndarray:
+        """Each distinct text encoded once, written to `text_embs/`."""
+        text_embs = scorer.encode_texts(texts, self.cfg.text_batch_size)
         for text, emb in zip(texts, text_embs):
             ctx.write("text_embs", {"text": text, "dim": emb.shape[0], "emb": to_bytes(emb, "f2")})
+        return text_embs
 
+    def _encode_images(self, ctx: PartContext, scorer, pairs_by_image: dict
+                       ) -> tuple[dict[str, tuple[int, np.ndarray]], dict[str, str]]:
+        """Images decoded in worker processes while the model encodes earlier batches; writes
+        `image_embs/` (and `regions/`). Returns (URL -> (ref, embedding), URL -> decode error)."""
+        cfg = self.cfg
         image_embs: dict[str, tuple[int, np.ndarray]] = {}
         failed: dict[str, str] = {}
         decoder = ImageDecoder(scorer.preprocess_cfg, cfg.fast_decode)
@@ -101,7 +123,11 @@ class ScoreStage(Stage):
                 ctx.write("image_embs", {"image_url": url, "sha256": sha.get(url), "dim": emb.shape[0],
                                          "emb": to_bytes(emb, "f2")})
             ctx.count("images", len(batch.keys))
+        return image_embs, failed
 
+    def _write_scores(self, ctx: PartContext, scorer, pairs_by_image: dict, text_ids: dict[str, int],
+                      text_embs: np.ndarray, image_embs: dict, failed: dict[str, str]) -> None:
+        """One `scored/` row per pair; the pairs of an image that did not decode are rejected."""
         for url, pairs in pairs_by_image.items():
             if url in failed:
                 for page_url, t, _ in pairs:

@@ -104,39 +104,11 @@ def collate(
     """Pad, pair (ITM negatives by in-batch swaps), and mask tokens; regions are masked too when
     their features are already known (shard or pixel sources)."""
     b = len(examples)
-    # ITM negatives: sample i keeps its text and takes sample j's image (or the reverse).
-    image_index = torch.arange(b)
-    text_index = torch.arange(b)
-    itm = torch.ones(b, dtype=torch.long)
-    if itm_negative_prob > 0 and b > 1:
-        neg = torch.rand(b, generator=generator) < itm_negative_prob
-        other = (torch.arange(b) + torch.randint(1, b, (b,), generator=generator)) % b  # never i
-        if itm_negative == "image":
-            image_index = torch.where(neg, other, image_index)
-        elif itm_negative == "text":
-            text_index = torch.where(neg, other, text_index)
-        else:
-            raise ValueError(f"itm_negative must be 'image' or 'text', not {itm_negative!r}")
-        itm = (~neg).long()
-
-    texts = [examples[int(i)].token_ids[: max_text_len - 2] for i in text_index]
-    t = round_up(max(len(x) for x in texts) + 2)
-    ids = torch.full((b, t), special.pad, dtype=torch.long)
-    for row, toks in enumerate(texts):
-        ids[row, : len(toks) + 2] = torch.tensor([special.cls, *toks, special.sep])
+    # The draws happen in a fixed order (pairs, tokens, regions): a batch is a function of the seed.
+    image_index, text_index, itm = itm_pairs(b, generator, itm_negative_prob, itm_negative)
+    ids = pad_texts([examples[int(i)].token_ids for i in text_index], special, max_text_len)
     text_mask = ids != special.pad
-
-    # MLM: 15% of real tokens; 80% [MASK], 10% random, 10% kept. Every pair is masked alike, but
-    # only matching pairs get labels (conditional masking): masking positives only would let ITM
-    # read "has [MASK]" as "matches", and then fail on the unmasked pairs of retrieval.
-    maskable = text_mask & (ids != special.cls) & (ids != special.sep)
-    u = torch.rand(b, t, 2, generator=generator)
-    chosen = maskable & (u[..., 0] < mask_prob)
-    mlm_labels = torch.where(chosen & (itm[:, None] == 1), ids, torch.full_like(ids, IGNORE))
-    random_ids = torch.randint(0, special.vocab_size, (b, t), generator=generator)
-    input_ids = torch.where(chosen & (u[..., 1] < 0.8), torch.full_like(ids, special.mask), ids)
-    input_ids = torch.where(chosen & (u[..., 1] >= 0.8) & (u[..., 1] < 0.9), random_ids, input_ids)
-
+    input_ids, mlm_labels = mask_tokens(ids, text_mask, itm, special, generator, mask_prob)
     r = round_up(max_regions)
     batch = Batch(
         keys=[examples[int(i)].key for i in text_index],
@@ -154,6 +126,52 @@ def collate(
         feats, locs, valid, labels = pad_regions(sides, r)
         set_regions(batch, feats, locs, valid, labels, region_mask_prob)
     return batch
+
+
+def itm_pairs(b: int, generator: torch.Generator, negative_prob: float,
+              negative: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(image index, text index, ITM label) per row: with probability ``negative_prob`` row i keeps
+    its text and takes another sample's image (``negative="image"``), or the reverse."""
+    image_index = torch.arange(b)
+    text_index = torch.arange(b)
+    itm = torch.ones(b, dtype=torch.long)
+    if negative_prob > 0 and b > 1:
+        neg = torch.rand(b, generator=generator) < negative_prob
+        other = (torch.arange(b) + torch.randint(1, b, (b,), generator=generator)) % b  # never i
+        if negative == "image":
+            image_index = torch.where(neg, other, image_index)
+        elif negative == "text":
+            text_index = torch.where(neg, other, text_index)
+        else:
+            raise ValueError(f"itm_negative must be 'image' or 'text', not {negative!r}")
+        itm = (~neg).long()
+    return image_index, text_index, itm
+
+
+def pad_texts(token_ids: list[list[int]], special: SpecialTokens, max_text_len: int) -> torch.Tensor:
+    """[CLS] tokens [SEP], truncated to ``max_text_len`` and padded to a multiple of 8: [B,T]."""
+    texts = [toks[: max_text_len - 2] for toks in token_ids]
+    ids = torch.full((len(texts), round_up(max(len(x) for x in texts) + 2)), special.pad, dtype=torch.long)
+    for row, toks in enumerate(texts):
+        ids[row, : len(toks) + 2] = torch.tensor([special.cls, *toks, special.sep])
+    return ids
+
+
+def mask_tokens(ids: torch.Tensor, text_mask: torch.Tensor, itm: torch.Tensor, special: SpecialTokens,
+                generator: torch.Generator, mask_prob: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input ids, MLM labels). MLM: ``mask_prob`` of real tokens; 80% [MASK], 10% random, 10%
+    kept. Every pair is masked alike, but only matching pairs get labels (conditional masking):
+    masking positives only would let ITM read "has [MASK]" as "matches", and then fail on the
+    unmasked pairs of retrieval."""
+    b, t = ids.shape
+    maskable = text_mask & (ids != special.cls) & (ids != special.sep)
+    u = torch.rand(b, t, 2, generator=generator)
+    chosen = maskable & (u[..., 0] < mask_prob)
+    mlm_labels = torch.where(chosen & (itm[:, None] == 1), ids, torch.full_like(ids, IGNORE))
+    random_ids = torch.randint(0, special.vocab_size, (b, t), generator=generator)
+    input_ids = torch.where(chosen & (u[..., 1] < 0.8), torch.full_like(ids, special.mask), ids)
+    input_ids = torch.where(chosen & (u[..., 1] >= 0.8) & (u[..., 1] < 0.9), random_ids, input_ids)
+    return input_ids, mlm_labels
 
 
 def pad_regions(sides: list[Example], r: int):

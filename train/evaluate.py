@@ -18,8 +18,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from lait.config import build
+
 from .batch import Example, collate, round_up
-from .config import DataConfig, EvalConfig, from_dict
+from .config import DataConfig, EvalConfig
 
 log = logging.getLogger(__name__)
 KS = (1, 5, 10)
@@ -185,9 +187,10 @@ def run_eval(cfg: EvalConfig) -> dict:
     from .pretrain import region_setup
     from .runtime import setup_runtime
 
+    cfg.validate()
     rt = setup_runtime(cfg.device, cfg.precision, cfg.cpu_threads)
     model, run_cfg = load_trained(cfg.checkpoint)
-    data_cfg = cfg.data or from_dict(DataConfig, run_cfg.get("data") or {}, "checkpoint data")
+    data_cfg = cfg.data or build(DataConfig, run_cfg.get("data") or {}, where=str(cfg.checkpoint), path="data")
     tok = default_tokenizer(data_cfg.tokenizer, run_cfg.get("init_from") if not str(run_cfg.get("init_from", "")).endswith(".pt") else None)
     regions = region_setup(data_cfg.regions, rt.device)
     decoder = Decoder(tok, data_cfg.regions.source, data_cfg.regions.image_size, regions.patches)

@@ -11,7 +11,6 @@ contrastive loss; the same embeddings build the evaluator's faiss shortlist.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -19,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .batch import Batch
-from .config import FinetuneConfig, write_resolved
+from .config import FinetuneConfig
 from .model import TEMPERATURE, ImageBert, ImageBertConfig
 
 log = logging.getLogger(__name__)
@@ -117,6 +116,7 @@ def run_finetune(cfg: FinetuneConfig) -> list[dict]:
     from .pretrain import build_model, make_prepare, region_setup, stage_steps, stream_factory, Decoder
     from .runtime import seed_everything, setup_runtime
 
+    cfg.validate()
     rt = setup_runtime(cfg.device, cfg.precision, cfg.cpu_threads)
     seed_everything(cfg.seed + rt.rank)
     regions = region_setup(cfg.data.regions, rt.device)
@@ -130,7 +130,7 @@ def run_finetune(cfg: FinetuneConfig) -> list[dict]:
     cfg.data.tokenizer = tok.path
     out = Path(cfg.output_dir)
     if rt.is_main:
-        write_resolved(cfg, out)
+        cfg.write_resolved(out)
     if cfg.stage.name == "stage":
         cfg.stage.name = "finetune"
     urls = expand_shards(cfg.stage.shards)
@@ -142,7 +142,7 @@ def run_finetune(cfg: FinetuneConfig) -> list[dict]:
                      stream_factory(urls, decoder, cfg.stage.batch_size, cfg.seed * 1000 + 17, collate_kwargs, rt, cfg.data),
                      make_prepare(model, regions, 0.0))
     task = FinetuneTask(model, cfg.loss, cfg.num_negatives, cfg.hard_negatives, cfg.margin, cfg.contrastive_weight)
-    trainer = Trainer(task, model, rt, out, asdict(cfg), log_every=cfg.log_every, checkpoint_every=cfg.checkpoint_every,
+    trainer = Trainer(task, model, rt, out, cfg.to_dict(), log_every=cfg.log_every, checkpoint_every=cfg.checkpoint_every,
                       keep_checkpoints=cfg.keep_checkpoints, tensorboard=cfg.tensorboard, peak_flops=cfg.peak_flops,
                       num_workers=cfg.data.num_workers)
     return trainer.run([plan], resume=cfg.resume)

@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from .batch import Batch
 from .checkpoint import Position, find_latest, load_checkpoint, make_payload, prune, rng_state, save_checkpoint, set_rng_state, write_latest
-from .config import StageConfig
+from .config import TrainStageConfig
 from .model import ImageBert, flops_per_token
 from .runtime import MetricLogger, Runtime, make_optimizer, make_scheduler
 
@@ -33,7 +33,7 @@ class StagePlan:
     """A stage as the loop runs it: its config, length, and how to open its data stream."""
 
     index: int
-    config: StageConfig
+    config: TrainStageConfig
     steps: int
     open_stream: Callable[[int], Iterator[Batch]]  # batches already consumed -> stream
     prepare: Callable[[Batch], Batch] = lambda b: b  # on-device work before the forward (regions)
@@ -125,11 +125,35 @@ class Trainer:
         return self.history
 
     def run_stage(self, plan: StagePlan, pos: Position, ck: dict | None) -> Position:
-        cfg = plan.config
+        """Train one stage from ``pos`` (restoring ``ck``'s optimiser state and RNG when given)."""
+        opt, sched, stream = self._start_stage(plan, pos, ck)
+        params = [p for p in self.task.parameters() if p.requires_grad]
+        self.task.train()
+        bar = tqdm(total=plan.steps, initial=pos.step, desc=plan.config.name, disable=not self.rt.is_main, dynamic_ncols=True)
+        window = _Window()
+        while pos.step < plan.steps:
+            t0 = time.perf_counter()
+            sums = self._accumulate(plan, stream, pos, window)
+            grad_norm = self._optimizer_step(params, plan.config.optim.grad_clip, opt, sched)
+            pos.step += 1
+            pos.global_step += 1
+            window.time += time.perf_counter() - t0
+            window.steps += 1
+            bar.update(1)
+            window = self._record(plan, pos, sums, grad_norm, sched.get_last_lr()[0], window, bar)
+            if not math.isfinite(sums["loss"]):
+                raise FloatingPointError(f"non-finite loss at stage {plan.config.name} step {pos.step}: {sums}")
+            if self.checkpoint_every and pos.step % self.checkpoint_every == 0 and pos.step < plan.steps:
+                self.save(pos, opt, sched)
+        bar.close()
+        return pos
+
+    def _start_stage(self, plan: StagePlan, pos: Position, ck: dict | None):
+        """The stage's optimiser, schedule and data stream, restored to ``ck`` when resuming."""
         if plan.on_start is not None:
             plan.on_start()
-        opt = make_optimizer(self.task, cfg.optim, self.rt.device)
-        sched = make_scheduler(opt, cfg.optim, plan.steps)
+        opt = make_optimizer(self.task, plan.config.optim, self.rt.device)
+        sched = make_scheduler(opt, plan.config.optim, plan.steps)
         # Open the stream first: a DataLoader draws its workers' base seed from the global RNG,
         # which must happen before the checkpointed RNG state is restored, as in the original run.
         stream = iter(plan.open_stream(pos.batches))
@@ -137,60 +161,57 @@ class Trainer:
             opt.load_state_dict(ck["optimizer"])
             sched.load_state_dict(ck["scheduler"])
             set_rng_state(ck["rng"][self.rt.rank])
-        accum = max(1, cfg.optim.accum_steps)
-        params = [p for p in self.task.parameters() if p.requires_grad]
-        self.task.train()
-        bar = tqdm(total=plan.steps, initial=pos.step, desc=cfg.name, disable=not self.rt.is_main, dynamic_ncols=True)
-        window = _Window()
-        while pos.step < plan.steps:
-            t0 = time.perf_counter()
-            sums: dict[str, float] = {}
-            for micro in range(accum):
-                t_wait = time.perf_counter()
-                batch = next(stream)
-                window.wait += time.perf_counter() - t_wait
-                pos.batches += 1
-                batch = plan.prepare(batch.to(self.rt.device))
-                sync = micro == accum - 1 or not self.rt.distributed
-                ctx = contextlib.nullcontext() if sync else self.task.no_sync()
-                with ctx:
-                    with self.rt.autocast():
-                        loss, losses, report = self.task(batch)
-                    (loss / accum).backward()
-                for k, v in losses.items():
-                    sums[k] = sums.get(k, 0.0) + float(v.detach()) / accum
-                for k, v in report.items():
-                    sums[k] = sums.get(k, 0.0) + v / accum
-                sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) / accum
-                window.samples += batch.size
-                window.tokens += batch.num_tokens
-                window.seq = batch.input_ids.shape[1] + (0 if batch.region_valid is None else batch.region_valid.shape[1])
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip) if cfg.optim.grad_clip else None
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            pos.step += 1
-            pos.global_step += 1
-            window.time += time.perf_counter() - t0
-            window.steps += 1
-            bar.update(1)
-            record = {"stage": plan.index, "stage_name": cfg.name, "step": pos.step, "global_step": pos.global_step,
-                      "lr": sched.get_last_lr()[0], **sums}
-            if grad_norm is not None:
-                record["grad_norm"] = float(grad_norm)
-            self.history.append(record)
-            window.add(record)
-            if pos.step % self.log_every == 0 or pos.step == plan.steps:
-                # The log line averages the window's steps: single-step losses are too noisy.
-                self.logger.log({**record, **window.means(), **window.rates(self.rt.world_size, self.model.config, self.peak)})
-                bar.set_postfix(loss=f"{sums['loss']:.3f}")
-                window = _Window()
-            if not math.isfinite(sums["loss"]):
-                raise FloatingPointError(f"non-finite loss at stage {cfg.name} step {pos.step}: {sums}")
-            if self.checkpoint_every and pos.step % self.checkpoint_every == 0 and pos.step < plan.steps:
-                self.save(pos, opt, sched)
-        bar.close()
-        return pos
+        return opt, sched, stream
+
+    def _accumulate(self, plan: StagePlan, stream: Iterator[Batch], pos: Position, window: "_Window") -> dict[str, float]:
+        """Forward and backward over one optimiser step's micro-batches; their mean losses and
+        report values (DDP syncs gradients on the last micro-batch only)."""
+        accum = max(1, plan.config.optim.accum_steps)
+        sums: dict[str, float] = {}
+        for micro in range(accum):
+            t_wait = time.perf_counter()
+            batch = next(stream)
+            window.wait += time.perf_counter() - t_wait
+            pos.batches += 1
+            batch = plan.prepare(batch.to(self.rt.device))
+            sync = micro == accum - 1 or not self.rt.distributed
+            with contextlib.nullcontext() if sync else self.task.no_sync():
+                with self.rt.autocast():
+                    loss, losses, report = self.task(batch)
+                (loss / accum).backward()
+            for k, v in losses.items():
+                sums[k] = sums.get(k, 0.0) + float(v.detach()) / accum
+            for k, v in report.items():
+                sums[k] = sums.get(k, 0.0) + v / accum
+            sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) / accum
+            window.count(batch)
+        return sums
+
+    @staticmethod
+    def _optimizer_step(params: list[torch.Tensor], grad_clip: float, opt, sched) -> torch.Tensor | None:
+        """Clip (when set), step the optimiser and the schedule; the gradient norm before clipping."""
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip) if grad_clip else None
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        return grad_norm
+
+    def _record(self, plan: StagePlan, pos: Position, sums: dict[str, float], grad_norm: torch.Tensor | None,
+                lr: float, window: "_Window", bar: tqdm) -> "_Window":
+        """Keep the step's record; on a log step, write the window's means and rates and start a
+        new window (returned)."""
+        record = {"stage": plan.index, "stage_name": plan.config.name, "step": pos.step, "global_step": pos.global_step,
+                  "lr": lr, **sums}
+        if grad_norm is not None:
+            record["grad_norm"] = float(grad_norm)
+        self.history.append(record)
+        window.add(record)
+        if pos.step % self.log_every == 0 or pos.step == plan.steps:
+            # The log line averages the window's steps: single-step losses are too noisy.
+            self.logger.log({**record, **window.means(), **window.rates(self.rt.world_size, self.model.config, self.peak)})
+            bar.set_postfix(loss=f"{sums['loss']:.3f}")
+            window = _Window()
+        return window
 
 
 @dataclass
@@ -207,6 +228,12 @@ class _Window:
     counts: dict = field(default_factory=dict)
 
     _KEEP = ("stage", "stage_name", "step", "global_step", "lr")
+
+    def count(self, batch: Batch) -> None:
+        """Count one micro-batch's samples and tokens (``seq``: its padded sequence length)."""
+        self.samples += batch.size
+        self.tokens += batch.num_tokens
+        self.seq = batch.input_ids.shape[1] + (0 if batch.region_valid is None else batch.region_valid.shape[1])
 
     def add(self, record: dict) -> None:
         for k, v in record.items():

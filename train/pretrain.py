@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Callable
@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from .batch import Batch
-from .config import DataConfig, PretrainConfig, RegionConfig, StageConfig, write_resolved
+from .config import DataConfig, PretrainConfig, RegionConfig, TrainStageConfig
 from .data import Decoder, ShardStream, check_enough_shards, count_samples, default_tokenizer, expand_shards, make_loader
 from .loop import StagePlan, Trainer
 from .model import ImageBert, ImageBertConfig
@@ -87,7 +87,7 @@ def stream_factory(urls: list[str], decoder: Decoder, batch_size: int, seed: int
     return open_stream
 
 
-def stage_steps(stage: StageConfig, urls: list[str], world: int) -> int:
+def stage_steps(stage: TrainStageConfig, urls: list[str], world: int) -> int:
     if stage.steps is not None:
         return stage.steps
     per_step = stage.batch_size * world * max(1, stage.optim.accum_steps)
@@ -96,15 +96,14 @@ def stage_steps(stage: StageConfig, urls: list[str], world: int) -> int:
 
 def run_pretrain(cfg: PretrainConfig) -> list[dict]:
     """Run every stage of ``cfg``; returns the per-step log records (rank 0 writes them to disk)."""
-    if not cfg.stages:
-        raise ValueError("pretraining needs at least one stage")
+    cfg.validate()
     rt = setup_runtime(cfg.device, cfg.precision, cfg.cpu_threads)
     seed_everything(cfg.seed + rt.rank)
     out = Path(cfg.output_dir)
     tok = default_tokenizer(cfg.data.tokenizer, cfg.init_from)
     cfg.data.tokenizer = tok.path  # resolved, so finetune and eval find it in the checkpoint
     if rt.is_main:
-        write_resolved(cfg, out)
+        cfg.write_resolved(out)
     regions = region_setup(cfg.data.regions, rt.device)
     model = build_model(cfg.model, regions, cfg.init_from)
     if tok.special.vocab_size > model.config.vocab_size:
@@ -130,7 +129,7 @@ def run_pretrain(cfg: PretrainConfig) -> list[dict]:
 
     # The task weights change per stage; the task module reads them from the plan's config.
     task = PretrainTask(model, cfg.stages[0].tasks)
-    trainer = Trainer(task, model, rt, out, asdict(cfg), log_every=cfg.log_every, checkpoint_every=cfg.checkpoint_every,
+    trainer = Trainer(task, model, rt, out, cfg.to_dict(), log_every=cfg.log_every, checkpoint_every=cfg.checkpoint_every,
                       keep_checkpoints=cfg.keep_checkpoints, tensorboard=cfg.tensorboard, peak_flops=cfg.peak_flops,
                       num_workers=cfg.data.num_workers)
     for plan in plans:

@@ -39,7 +39,7 @@ def main() -> None:
 
     from lait.train.bert_init import bundled_minilm_dir
     from lait.train.checkpoint import Position
-    from lait.train.config import DataConfig, OptimConfig, RegionConfig, StageConfig, TaskWeights
+    from lait.train.config import DataConfig, OptimConfig, RegionConfig, TaskWeights, TrainStageConfig
     from lait.train.data import Decoder, WordPiece
     from lait.train.loop import StagePlan, Trainer
     from lait.train.model import ImageBert, ImageBertConfig
@@ -61,7 +61,7 @@ def main() -> None:
     real = stream_factory(urls, decoder, args.batch, 0, collate_kwargs, rt, data)
     cached = list(itertools.islice(iter(stream_factory(urls, decoder, args.batch, 0, collate_kwargs, rt,
                                                        DataConfig(num_workers=0, shuffle_buffer=256))(0)), args.steps))
-    stage = StageConfig(name="bench", steps=args.steps, batch_size=args.batch, optim=OptimConfig(lr=1e-4), tasks=TaskWeights())
+    stage = TrainStageConfig(name="bench", steps=args.steps, batch_size=args.batch, optim=OptimConfig(lr=1e-4), tasks=TaskWeights())
     mcfg = ImageBertConfig(hidden_size=args.hidden, num_layers=args.layers, num_heads=max(1, args.hidden // 64),
                            intermediate_size=4 * args.hidden, region_feature_dim=args.dim, num_object_classes=100)
     results = {}

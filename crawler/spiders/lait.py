@@ -6,14 +6,15 @@
 What it writes (through `lait.crawler.pipelines.PartsPipeline`):
 
 - ``pages/``: one row per fetched page, any status. ``error`` is None exactly when ``html``
-  holds the page; otherwise it says why not: ``status_404`` (any non-2xx), ``noai`` (an
-  ``X-Robots-Tag`` or ``<meta name="robots">`` with ``noai``/``noimageai``: links are still
-  followed, images not requested), ``tdm_reserved`` (a ``tdm-reservation: 1`` header or meta
-  tag, handled as ``noai``), ``not_html``, ``download/<Error>`` (status 0: no response).
+  holds the page; otherwise it says why not, in the vocabulary of `lait.reasons` that
+  ``ingest-warc`` writes too: ``http_404`` (any non-2xx), ``noai`` (an ``X-Robots-Tag`` or
+  ``<meta name="robots">`` with ``noai``/``noimageai``: links are still followed, images not
+  requested), ``tdm_reserved`` (a ``tdm-reservation: 1`` header or meta tag, handled as
+  ``noai``), ``not_html``, ``download/<Error>`` (status 0: no response).
   ``license`` is the licence the page declares (`lait.pagereader.page_license`).
 - ``images/``: one row per image URL, requested once however many pages show it; ``page_url``
   is the first page it was found on. ``bytes`` is None unless it is stored; ``error`` is
-  ``status_N``, ``noai``, ``tdm_reserved``, ``not_image`` (content type), ``empty`` or
+  ``http_N``, ``noai``, ``tdm_reserved``, ``not_image`` (content type), ``empty`` or
   ``download/<Error>``.
 - ``rejected/``: requests that were never sent: ``crawl/robots`` and
   ``crawl/robots_unreachable`` (robots.txt, `lait.crawler.robots`), ``crawl/tdm_reserved``
@@ -58,6 +59,7 @@ from lait.crawler.middlewares import AddressRefused
 from lait.crawler.pipelines import new_run_id
 from lait.crawler.reasons import ERROR_TDM_RESERVED
 from lait.pagereader import is_noai, is_tdm_reserved, read_page, robots_directives, tdm_reservation
+from lait.reasons import http_error
 
 log = logging.getLogger(__name__)
 
@@ -266,7 +268,7 @@ class LaitSpider(scrapy.Spider):
         item = PageItem(url=response.url, status=status, headers=_headers_map(response),
                         content_type=ctype or None, depth=depth, referer=meta.get("lait_referer"))
         if not 200 <= status < 300:
-            item.error = f"status_{status}"
+            item.error = http_error(status)
             self._count("page_status_error")
             yield from self._emit(item, replay)
             return
@@ -305,7 +307,7 @@ class LaitSpider(scrapy.Spider):
             # Redirected: keep the URL the page referenced, the one stage 3 joins on.
             item.image_url = response.request.meta.get("redirect_urls", [response.request.url])[0]
         if not 200 <= status < 300:
-            item.error = f"status_{status}"
+            item.error = http_error(status)
         elif is_noai(robots_directives(_header(response, "X-Robots-Tag"))):
             item.error = "noai"
         elif self.cfg.obey_tdmrep and _tdm_header(response):

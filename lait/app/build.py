@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from lait.app.commands import add_config_command
+from lait.reasons import reasons_help
 
 BUILD_DESCRIPTION = """\
 Stage 5 of LAIT: aggregate scored image-text pairs into WebDataset shards.
@@ -21,7 +22,9 @@ every dropped image is in WORK/rejected/ as build/RULE. Deterministic; a rerun r
 shards, and rebuilds when the inputs or these settings changed.
 """
 
-BUILD_EPILOG = """\
+BUILD_EPILOG = f"""\
+{reasons_help(["build"])}
+
 examples:
   lait build work/
   lait build work/ --min-score 0.28 --samples-per-shard 10000

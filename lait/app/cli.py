@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "lait.app.score",
     "lait.app.build",
     "lait.app.run",
+    "lait.app.status",
     "lait.app.stats",
     "lait.app.demo",
     "lait.app.train",
@@ -41,6 +42,7 @@ the pipeline (LAIT, ImageBERT paper):
   lait score work/                                  4. image-text semantic scoring
   lait build work/                                  5. aggregation into WebDataset shards
   lait run work/ --config pipeline.yaml             stages 2-5 in one go, resumable
+  lait status work/                                 what is done, what is stale and why
   lait demo --out demo/                             the whole job offline on a built-in web
 
 `lait COMMAND --help` explains each command.

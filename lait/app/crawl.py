@@ -6,8 +6,9 @@ import json
 import sys
 
 from lait.app.commands import add_config_command
+from lait.reasons import fetch_errors_help, reasons_help
 
-EPILOG = """\
+EPILOG = f"""\
 examples:
   lait crawl --seeds seeds.txt --out work/
   lait crawl --seeds https://example.org/ --out work/ --max-pages 10000 --max-depth 3
@@ -23,6 +24,10 @@ private, link-local and cloud-metadata addresses are refused after DNS resolutio
 rejected/ as crawl/refused_<kind>) unless --allow-loopback / --allow-private.
 Ctrl-C stops cleanly (exit 0). A crawl into a work directory that already holds pages resumes
 it: pages and images already there are not fetched again, even after the crawler was killed.
+
+{fetch_errors_help()}
+
+{reasons_help(["crawl"])}
 """
 
 

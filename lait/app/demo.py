@@ -121,13 +121,17 @@ def run_demo(cfg: DemoConfig) -> int:
     from lait.app.report import summary_text, write_report
     from lait.app.run import run_pipeline
 
+    from lait.drivers import open_work_dir
+    from lait.lock import locked
+
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     work = out / "work"
-    crawl_site(cfg, work)
-    overrides = {"workers": cfg.workers, "progress": cfg.progress}
-    if not run_pipeline(str(work), pipeline_sections(cfg), overrides=overrides, where="demo"):
-        return 1
+    with locked(open_work_dir(str(work), create=True), "lait demo"):
+        crawl_site(cfg, work)
+        overrides = {"workers": cfg.workers, "progress": cfg.progress}
+        if not run_pipeline(str(work), pipeline_sections(cfg), overrides=overrides, where="demo"):
+            return 1
     st, page = write_report(work, out / "report.html")
     print(summary_text(st))
     print(f"\nshards: {work / 'shards'}  ({st.shards} tars, {len(st.samples)} samples)")

@@ -11,18 +11,22 @@ from pathlib import Path
 
 from lait.app.commands import add_config_command
 from lait.config import Config, ConfigError, setting
+from lait.reasons import fetch_errors_help, reasons_help
 
 log = logging.getLogger(__name__)
 
-EPILOG = """\
+EPILOG = f"""\
 what it writes (the same tables as `lait crawl`, partitioned the same way):
   pages/        HTML responses (html kept for 2xx; other statuses keep status and headers)
   images/       image responses (bytes and mime; bytes for 2xx only)
   warc_links/   image references with alt/title: <img>/og:image of archived pages and the
                 IMG@ links of WAT records (page_url, image_url, alt, title, source)
-  rejected/     ingest/RULE: noai, noai_page (X-Robots-Tag), truncated_record,
-                malformed_record, read_error, not_warc, truncated_gzip, gzip_members,
-                bad_http, content_encoding, too_large
+  rejected/     records not stored and damage notes, see below
+
+{fetch_errors_help()}
+
+{reasons_help(["ingest"])}
+
 
 damaged archives: the records readable before the damage are ingested, the damage is recorded
 in rejected/ and in the summary, and the run goes on with the other files. The exit code is 0

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from lait.build.shards import shard_files
 from lait import storage
 from lait.parts import WorkDir
+from lait.reasons import REASONS
 from lait.storage import Location
 
 log = logging.getLogger(__name__)
@@ -236,7 +237,8 @@ def _figure(s: dict, thumbs: dict[str, str]) -> str:
 def render_html(st: DatasetStats, plot_uris: list[tuple[str, str]], thumbs: dict[str, str]) -> str:
     grid, best, worst = _picked(st)
     rows = "".join(f"<tr><td>{html.escape(k)}</td><td class=n>{n:,}</td></tr>" for k, n in st.funnel)
-    rej = "".join(f"<tr><td>{html.escape(k)}</td><td class=n>{n:,}</td></tr>"
+    rej = "".join(f"<tr><td>{html.escape(k)}</td><td class=n>{n:,}</td>"
+                  f"<td>{html.escape(REASONS.get(k, ''))}</td></tr>"
                   for k, n in sorted(st.rejects.items(), key=lambda x: (x[0].split("/")[0], -x[1], x[0])))
     figs = "".join(f'<div class="plot"><img alt="{html.escape(t)}" src="{u}"></div>' for t, u in plot_uris)
 
@@ -252,7 +254,7 @@ def render_html(st: DatasetStats, plot_uris: list[tuple[str, str]], thumbs: dict
 <h1>lait dataset report</h1>
 <p>{html.escape(st.root)} · {st.shards} shards · {len(st.samples):,} samples · {st.shard_bytes / 1e6:.1f} MB</p>
 <h2>Funnel</h2><table id="funnel"><tr><th>stage</th><th>rows</th></tr>{rows}</table>
-<h2>Rejected, by reason</h2><table id="rejects"><tr><th>reason</th><th>rows</th></tr>{rej}</table>
+<h2>Rejected, by reason</h2><table id="rejects"><tr><th>reason</th><th>rows</th><th>meaning</th></tr>{rej}</table>
 <h2>Distributions</h2><div class="plots" id="plots">{figs}</div>
 {section("Samples", grid, "samples")}
 {section("Best pairs", best, "best")}

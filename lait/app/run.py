@@ -16,39 +16,13 @@ import argparse
 import logging
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
 
-from lait.config import Config, ConfigError, read_yaml_mapping
+from lait.app.steps import STEP_NAMES, STEPS, load_pipeline_yaml
+from lait.config import Config, ConfigError
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Step:
-    """One stage of `lait run`: its YAML section, its config class and how it runs."""
-
-    name: str
-    module: str
-    config: str
-
-    def config_class(self) -> type[Config]:
-        import importlib
-
-        try:
-            return getattr(importlib.import_module(self.module), self.config)
-        except (ImportError, AttributeError) as exc:
-            raise ConfigError(f"stage {self.name!r} is not available ({self.module}.{self.config}: {exc})") from None
-
-
-STEPS = (
-    Step("filter", "lait.filters.image_stage", "FilterConfig"),
-    Step("clean", "lait.filters.text_stage", "CleanConfig"),
-    Step("score", "lait.scoring.config", "ScoreConfig"),
-    Step("build", "lait.build.config", "BuildConfig"),
-)
-STEP_NAMES = [s.name for s in STEPS]
 
 
 def _run_filter(cfg: Any) -> bool:
@@ -92,20 +66,6 @@ RUNNERS: dict[str, Callable[[Any], bool]] = {
 }
 
 
-def load_pipeline_yaml(path: str | None) -> dict[str, dict]:
-    """The sections of a pipeline YAML (an empty mapping without a file)."""
-    if not path:
-        return {}
-    data = read_yaml_mapping(path)
-    unknown = set(data) - set(STEP_NAMES) - {"crawl"}
-    if unknown:
-        raise ConfigError(f"{path}: unknown sections {sorted(unknown)}; known: {STEP_NAMES}")
-    for k, v in data.items():
-        if v is not None and not isinstance(v, dict):
-            raise ConfigError(f"{path}: section {k!r} must be a mapping of settings")
-    return {k: dict(v or {}) for k, v in data.items()}
-
-
 def resolve_configs(work: str, sections: dict[str, dict], steps: list[str],
                     overrides: dict[str, Any] | None = None, where: str = "pipeline") -> dict[str, Config]:
     """One validated config per step: the YAML section, then `work` and the shared overrides."""
@@ -128,13 +88,24 @@ def run_pipeline(work: str, sections: dict[str, dict], *, steps: list[str] | Non
     """Run the steps in order; stops at the first that fails. Returns True when all succeeded."""
     from lait.drivers import open_work_dir
 
+    from lait.app.status import status_text
+    from lait.lock import locked
+
     steps = steps or STEP_NAMES
     try:
-        open_work_dir(work, initialized=True)
+        work_dir = open_work_dir(work, initialized=True)
     except ConfigError as exc:
         raise ConfigError(f"{exc}; crawl into it first") from None
     # Resolve every config first, so a typo in `build:` fails before an hour of scoring.
     configs = resolve_configs(work, sections, steps, overrides, where)
+    with locked(work_dir, "lait run"):
+        print(status_text(work, {name: cfg.to_dict() for name, cfg in
+                                 resolve_configs(work, sections, STEP_NAMES, overrides, where).items()}),
+              file=sys.stderr, flush=True)
+        return _run_steps(configs)
+
+
+def _run_steps(configs: dict[str, Config]) -> bool:
     for name, cfg in configs.items():
         start = time.perf_counter()
         print(f"lait run: {name} ...", file=sys.stderr, flush=True)
@@ -155,7 +126,9 @@ of one YAML file that has a section per stage:
   score:  {model: ViT-B-32, pretrained: laion2b_s34b_b79k}
   build:  {min_score: 0.28, samples_per_shard: 10000}
 
-Resumable: every stage skips what it finished, so rerun the same command after an interruption.
+Resumable: every stage skips the partitions that are up to date and redoes those whose settings or
+input changed, so rerun the same command after an interruption or a change. It prints `lait
+status` first.
 """
 
 

@@ -6,6 +6,7 @@ import argparse
 import logging
 
 from lait.app.commands import add_config_command, report_exit_code
+from lait.reasons import reasons_help
 from lait.scoring.config import ScoreConfig
 
 log = logging.getLogger(__name__)
@@ -19,7 +20,7 @@ normalised), near_dups/ (image pairs whose embeddings are nearly equal, for stag
 --regions the region tokens (regions/, region_labels/, score_codebook/) that ImageBERT reads.
 """
 
-EPILOG = """\
+EPILOG = f"""\
 weights:
   lait score work/ --model ViT-B-32 --pretrained laion2b_s34b_b79k   open_clip tag (needs internet once)
   lait score work/ --model ViT-B-32 --checkpoint open_clip_model.safetensors
@@ -31,6 +32,8 @@ Weights that cannot be loaded stop the command (exit 2); random weights need all
 examples:
   lait score work/ --regions --codebook-k 512         region tokens and MOC labels for training
   lait score work/ --config pipeline.yaml             settings from the `score:` section
+
+{reasons_help(["score"])}
 """
 
 

@@ -6,23 +6,25 @@ import argparse
 
 from lait.app.commands import add_config_command, report_exit_code
 from lait.drivers import run_stage
+from lait.reasons import reasons_help
 
-FILTER_EPILOG = """\
-reads WORK/images/, writes WORK/images_ok/ and WORK/rejected/ (reasons filter/RULE:
-status, empty, too_large, svg, not_an_image, decompression_bomb, format, animated, min_side,
-aspect_ratio, truncated, corrupt, uninformative, duplicate_sha256, duplicate_phash).
-Duplicates are found within a partition. Finished partitions are skipped on a rerun.
+FILTER_EPILOG = f"""\
+reads WORK/images/, writes WORK/images_ok/ and WORK/rejected/.
+Duplicates are found within a partition. A rerun redoes only the partitions whose settings or
+input changed since they were made, and says why (--force redoes all; `lait status` shows it).
+
+{reasons_help(["filter"])}
 
 example:
   lait filter work/ --min-side 256 --animated first_frame
 """
 
-CLEAN_EPILOG = """\
-reads WORK/pages/, writes WORK/candidates/ (partitioned by image URL) and WORK/rejected/
-(reasons clean/RULE: status, empty, not_html, too_deep, unparsable, timeout, error, filename, url, boilerplate, word_count,
-letters, repetition, language, site_boilerplate, no_text).
+CLEAN_EPILOG = f"""\
+reads WORK/pages/, writes WORK/candidates/ (partitioned by image URL) and WORK/rejected/.
 Candidate sources: alt, title, aria, figcaption, og, context (main-content sentences next to
 the image, found with trafilatura).
+
+{reasons_help(["clean"])}
 
 example:
   lait clean work/ --languages en de fr --min-words 3

@@ -246,6 +246,33 @@ def _encode(spec: ImageSpec) -> bytes:
 # The site
 
 
+@dataclass
+class _ArticleDraft:
+    """An article while it is built: its random stream, markup so far, references and images."""
+
+    i: int
+    rng: random.Random
+    lang: str
+    base: str  # /img/NNNNN, where the article's own images live
+    image_seed: int
+    parts: list[str] = field(default_factory=list)
+    refs: list[ImageRef] = field(default_factory=list)
+    owned: dict[str, ImageSpec] = field(default_factory=dict)
+    head_extra: str = ""
+
+    @property
+    def words(self) -> dict:
+        return _WORDS[self.lang]
+
+    def own_scene(self, url: str, kind: str, w: int, h: int, scene: Scene, caption: str, identity: str,
+                  reason: str | None = None, **kw) -> ImageSpec:
+        """Serve a rendered scene at ``url`` from this article."""
+        spec = ImageSpec(url, kind, w, h, scene=scene, seed=self.image_seed, caption=caption,
+                         identity=identity, own_reason=reason, **kw)
+        self.owned[url] = spec
+        return spec
+
+
 class Site:
     """A synthetic site of ``n_pages`` articles plus home, about, category and robots routes.
 
@@ -375,109 +402,123 @@ class Site:
 
     # ----- articles
     def _build_article(self, i: int) -> PageSpec:
-        """Build article ``i`` (HTML, references, owned images) from its own random stream."""
+        """Build article ``i`` (HTML, references, owned images) from its own random stream.
+
+        Which features an article has is fixed by its index; the steps draw from the stream in
+        this order, so changing the order changes every article."""
         rng = self._rng(i, "body")
-        lang, title, path = self.lang(i), self.title(i), self.article_path(i)
-        words = _WORDS[lang]
-        owned: dict[str, ImageSpec] = {}
-        refs: list[ImageRef] = []
-        parts: list[str] = [f"<h1>{escape(title)}</h1>",
-                            f'<p class="byline">By Staff &middot; {self.category(i).title()}</p>']
-        base = f"/img/{i:05d}"
-        head_extra = ""
-        description = _fill(words["sentences"][0], rng, words)
-
-        def scene_spec(url: str, kind: str, w: int, h: int, scene: Scene, caption: str,
-                       identity: str, reason: str | None = None, **kw) -> ImageSpec:
-            spec = ImageSpec(url, kind, w, h, scene=scene, seed=self.seed * 100_003 + i,
-                             caption=caption, identity=identity, own_reason=reason, **kw)
-            owned[url] = spec
-            return spec
-
-        if i % 7 == 2:  # a wide banner: aspect ratio > 3
-            scene = random_scene(rng)
-            cap = describe(scene, rng, lang)
-            scene_spec(f"{base}/banner.jpg", "banner", 1152, 320, scene, cap, f"{i}-banner",
-                       "filter/aspect_ratio")
-            parts.append(f'<div class="banner"><img src="{base}/banner.jpg" alt="{escape(cap)}" '
-                         f'width="1152" height="320"></div>')
-            refs.append(ImageRef(f"{base}/banner.jpg", "img", cap, cap, ("alt",)))
-
-        if i % 6 == 1:  # the caption lives only in Open Graph tags
-            scene = random_scene(rng)
-            cap = describe(scene, rng, lang)
-            scene_spec(f"{base}/social.jpg", "social", 480, 360, scene, cap, f"{i}-social")
-            head_extra = (f'<meta property="og:title" content="{escape(title)}">\n'
-                          f'<meta property="og:image" content="{{base_url}}{base}/social.jpg">\n'
-                          f'<meta property="og:description" content="{escape(cap)}">\n')
-            refs.append(ImageRef(f"{base}/social.jpg", "og", None, cap, ("og",)))
-
+        title = self.title(i)
+        d = _ArticleDraft(i, rng, self.lang(i), f"/img/{i:05d}", self.seed * 100_003 + i)
+        d.parts += [f"<h1>{escape(title)}</h1>",
+                    f'<p class="byline">By Staff &middot; {self.category(i).title()}</p>']
+        description = _fill(d.words["sentences"][0], rng, d.words)
+        if i % 7 == 2:
+            self._add_banner(d)
+        if i % 6 == 1:
+            self._add_social(d, title)
         for k in range(rng.choice((1, 2, 2, 3))):
-            parts.append(f"<p>{_paragraph(rng, words)}</p>")
-            scene = random_scene(rng)
-            placement = rng.choice(("alt", "title", "figcaption", "context", "alt+figcaption"))
-            cap = describe(scene, rng, lang)
-            if placement == "context":  # it becomes part of a sentence: drop "photo of"
-                cap = _caption_core(cap)
-            w, h = rng.choice(PHOTO_SIZES)
-            full = f"{base}/photo-{k}.jpg"
-            noai = i == NOAI_IMAGE_PAGE and k == 0
-            scene_spec(full, "photo", w, h, scene, cap, f"{i}-{k}", "crawl/noai" if noai else None,
-                       noai=noai)
-            variants = []
-            for frac in (0.5, 0.75):
-                vw, vh = int(w * frac), int(h * frac)
-                url = f"{base}/photo-{k}-{vw}w.jpg"
-                scene_spec(url, "variant", vw, vh, scene, cap, f"{i}-{k}", "filter/min_side")
-                variants.append((url, vw))
-            html, photo_refs = self._figure(rng, lang, full, w, h, variants, cap,
-                                            placement)
-            parts.append(html)
-            refs.extend(photo_refs)
-
-        if i % 20 == 9:  # exact duplicate: the first photo again under a CDN URL
-            first = owned[f"{base}/photo-0.jpg"]
-            url = f"/cdn/{i:05d}/photo-0.jpg"
-            owned[url] = replace(first, url=url, kind="copy")
-            cap = first.caption or ""
-            parts.append(f'<aside class="gallery"><h2>{words["gallery"]}</h2><img src="{url}" '
-                         f'alt="{escape(cap)}"></aside>')
-            refs.append(ImageRef(url, "img", cap, cap, ("alt",)))
-        if i % 20 == 14:  # perceptual duplicate: resized and re-encoded
-            first = owned[f"{base}/photo-0.jpg"]
-            scale = max(0.92, 300 / min(first.width, first.height))
-            url = f"{base}/photo-0-resized.jpg"
-            owned[url] = replace(first, url=url, kind="near_copy", quality=72,
-                                 width=round(first.width * scale),
-                                 height=round(first.height * scale),
-                                 render_size=(first.width, first.height))
-            cap = first.caption or ""
-            parts.append(f'<aside class="gallery"><h2>{words["gallery"]}</h2><img src="{url}" '
-                         f'alt="{escape(cap)}"></aside>')
-            refs.append(ImageRef(url, "img", cap, cap, ("alt",)))
-
+            self._add_photo(d, k)
+        if i % 20 == 9:
+            self._add_exact_copy(d)
+        if i % 20 == 14:
+            self._add_near_copy(d)
         links, related = self._related(i, rng)
-        if i % 15 == 11:  # a broken image
-            url = f"{base}/missing-0.jpg"
-            owned[url] = ImageSpec(url, "missing", status=404, own_reason="crawl/status_404")
-            parts.append(f'<p><img src="{url}" alt="chart"></p>')
-            refs.append(ImageRef(url, "img", "chart"))
-        nxt = (i + 1) % self.n_pages
-        thumb = f"/img/{nxt:05d}/thumb.jpg"
-        refs.append(ImageRef(thumb, "img", self.title(nxt)))
-        parts.append(f"<p>{_paragraph(rng, words)}</p>")
-        body = ('<article class="post">\n' + "\n".join(parts) + "\n</article>\n"
-                f'<aside class="related"><h2>{words["related"]}</h2><ul>{related}</ul></aside>')
+        if i % 15 == 11:
+            self._add_broken_image(d)
+        return self._finish_article(d, title, description, links, related)
 
+    def _add_banner(self, d: _ArticleDraft) -> None:
+        """A wide banner: aspect ratio > 3."""
+        scene = random_scene(d.rng)
+        cap = describe(scene, d.rng, d.lang)
+        url = f"{d.base}/banner.jpg"
+        d.own_scene(url, "banner", 1152, 320, scene, cap, f"{d.i}-banner", "filter/aspect_ratio")
+        d.parts.append(f'<div class="banner"><img src="{url}" alt="{escape(cap)}" '
+                       f'width="1152" height="320"></div>')
+        d.refs.append(ImageRef(url, "img", cap, cap, ("alt",)))
+
+    def _add_social(self, d: _ArticleDraft, title: str) -> None:
+        """An image whose caption lives only in Open Graph tags."""
+        scene = random_scene(d.rng)
+        cap = describe(scene, d.rng, d.lang)
+        url = f"{d.base}/social.jpg"
+        d.own_scene(url, "social", 480, 360, scene, cap, f"{d.i}-social")
+        d.head_extra = (f'<meta property="og:title" content="{escape(title)}">\n'
+                        f'<meta property="og:image" content="{{base_url}}{url}">\n'
+                        f'<meta property="og:description" content="{escape(cap)}">\n')
+        d.refs.append(ImageRef(url, "og", None, cap, ("og",)))
+
+    def _add_photo(self, d: _ArticleDraft, k: int) -> None:
+        """A paragraph, then photo ``k`` with two smaller srcset variants, its caption placed
+        in the alt, title, figcaption or surrounding text."""
+        d.parts.append(f"<p>{_paragraph(d.rng, d.words)}</p>")
+        scene = random_scene(d.rng)
+        placement = d.rng.choice(("alt", "title", "figcaption", "context", "alt+figcaption"))
+        cap = describe(scene, d.rng, d.lang)
+        if placement == "context":  # it becomes part of a sentence: drop "photo of"
+            cap = _caption_core(cap)
+        w, h = d.rng.choice(PHOTO_SIZES)
+        full = f"{d.base}/photo-{k}.jpg"
+        noai = d.i == NOAI_IMAGE_PAGE and k == 0
+        d.own_scene(full, "photo", w, h, scene, cap, f"{d.i}-{k}", "crawl/noai" if noai else None, noai=noai)
+        variants = []
+        for frac in (0.5, 0.75):
+            vw, vh = int(w * frac), int(h * frac)
+            url = f"{d.base}/photo-{k}-{vw}w.jpg"
+            d.own_scene(url, "variant", vw, vh, scene, cap, f"{d.i}-{k}", "filter/min_side")
+            variants.append((url, vw))
+        html, photo_refs = self._figure(d.rng, d.lang, full, w, h, variants, cap, placement)
+        d.parts.append(html)
+        d.refs.extend(photo_refs)
+
+    def _add_exact_copy(self, d: _ArticleDraft) -> None:
+        """An exact duplicate: the first photo again under a CDN URL."""
+        first = d.owned[f"{d.base}/photo-0.jpg"]
+        url = f"/cdn/{d.i:05d}/photo-0.jpg"
+        self._add_gallery_image(d, replace(first, url=url, kind="copy"))
+
+    def _add_near_copy(self, d: _ArticleDraft) -> None:
+        """A perceptual duplicate: the first photo resized and re-encoded."""
+        first = d.owned[f"{d.base}/photo-0.jpg"]
+        scale = max(0.92, 300 / min(first.width, first.height))
+        self._add_gallery_image(d, replace(first, url=f"{d.base}/photo-0-resized.jpg", kind="near_copy",
+                                           quality=72, width=round(first.width * scale),
+                                           height=round(first.height * scale),
+                                           render_size=(first.width, first.height)))
+
+    @staticmethod
+    def _add_gallery_image(d: _ArticleDraft, spec: ImageSpec) -> None:
+        d.owned[spec.url] = spec
+        cap = spec.caption or ""
+        d.parts.append(f'<aside class="gallery"><h2>{d.words["gallery"]}</h2><img src="{spec.url}" '
+                       f'alt="{escape(cap)}"></aside>')
+        d.refs.append(ImageRef(spec.url, "img", cap, cap, ("alt",)))
+
+    @staticmethod
+    def _add_broken_image(d: _ArticleDraft) -> None:
+        """An image URL that answers 404."""
+        url = f"{d.base}/missing-0.jpg"
+        d.owned[url] = ImageSpec(url, "missing", status=404, own_reason="crawl/status_404")
+        d.parts.append(f'<p><img src="{url}" alt="chart"></p>')
+        d.refs.append(ImageRef(url, "img", "chart"))
+
+    def _finish_article(self, d: _ArticleDraft, title: str, description: str, links: tuple[str, ...],
+                        related: str) -> PageSpec:
+        """The related list's thumbnail, a closing paragraph, this page's own thumbnail, the page."""
+        nxt = (d.i + 1) % self.n_pages
+        d.refs.append(ImageRef(f"/img/{nxt:05d}/thumb.jpg", "img", self.title(nxt)))
+        d.parts.append(f"<p>{_paragraph(d.rng, d.words)}</p>")
+        body = ('<article class="post">\n' + "\n".join(d.parts) + "\n</article>\n"
+                f'<aside class="related"><h2>{d.words["related"]}</h2><ul>{related}</ul></aside>')
         # This page's own thumbnail (shown on the previous page) shows its first photo.
-        first = owned[f"{base}/photo-0.jpg"]
-        owned[f"{base}/thumb.jpg"] = replace(first, url=f"{base}/thumb.jpg", kind="thumb",
-                                             width=160, height=120, noai=False,
-                                             own_reason="filter/min_side")
-        return PageSpec(path, lang, title,
-                        self._chrome(lang, title, body, head_extra, description),
-                        tuple(self._chrome_refs() + refs), links, owned,
-                        disallowed=self.is_private(i), noai=i == NOAI_PAGE)
+        first = d.owned[f"{d.base}/photo-0.jpg"]
+        d.owned[f"{d.base}/thumb.jpg"] = replace(first, url=f"{d.base}/thumb.jpg", kind="thumb",
+                                                 width=160, height=120, noai=False,
+                                                 own_reason="filter/min_side")
+        return PageSpec(self.article_path(d.i), d.lang, title,
+                        self._chrome(d.lang, title, body, d.head_extra, description),
+                        tuple(self._chrome_refs() + d.refs), links, d.owned,
+                        disallowed=self.is_private(d.i), noai=d.i == NOAI_PAGE)
 
     def _figure(self, rng: random.Random, lang: str, full: str, w: int, h: int,
                 variants: list[tuple[str, int]], cap: str,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import sys
@@ -10,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lait.app import build as command
+from lait.app.cli import build_parser
 from lait.config import ConfigError
 
 HERE = Path(__file__).parent
@@ -21,10 +20,7 @@ _spec.loader.exec_module(data)
 
 
 def cli(argv: list[str]) -> int:
-    p = argparse.ArgumentParser()
-    sub = p.add_subparsers()
-    command.register(sub)
-    args = p.parse_args(argv)
+    args = build_parser().parse_args(argv)
     return args.func(args)
 
 

@@ -145,6 +145,21 @@ def test_bad_pages_are_rejected_or_handled(make_work, td):
     assert stats["clean/truncated_pages"] == 1
 
 
+def test_a_page_stored_without_html_is_dropped_for_what_its_error_says(make_work, td):
+    """The crawl's noai page (status 200, no HTML) is clean/noai, not clean/empty."""
+    work = make_work()
+    errors = {"noai": ("noai", 200), "404": ("http_404", 404), "pdf": ("not_html", 200),
+              "dns": ("download/DNSLookupError", 0)}
+    rows = [{**td.page_row(f"http://x.test/{name}", b"", status=status), "html": None, "error": error}
+            for name, (error, status) in errors.items()]
+    rows.append(td.page_row("http://x.test/blank.html", b"  "))
+    td.write_table(work, "pages", rows, "url")
+    run_clean(work)
+    assert {r["page_url"]: r["reason"] for r in work.iter_rows("rejected")} == {
+        "http://x.test/noai": "clean/noai", "http://x.test/404": "clean/status", "http://x.test/pdf": "clean/not_html",
+        "http://x.test/dns": "clean/download", "http://x.test/blank.html": "clean/empty"}
+
+
 def test_page_time_limit(make_work, td, monkeypatch):
     import time
 

@@ -92,6 +92,21 @@ def test_every_bad_input_has_its_reason_and_nothing_else_is_lost(make_work, td):
     assert work.count("images_ok") + work.count("rejected") == len(rows)
 
 
+def test_a_row_without_bytes_is_dropped_for_what_its_error_says(make_work, td):
+    """The fetch's error (crawl and ingest write one vocabulary, lait.reasons) names the reason."""
+    work = make_work(n_partitions=2)
+    errors = {"noai": ("noai", 200), "404": ("http_404", 404), "html": ("not_image", 200),
+              "timeout": ("download/TimeoutError", 0), "empty": ("empty", 200)}
+    rows = [{**td.image_row(f"http://site.test/{name}.jpg", None, status=status), "error": error}
+            for name, (error, status) in errors.items()]
+    td.write_table(work, "images", rows, "image_url")
+    run_filter(work)
+    assert td.rejected_by_url(work) == {
+        "http://site.test/noai.jpg": "filter/noai", "http://site.test/404.jpg": "filter/status",
+        "http://site.test/html.jpg": "filter/not_image", "http://site.test/timeout.jpg": "filter/download",
+        "http://site.test/empty.jpg": "filter/empty"}
+
+
 def test_converted_modes_are_reencoded_as_rgb_jpeg(make_work, td):
     work = make_work()
     base = td.photo(3, 400, 320)

@@ -114,7 +114,7 @@ def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path, workers):
 
     rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert rerun.returncode == 0, rerun.stderr
-    assert f"{done_before} already done" in rerun.stdout
+    assert f"{done_before} up to date" in rerun.stdout
     assert output_bytes(work.root) == output_bytes(ref.root)
     assert not list(work.root.rglob(".tmp-*"))
 

@@ -163,3 +163,52 @@ def test_iter_rows_holds_one_row_group_at_a_time(tmp_path):
                          text=True, check=True).stdout.split()
     assert int(out[0]) == 160 * (256 << 10)
     assert int(out[1]) < 24 << 20, out  # a few 4 MB groups at most, not the 40 MB file
+
+
+def test_partitioned_writer_opens_parts_lazily_and_counts_rows_per_table(tmp_path):
+    from lait.parts import PartitionedWriter
+
+    work = WorkDir(tmp_path, n_partitions=4).init()
+    out = PartitionedWriter(work, "w1", extra_stats={"writer": "test"})
+    for i in range(6):
+        out.write("images", i % 2, image_row(i))
+    out.reject("filter/min_side", 3, image_url="http://x/9.jpg", detail="x" * 2000)
+    assert work.part_files("images") == []  # nothing visible before close
+    assert out.close() == {"images": 6, "rejected": 1}
+    assert [p.name for p in work.part_files("images")] == ["p00000-w1.parquet", "p00001-w1.parquet"]
+    assert json.loads(stats_path(work.part_files("images")[0]).read_text())["writer"] == "test"
+    [rej] = work.read("rejected").to_pylist()
+    assert rej["reason"] == "filter/min_side" and len(rej["detail"]) == 1000
+
+
+def test_partitioned_writer_refuses_unregistered_reasons_and_second_parts(tmp_path):
+    from lait.parts import PartitionedWriter
+
+    work = WorkDir(tmp_path, n_partitions=4).init()
+    out = PartitionedWriter(work, "w1")
+    with pytest.raises(ValueError, match="unregistered drop reason 'filter/no_such_rule'"):
+        out.reject("filter/no_such_rule", 0, image_url="u")
+    out.write("images", 2, image_row(1))
+    assert out.commit("images", 2)["rows"] == 1
+    with pytest.raises(RuntimeError, match="already committed"):
+        out.write("images", 2, image_row(2))  # would replace the committed part
+    out.write("images", 1, image_row(3))
+    out.abort()
+    assert [p.name for p in work.part_files("images")] == ["p00002-w1.parquet"]
+    assert not list(tmp_path.rglob(".tmp-*"))
+
+
+def test_rolling_writer_commits_parts_under_sequential_tags(tmp_path):
+    from lait.parts import RollingPartitionedWriter
+
+    work = WorkDir(tmp_path, n_partitions=2).init()
+    events = []
+    out = RollingPartitionedWriter(work, "crawl-r", part_rows=3, part_bytes=1 << 30, part_seconds=3600,
+                                   on_event=events.append)
+    for i in range(7):
+        out.write("images", 0, image_row(i))
+    assert [p.name for p in work.part_files("images")] == ["p00000-crawl-r-00001.parquet",
+                                                           "p00000-crawl-r-00002.parquet"]
+    assert out.close() == {"images": 7}
+    assert events == ["parts_committed"] * 3
+    assert [r["image_url"] for r in work.iter_rows("images", 0)] == [f"http://x/{i}.jpg" for i in range(7)]

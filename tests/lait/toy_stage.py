@@ -16,9 +16,12 @@ from datetime import datetime, timezone
 
 from lait.executor import LocalExecutor
 from lait.parts import WorkDir, partition_of
+from lait.reasons import register
 from lait.stage import PartContext, Stage
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+# Registered on import, so in every worker process that unpickles the stage too.
+register("toy/odd", "the toy stage drops images whose bytes hash to an odd number.")
 
 
 class ToyStage(Stage):

@@ -82,7 +82,7 @@ def test_image_rows_match_their_truth(crawled):
     for row in crawled["images"]:
         t = truth[_path(row["image_url"])]
         if t["reason"] == "crawl/status_404":
-            assert row["status"] == 404 and row["bytes"] is None and row["error"] == "status_404"
+            assert row["status"] == 404 and row["bytes"] is None and row["error"] == "http_404"
         elif t["reason"] == "crawl/noai":
             assert row["status"] == 200 and row["bytes"] is None and row["error"] == "noai"
         else:
@@ -100,7 +100,7 @@ def test_noai_image_and_404s_present(crawled):
     by_path = {_path(p["url"]): p for p in crawled["pages"]}
     assert truth["broken_links"]
     for path in truth["broken_links"]:
-        assert by_path[path]["status"] == 404 and by_path[path]["error"] == "status_404"
+        assert by_path[path]["status"] == 404 and by_path[path]["error"] == "http_404"
 
 
 def test_images_of_the_noai_page_are_not_requested(crawled):

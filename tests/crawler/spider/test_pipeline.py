@@ -36,7 +36,7 @@ def test_open_parts_buffer_at_most_the_shared_limit(tmp_path):
     for n, item in enumerate(items):
         pipe.process_item(item)
         pipe.process_item(PageItem(url=f"http://site.test/{n}.html", status=200, html=b"<html>" * 100))
-        buffered = sum(w.buffered_bytes for w, _ in pipe._writers.values())
+        buffered = pipe.parts.buffered_bytes
         assert buffered <= limit + largest_row
     # 300 x 50 KB went through 8 open parts (no part reached its row or byte limit): without the
     # shared limit all of it would have waited in memory until the commit.

@@ -33,7 +33,7 @@ def test_command_ingests_and_summarises(tmp_path, factory, capsys):
     assert "cut.warc" in err and "truncated_record" in err and "1 damaged, 0 failed" in err
     work = WorkDir(out)
     assert work.n_partitions == 3
-    assert work.count("pages") == 3 + 4 + 1
+    assert work.count("pages") == 4 + 5 + 1  # the pages, the 404 and the noai page of a and b; cut's first
     cfg = yaml.safe_load((out / "_configs" / "ingest-warc.yaml").read_text())
     assert cfg["workers"] == 2 and len(cfg["files"]) == 3
     # Second run: every file already ingested; --strict turns the damage into exit 1.

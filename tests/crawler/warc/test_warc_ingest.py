@@ -25,7 +25,7 @@ def test_pages_images_and_links_land_in_their_partitions(tmp_path, factory, work
     path = factory.write_site_warc(tmp_path / "site.warc.gz", n_pages=4)
     report = ingest_file(path, work.root)
     assert report.failed is None and report.damage == []
-    assert (report.pages, report.images) == (5, 4)  # 4 pages + the 404; the noai ones are not stored
+    assert (report.pages, report.images) == (6, 5)  # 4 pages + the 404 + the noai page; 4 PNGs + the noai one
     for table, key in [("pages", "url"), ("images", "image_url"), ("warc_links", "image_url")]:
         for p in work.partitions(table):
             for row in work.iter_rows(table, p, columns=[key]):
@@ -35,7 +35,7 @@ def test_pages_images_and_links_land_in_their_partitions(tmp_path, factory, work
     assert pages["http://ex.test/p2.html"]["encoding"] == "utf-8"
     assert pages["http://ex.test/p2.html"]["headers"]  # the captured HTTP headers
     missing = pages["http://ex.test/missing.html"]
-    assert missing["status"] == 404 and missing["html"] is None and missing["error"] == "http 404"
+    assert missing["status"] == 404 and missing["html"] is None and missing["error"] == "http_404"
     images = {r["image_url"]: r for r in work.read("images").to_pylist()}
     assert images["http://ex.test/img/b1.png"]["bytes"] == factory.png_bytes(41, 30)
     assert images["http://ex.test/img/b1.png"]["mime"] == "image/png"
@@ -49,14 +49,17 @@ def test_pages_images_and_links_land_in_their_partitions(tmp_path, factory, work
 
 
 def test_noai_pages_and_images_are_recorded_not_stored(tmp_path, factory, work):
-    ingest_file(factory.write_site_warc(tmp_path / "site.warc.gz", n_pages=1), work.root)
-    urls = {r["url"] for r in work.read("pages", columns=["url"]).to_pylist()}
-    assert "http://ex.test/private.html" not in urls
-    assert "http://ex.test/img/secret.png" not in {r["image_url"] for r in work.read("images").to_pylist()}
-    rej = {r["reason"]: r for r in work.read("rejected").to_pylist()}
-    assert rej["ingest/noai_page"]["page_url"] == "http://ex.test/private.html"
-    assert rej["ingest/noai"]["image_url"] == "http://ex.test/img/secret.png"
-    assert "noimageai" in rej["ingest/noai"]["detail"]
+    """As the crawl records them: a row with error noai, status and headers, no body."""
+    report = ingest_file(factory.write_site_warc(tmp_path / "site.warc.gz", n_pages=1), work.root)
+    pages = {r["url"]: r for r in work.read("pages").to_pylist()}
+    private = pages["http://ex.test/private.html"]
+    assert (private["status"], private["error"], private["html"], private["encoding"]) == (200, "noai", None, None)
+    assert dict(private["headers"])["x-robots-tag"] == "noai"
+    images = {r["image_url"]: r for r in work.read("images").to_pylist()}
+    secret = images["http://ex.test/img/secret.png"]
+    assert (secret["status"], secret["error"], secret["bytes"]) == (200, "noai", None)
+    assert work.count("rejected") == 0
+    assert report.counters["ingest/page_noai"] == 1 and report.counters["ingest/image_noai"] == 1
     # Links of a noai page are not kept either.
     assert all(r["page_url"] != "http://ex.test/private.html" for r in work.read("warc_links").to_pylist())
 
@@ -76,10 +79,11 @@ def test_a_page_with_a_noai_robots_meta_tag_is_recorded_not_stored(tmp_path, fac
                          b'content="index, NoImageAI"></head><body><img src="/x.jpg"></body></html>', "text/html")
         factory.response(w, "http://ex.test/open.html", b'<html><body><img src="/y.jpg"></body></html>', "text/html")
     ingest_file(path, work.root)
-    assert [r["url"] for r in work.read("pages").to_pylist()] == ["http://ex.test/open.html"]
+    pages = work.read("pages").to_pylist()
+    assert sorted((r["url"], r["error"], r["html"] is None) for r in pages) == [
+        ("http://ex.test/meta-noai.html", "noai", True), ("http://ex.test/open.html", None, False)]
     assert [r["image_url"] for r in work.read("warc_links").to_pylist()] == ["http://ex.test/y.jpg"]
-    rej = work.read("rejected").to_pylist()
-    assert [(r["reason"], r["page_url"]) for r in rej] == [("ingest/noai_page", "http://ex.test/meta-noai.html")]
+    assert work.count("rejected") == 0
 
 
 def test_wat_links_with_alt_text(tmp_path, factory, work):
@@ -112,8 +116,8 @@ def test_rerun_skips_finished_files_and_force_replaces_their_parts(tmp_path, fac
     # A changed file is redone even without --force.
     factory.write_site_warc(path, n_pages=5)
     assert not is_ingested(work, path)
-    assert ingest_file(path, work.root).pages == 6  # 5 pages + the 404
-    assert work.count("pages") == 6
+    assert ingest_file(path, work.root).pages == 7  # 5 pages + the 404 + the noai page
+    assert work.count("pages") == 7
     tags = {p.name.split("-", 1)[1].rsplit(".parquet")[0] for p in work.part_files("pages")}
     assert tags == {file_tag(path)}
 

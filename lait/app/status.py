@@ -1,0 +1,191 @@
+"""`lait status WORK`: what each stage has done, what is stale and why, and the rows of each table.
+
+For every stage of `lait run` (filter, clean, score, build) it compares each partition's
+completion marker with the fingerprint the partition would have now (`lait.fingerprint`):
+settings from `--config pipeline.yaml` when given (to ask "what would this change redo?"),
+else those the stage last ran with (`WORK/_configs/STAGE.yaml`), else the defaults. A stage
+whose input comes from a stage with work left is marked as waiting on it: its own input will
+change when that one runs. `lait run` prints the same view before it starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from lait.config import Config, ConfigError
+
+# Which stages write the tables each stage reads (the crawl and ingest write pages/ and images/).
+UPSTREAM = {"filter": (), "clean": (), "score": ("filter", "clean"), "build": ("filter", "score")}
+TABLES = ("pages", "images", "images_ok", "candidates", "scored", "image_embs", "near_dups", "build_plan",
+          "rejected")
+
+
+@dataclass
+class StageStatus:
+    """One stage's partitions: done and current, stale (with why), never done."""
+
+    name: str
+    total: int = 0
+    current: int = 0
+    stale: Counter = field(default_factory=Counter)  # why -> partitions
+    todo: int = 0
+    waits_on: list[str] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.stale or self.todo)
+
+    def line(self) -> str:
+        why = "; ".join(f"{w} ({n})" for w, n in self.stale.most_common())
+        if self.waits_on:
+            why = "; ".join(filter(None, [why, f"waits on {' and '.join(self.waits_on)}"]))
+        if self.note:
+            why = "; ".join(filter(None, [why, self.note]))
+        return (f"{self.name:<8} {self.total:>10} {self.current:>6} {sum(self.stale.values()):>6} "
+                f"{self.todo:>6}  {why}").rstrip()
+
+
+def stage_configs(work: str, sections: dict[str, dict] | None) -> dict[str, Config]:
+    """Each stage's config: the pipeline section when given, else the settings of its last
+    complete run recorded in `_configs/`, else its defaults."""
+    from lait import storage
+    from lait.app.steps import STEPS
+    from lait.parts import WorkDir
+
+    root = WorkDir(work).root
+    out = {}
+    for step in STEPS:
+        cls = step.config_class()
+        if sections is not None:
+            data = dict(sections.get(step.name, {}))
+        else:
+            path = root / "_configs" / f"{step.name}.yaml"
+            data = _yaml(storage.read_text(path)) if storage.exists(path) else {}
+        data["work"] = work
+        known = {f.name for f, _ in cls._fields()}
+        out[step.name] = cls.from_dict({k: v for k, v in data.items() if k in known}, where=f"{step.name} settings")
+    return out
+
+
+def _yaml(text: str) -> dict[str, Any]:
+    import yaml
+
+    data = yaml.safe_load(text) or {}
+    return data if isinstance(data, dict) else {}
+
+
+def _stage_status(name: str, stage: Any, work: Any) -> StageStatus:
+    from lait.fingerprint import NEW, plan_run
+
+    plan = plan_run(stage, work)
+    st = StageStatus(name, total=plan.total, current=len(plan.current))
+    for p in plan.pending:
+        why = plan.causes[p]
+        if why == NEW:
+            st.todo += 1
+        else:
+            st.stale[why] += 1
+    return st
+
+
+def _build_status(work: Any, cfg: Any) -> StageStatus:
+    import json
+
+    from lait import storage
+    from lait.build.pipeline import FINGERPRINT, fingerprint
+    from lait.fingerprint import cause
+
+    st = StageStatus("build", total=1)
+    path = work.root / "_done" / FINGERPRINT
+    done = storage.exists(path) and work.is_done("build_plan", 0) and bool(work.markers("build_shards"))
+    if not work.part_files("scored"):
+        st.todo, st.note = 1, "no scored/ yet"
+        return st
+    if not done:
+        st.todo = 1
+        return st
+    old = json.loads(storage.read_text(path)).get("fingerprint")
+    why = cause(old if isinstance(old, dict) else None, fingerprint(work, cfg))
+    if why:
+        st.stale[why] += 1
+    else:
+        st.current = 1
+    shards = len(work.markers("build_shards"))
+    st.note = f"{shards} shard{'s' if shards != 1 else ''}"
+    return st
+
+
+def gather(work_url: str, sections: dict[str, dict] | None = None) -> list[StageStatus]:
+    """The status of every stage of `lait run` (see the module docstring)."""
+    from lait.filters.image_stage import ImageFilterStage
+    from lait.filters.text_stage import CleanStage
+    from lait.parts import WorkDir
+    from lait.scoring.stage import ScoreStage
+
+    work = WorkDir(work_url)
+    configs = stage_configs(work_url, sections)
+    statuses = [
+        _stage_status("filter", ImageFilterStage(configs["filter"]), work),
+        _stage_status("clean", CleanStage(configs["clean"]), work),
+        _stage_status("score", ScoreStage(configs["score"]), work),
+        _build_status(work, configs["build"]),
+    ]
+    by_name = {s.name: s for s in statuses}
+    for s in statuses:
+        s.waits_on = [u for u in UPSTREAM[s.name] if by_name[u].has_work or by_name[u].waits_on]
+    return statuses
+
+
+def table_rows(work_url: str) -> list[tuple[str, int, int]]:
+    """(table, rows, parts) of the work directory's main tables, from the Parquet footers."""
+    from lait.parts import WorkDir
+
+    work = WorkDir(work_url)
+    out = []
+    for table in TABLES:
+        parts = work.part_files(table)
+        if parts:
+            out.append((table, work.count(table), len(parts)))
+    return out
+
+
+def render(work_url: str, statuses: list[StageStatus], tables: list[tuple[str, int, int]]) -> str:
+    lines = [f"{work_url}", f"{'stage':<8} {'partitions':>10} {'done':>6} {'stale':>6} {'to do':>6}  why"]
+    lines += [s.line() for s in statuses]
+    if tables:
+        lines += ["", f"{'table':<12} {'rows':>10} {'parts':>6}"]
+        lines += [f"{t:<12} {rows:>10,} {parts:>6}" for t, rows, parts in tables]
+    return "\n".join(lines)
+
+
+def status_text(work_url: str, sections: dict[str, dict] | None = None) -> str:
+    return render(work_url, gather(work_url, sections), table_rows(work_url))
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from lait.app.steps import load_pipeline_yaml
+    from lait.drivers import open_work_dir
+
+    try:
+        open_work_dir(args.work, initialized=True)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}; crawl into it first") from None
+    sections = load_pipeline_yaml(args.config) if args.config else None
+    print(status_text(args.work, sections))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `lait status`."""
+    p = sub.add_parser("status", help="what each stage has done, what is stale and why, rows per table",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="examples:\n  lait status work/\n"
+                              "  lait status work/ --config pipeline.yaml   what these settings would redo")
+    p.add_argument("work", metavar="WORK", help="work directory")
+    p.add_argument("--config", metavar="YAML", help="pipeline YAML whose settings to compare with (default: "
+                                                    "the settings each stage last ran with)")
+    p.set_defaults(func=run_status)

@@ -1,0 +1,47 @@
+"""The stages `lait run` chains (filter, clean, score, build), with their config classes and
+the pipeline YAML that holds a section of settings per stage."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from lait.config import Config, ConfigError, read_yaml_mapping
+
+
+@dataclass(frozen=True)
+class Step:
+    """One stage of `lait run`: its YAML section and its config class."""
+
+    name: str
+    module: str
+    config: str
+
+    def config_class(self) -> type[Config]:
+        try:
+            return getattr(importlib.import_module(self.module), self.config)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"stage {self.name!r} is not available ({self.module}.{self.config}: {exc})") from None
+
+
+STEPS = (
+    Step("filter", "lait.filters.image_stage", "FilterConfig"),
+    Step("clean", "lait.filters.text_stage", "CleanConfig"),
+    Step("score", "lait.scoring.config", "ScoreConfig"),
+    Step("build", "lait.build.config", "BuildConfig"),
+)
+STEP_NAMES = [s.name for s in STEPS]
+
+
+def load_pipeline_yaml(path: str | None) -> dict[str, dict]:
+    """The sections of a pipeline YAML (an empty mapping without a file)."""
+    if not path:
+        return {}
+    data = read_yaml_mapping(path)
+    unknown = set(data) - set(STEP_NAMES) - {"crawl"}
+    if unknown:
+        raise ConfigError(f"{path}: unknown sections {sorted(unknown)}; known: {STEP_NAMES}")
+    for k, v in data.items():
+        if v is not None and not isinstance(v, dict):
+            raise ConfigError(f"{path}: section {k!r} must be a mapping of settings")
+    return {k: dict(v or {}) for k, v in data.items()}

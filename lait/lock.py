@@ -1,0 +1,186 @@
+"""One writer at a time: an exclusive lock on a work directory, naming its holder.
+
+Every command that writes into a work directory (crawl, ingest-warc, filter, clean, score,
+build, run, demo) holds the lock while it runs. A second command on the same directory exits
+with one line that names the holder (`lait filter` on host h, pid 123, since 21:04:05)
+instead of interleaving its rows with the first one's.
+
+Local directories: `WORK/_lock` is locked with `flock`, which the kernel releases when the
+holding process dies however it dies, and holds a JSON line naming the holder. A lock file that
+still names a holder when the lock is free was left by a process that died: it is taken over
+with a warning. Processes the holder starts (the crawler subprocess, stage workers) inherit
+the right to write through `LAIT_WORK_LOCK` in their environment.
+
+Object storage has no `flock`: there the lock is an object, `WORK/_lock.json`, refreshed every
+30 s by the holder and taken over when older than two minutes. Two commands started within
+the same second on the same bucket prefix can both see no lock; the lock only keeps apart runs
+that do not start at the same moment (said in the README).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+
+from lait import storage
+from lait.config import ConfigError
+from lait.parts import WorkDir
+
+log = logging.getLogger(__name__)
+
+ENV = "LAIT_WORK_LOCK"  # the work directories this process may write without taking the lock
+LOCAL_FILE = "_lock"
+REMOTE_FILE = "_lock.json"
+HEARTBEAT_S = 30.0
+STALE_S = 120.0
+
+_held: dict[str, int] = {}  # work URL -> nesting depth, in this process
+_held_guard = threading.Lock()
+
+
+class WorkDirBusy(ConfigError):
+    """Another command holds the work directory's lock (exit 2, one line)."""
+
+
+def _holder(command: str) -> dict[str, object]:
+    return {"command": command, "host": socket.gethostname(), "pid": os.getpid(),
+            "since": datetime.now(timezone.utc).isoformat(timespec="seconds"), "heartbeat": time.time()}
+
+
+def describe(holder: dict[str, object]) -> str:
+    """`lait filter` (pid 123 on host h, since 2026-11-23T21:04:05+00:00)."""
+    return (f"`{holder.get('command', '?')}` (pid {holder.get('pid', '?')} on {holder.get('host', '?')}, "
+            f"since {holder.get('since', '?')})")
+
+
+def _inherited_urls(env: dict[str, str] | os._Environ) -> list[str]:
+    try:
+        urls = json.loads(env.get(ENV) or "[]")
+    except ValueError:
+        return []
+    return [u for u in urls if isinstance(u, str)] if isinstance(urls, list) else []
+
+
+def _inherited(url: str) -> bool:
+    return url in _inherited_urls(os.environ)
+
+
+def child_env(work: WorkDir, env: dict[str, str] | None = None) -> dict[str, str]:
+    """An environment for a subprocess that writes into `work` on this holder's behalf (a JSON
+    list of work directory URLs: `s3://...` holds the characters a path list would split on)."""
+    env = dict(os.environ if env is None else env)
+    env[ENV] = json.dumps(list(dict.fromkeys([*_inherited_urls(env), work.url])))
+    return env
+
+
+@contextlib.contextmanager
+def locked(work: WorkDir, command: str) -> Iterator[None]:
+    """Hold the work directory's lock for `command`; WorkDirBusy when another process holds it.
+
+    Re-entrant within a process (`lait run` holds it while each stage takes it again) and in
+    processes started with `child_env`."""
+    url = work.url
+    with _held_guard:
+        depth = _held.get(url, 0)
+        if depth or _inherited(url):
+            _held[url] = depth + 1
+            reentrant = True
+        else:
+            reentrant = False
+    if reentrant:
+        try:
+            yield
+        finally:
+            with _held_guard:
+                _held[url] -= 1
+                if not _held[url]:
+                    del _held[url]
+        return
+    hold = _lock_remote if work.remote else _lock_local
+    with hold(work, command):
+        with _held_guard:
+            _held[url] = 1
+        try:
+            yield
+        finally:
+            with _held_guard:
+                _held.pop(url, None)
+
+
+@contextlib.contextmanager
+def _lock_local(work: WorkDir, command: str) -> Iterator[None]:
+    import fcntl
+
+    storage.make_dirs(work.root)
+    path = work.root / LOCAL_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_holder(fd)
+            raise WorkDirBusy(f"{work.root} is in use by {describe(holder)}; wait for it to finish or stop it"
+                              ) from None
+        left = _read_holder(fd)
+        if left:
+            log.warning("%s: taking over the lock left by %s, which ended without releasing it", work.root,
+                        describe(left))
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(_holder(command)) + "\n").encode(), 0)
+        os.fsync(fd)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)  # released cleanly: nothing for the next holder to warn about
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _read_holder(fd: int) -> dict[str, object]:
+    raw = os.pread(fd, 4096, 0)
+    try:
+        return json.loads(raw) if raw.strip() else {}
+    except ValueError:
+        return {"command": "unknown (unreadable lock file)"}
+
+
+@contextlib.contextmanager
+def _lock_remote(work: WorkDir, command: str) -> Iterator[None]:
+    path = work.root / REMOTE_FILE
+    if storage.exists(path):
+        try:
+            holder = json.loads(storage.read_text(path))
+        except (ValueError, OSError):
+            holder = {}
+        age = time.time() - float(holder.get("heartbeat", 0) or 0)
+        if age < STALE_S:
+            raise WorkDirBusy(f"{work.root} is in use by {describe(holder)}; wait for it to finish or stop it")
+        log.warning("%s: taking over the lock of %s, silent for %.0f s", work.root, describe(holder), age)
+    me = _holder(command)
+    storage.write_atomic(path, json.dumps(me).encode())
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(HEARTBEAT_S):
+            me["heartbeat"] = time.time()
+            try:
+                storage.write_atomic(path, json.dumps(me).encode())
+            except OSError as exc:  # a missed beat only shortens what others wait
+                log.debug("lock heartbeat failed: %r", exc)
+
+    thread = threading.Thread(target=beat, name="lait-lock-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        storage.remove(path)

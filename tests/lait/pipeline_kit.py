@@ -1,0 +1,53 @@
+"""Helpers of the tests that run stages 2-5 end to end on a small crawl: the tiny random-init
+CLIP config, the four stage commands, and the tables and shard members to compare runs by."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+from lait import storage
+from lait.parts import WorkDir
+
+TINY_CLIP = {"embed_dim": 32, "vision_cfg": {"image_size": 64, "layers": 2, "width": 64, "patch_size": 16,
+                                            "head_width": 32},
+             "text_cfg": {"context_length": 32, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 2}}
+TABLES = ("pages", "images", "images_ok", "candidates", "scored", "rejected", "image_embs", "near_dups",
+          "regions", "region_labels", "build_images", "build_plan")
+
+
+def stage_commands(work: str, model: Path, extra: list[str], *, regions: bool = True,
+                   filter_args: tuple[str, ...] = ()) -> list[list[str]]:
+    """`lait filter/clean/score/build` on `work`, with region features unless told otherwise."""
+    score = ["score", work, "--model", "tiny-clip", "--model-config", str(model), "--allow-random-init",
+             "--batch-size", "16"]
+    if regions:
+        score += ["--regions", "--max-regions", "4", "--codebook-k", "4"]
+    return [argv + extra for argv in (
+        ["filter", work, *filter_args], ["clean", work, "--languages", "en", "de", "fr"], score,
+        # A random-init model maps every image to nearly one point: no embedding near-dups.
+        ["build", work, "--samples-per-shard", "40", "--no-use-embedding-dups"])]
+
+
+def tables(work: WorkDir) -> dict[str, list[dict]]:
+    """Every row of every table, in a canonical order."""
+    return {t: sorted(work.read(t).to_pylist(), key=repr) for t in TABLES}
+
+
+def part_bytes(work: WorkDir) -> dict[str, bytes]:
+    """Every part file of every table, by table/name: what "byte for byte" compares."""
+    return {f"{t}/{p.name}": storage.read_bytes(p) for t in TABLES for p in work.part_files(t)}
+
+
+def shard_members(work: WorkDir) -> dict[str, bytes]:
+    from lait.build.shards import shard_files
+
+    out = {}
+    for tar in shard_files(work):
+        with storage.open_input(tar) as f, tarfile.open(fileobj=io.BytesIO(f.read())) as tf:
+            for m in tf.getmembers():
+                out[f"{tar.name}/{m.name}"] = tf.extractfile(m).read()
+        out[tar.with_suffix(".parquet").name] = storage.read_bytes(tar.with_suffix(".parquet"))
+    out["sizes.json"] = storage.read_bytes(work.root / "shards" / "sizes.json")
+    return out
