@@ -67,7 +67,8 @@ def crawl(cfg: CrawlConfig, *, timeout: float | None = None, quiet: bool = False
     cfg.validate()
     cfg.seed_urls()  # fail here, not in the subprocess, on bad seeds
     work = open_work_dir(cfg.out, create=True, n_partitions=cfg.n_partitions or None)
-    with locked(work, "lait crawl"):
+    # Crawlers sharing one Redis frontier (one per machine) are one crawl: the lock is shared.
+    with locked(work, "lait crawl", shared=bool(cfg.redis_url)):
         work.write_config("crawl", cfg.to_yaml())
         return _crawl_subprocess(cfg, work, timeout=timeout, quiet=quiet)
 
