@@ -31,16 +31,18 @@ REASONS: dict[str, str] = {
                        "was marked down; this request to it was never sent.",
     "crawl/tdm_reserved": "the origin's /.well-known/tdmrep.json reserves text and data mining rights "
                           "for the path (W3C TDMRep); the request was never sent.",
-    "crawl/refused_loopback": "the host resolves to a loopback address; the request was never sent "
-                              "(allow with --allow-loopback).",
+    "crawl/refused_loopback": "the host resolves to an address that reaches this machine (loopback, "
+                              "0.0.0.0/8, ::, broadcast, this machine's own interfaces, or one of "
+                              "these wrapped in IPv6); the request was never sent (allow with "
+                              "--allow-loopback).",
     "crawl/refused_private": "the host resolves to a private or carrier-grade NAT address; the request "
                              "was never sent (allow with --allow-private).",
     "crawl/refused_link_local": "the host resolves to a link-local address; the request was never sent "
                                 "(allow with --allow-private).",
     "crawl/refused_metadata": "the host resolves to a cloud instance metadata address; the request was "
                               "never sent.",
-    "crawl/refused_reserved": "the host resolves to an unspecified, multicast or reserved address; the "
-                              "request was never sent.",
+    "crawl/refused_reserved": "the host resolves to a multicast or reserved address; the request was "
+                              "never sent (allow with --allow-private).",
     # Stage 1 from archives (`lait ingest-warc`): records not stored, and damage notes.
     "ingest/noai_page": "a WAT record of a page whose X-Robots-Tag says noai or noimageai: its image "
                         "links are not stored (a WARC page with noai is a pages/ row with error noai).",
