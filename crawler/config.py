@@ -48,7 +48,8 @@ class CrawlConfig(Config):
     max_image_bytes: int = setting(20 << 20, "larger images are abandoned")
     retries: int = setting(2, "retries of a failed download (timeouts, 5xx)")
     user_agent: str = setting("", "User-Agent header (default: lait's identifying one)")
-    allow_loopback: bool = setting(False, "allow requests to loopback addresses (demo, tests)")
+    allow_loopback: bool = setting(False, "allow requests to addresses that reach this machine: "
+                                   "loopback, 0.0.0.0, its own interfaces (demo, tests)")
     allow_private: bool = setting(False, "allow requests to private, link-local and reserved addresses")
     redis_url: str = setting("", "share the frontier and duplicate filter through Redis "
                              "(scrapy-redis), e.g. redis://host:6379/0, so several crawler "
@@ -136,7 +137,7 @@ def scrapy_settings(cfg: CrawlConfig) -> dict[str, Any]:
     if cfg.redis_url:
         s.update({
             "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
-            "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+            "DUPEFILTER_CLASS": "lait.crawler.fingerprints.KindRedisDupeFilter",
             "REDIS_URL": cfg.redis_url,
             "SCHEDULER_PERSIST": True,
             "SCHEDULER_QUEUE_KEY": f"{cfg.redis_key}:requests",

@@ -31,16 +31,28 @@ REASONS: dict[str, str] = {
                        "was marked down; this request to it was never sent.",
     "crawl/tdm_reserved": "the origin's /.well-known/tdmrep.json reserves text and data mining rights "
                           "for the path (W3C TDMRep); the request was never sent.",
-    "crawl/refused_loopback": "the host resolves to a loopback address; the request was never sent "
-                              "(allow with --allow-loopback).",
+    "crawl/decompression_bomb": "the response's body grew past the size limit while being decompressed "
+                                "(gzip, deflate or brotli bomb); nothing stored.",
+    "crawl/redirect_loop": "a redirect points back at a URL of its own chain (a -> b -> a); nothing "
+                           "stored.",
+    "crawl/too_many_redirects": "more redirects than the limit (5): a redirect loop or a chain too long; "
+                                "nothing stored.",
+    "crawl/url_too_long": "the URL is longer than Scrapy's URLLENGTH_LIMIT (2,083 characters); never "
+                          "requested.",
+    "crawl/ignored": "dropped inside Scrapy for a reason lait has no rule of its own for (an "
+                     "offsite redirect, say); the detail holds Scrapy's message.",
+    "crawl/refused_loopback": "the host resolves to an address that reaches this machine (loopback, "
+                              "0.0.0.0/8, ::, broadcast, this machine's own interfaces, or one of "
+                              "these wrapped in IPv6); the request was never sent (allow with "
+                              "--allow-loopback).",
     "crawl/refused_private": "the host resolves to a private or carrier-grade NAT address; the request "
                              "was never sent (allow with --allow-private).",
     "crawl/refused_link_local": "the host resolves to a link-local address; the request was never sent "
                                 "(allow with --allow-private).",
     "crawl/refused_metadata": "the host resolves to a cloud instance metadata address; the request was "
                               "never sent.",
-    "crawl/refused_reserved": "the host resolves to an unspecified, multicast or reserved address; the "
-                              "request was never sent.",
+    "crawl/refused_reserved": "the host resolves to a multicast or reserved address; the request was "
+                              "never sent (allow with --allow-private).",
     # Stage 1 from archives (`lait ingest-warc`): records not stored, and damage notes.
     "ingest/noai_page": "a WAT record of a page whose X-Robots-Tag says noai or noimageai: its image "
                         "links are not stored (a WARC page with noai is a pages/ row with error noai).",
