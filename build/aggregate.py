@@ -58,6 +58,7 @@ class Cand(NamedTuple):
     page_url: str
     model: str
     pretrained: str | None
+    license: str | None = None  # the licence the page declares
 
 
 @dataclass(slots=True)
@@ -118,7 +119,8 @@ def load_images(work: WorkDir) -> list[Image]:
     def cands(rows: list[dict[str, Any]]) -> list[Cand]:
         return [Cand(c["text"], share(c["source"], c["source"]), share(c["lang"], c["lang"]), c["score"],
                      share(c["page_url"], c["page_url"]), share(c["model"], c["model"]),
-                     share(c["pretrained"], c["pretrained"])) for c in rows]
+                     share(c["pretrained"], c["pretrained"]), share(c.get("license"), c.get("license")))
+                for c in rows]
 
     images = [
         Image(r["image_url"], r["sha256"], phash_int(r["phash"]), r["width"], r["height"],
@@ -338,6 +340,7 @@ def plan_row(key: str, shard: int, g: Group, cfg: BuildConfig) -> dict[str, Any]
         "lang": best.lang,
         "model": best.model,
         "pretrained": best.pretrained,
+        "license": best.license,
         "width": rep.width,
         "height": rep.height,
         "original_format": rep.format,

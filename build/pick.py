@@ -13,7 +13,8 @@ from lait import storage
 from lait.stage import PartContext, Stage
 
 OK_COLUMNS = ["image_url", "sha256", "phash", "width", "height", "format"]
-SCORED_COLUMNS = ["image_url", "page_url", "text", "source", "lang", "score", "model", "pretrained"]
+SCORED_COLUMNS = ["image_url", "page_url", "text", "source", "lang", "score", "model", "pretrained",
+                  "license"]
 
 
 class PickStage(Stage):

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from lait.config import Config, ConfigError, setting
+from lait.crawler.dns import parse_resolve
 
 
 @dataclass
@@ -31,13 +32,24 @@ class CrawlConfig(Config):
     concurrency: int = setting(32, "concurrent requests in total")
     per_domain: int = setting(8, "concurrent requests per domain")
     autothrottle: bool = setting(True, "adapt the request rate to each server's latency")
-    obey_robots: bool = setting(True, "obey robots.txt")
+    obey_robots: bool = setting(True, "obey robots.txt of every host a request goes to (RFC 9309: "
+                                "an unreachable robots.txt disallows all); lait's token is `lait`")
+    obey_tdmrep: bool = setting(True, "honour the W3C TDM Reservation Protocol (tdmrep.json, "
+                                "tdm-reservation header and meta)")
+    host_down_after: int = setting(3, "mark a host down after this many connection failures in a row "
+                                   "(DNS, refused, timeout) and send it nothing more (0: never)")
+    retry_unreachable_after: float = setting(600.0, "seconds before an unreachable robots.txt or "
+                                             "tdmrep.json of a host is asked for again")
+    resolve: list[str] = setting([], "answer HOST with ADDRESS instead of DNS, as curl's --resolve "
+                                 "HOST:PORT:ADDRESS (PORT a number or *; the override holds for "
+                                 "every port of HOST)", metavar="HOST:PORT:ADDRESS")
     download_timeout: float = setting(30.0, "seconds before a download is abandoned")
     max_page_bytes: int = setting(10 << 20, "larger pages are abandoned")
     max_image_bytes: int = setting(20 << 20, "larger images are abandoned")
     retries: int = setting(2, "retries of a failed download (timeouts, 5xx)")
     user_agent: str = setting("", "User-Agent header (default: lait's identifying one)")
-    allow_loopback: bool = setting(False, "allow requests to loopback addresses (demo, tests)")
+    allow_loopback: bool = setting(False, "allow requests to addresses that reach this machine: "
+                                   "loopback, 0.0.0.0, its own interfaces (demo, tests)")
     allow_private: bool = setting(False, "allow requests to private, link-local and reserved addresses")
     redis_url: str = setting("", "share the frontier and duplicate filter through Redis "
                              "(scrapy-redis), e.g. redis://host:6379/0, so several crawler "
@@ -57,7 +69,7 @@ class CrawlConfig(Config):
             raise ConfigError("at least one seed URL or seeds file is required (--seeds)")
         if not self.out:
             raise ConfigError("an output work directory is required (--out)")
-        for name in ("max_depth", "max_pages", "n_partitions", "retries"):
+        for name in ("max_depth", "max_pages", "n_partitions", "retries", "host_down_after"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0")
         for name in ("concurrency", "per_domain", "part_rows", "max_page_bytes", "max_image_bytes"):
@@ -66,6 +78,10 @@ class CrawlConfig(Config):
         for item in self.scrapy_settings:
             if "=" not in item:
                 raise ConfigError(f"scrapy_settings: expected NAME=VALUE, got {item!r}")
+        try:
+            parse_resolve(self.resolve)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         if self.redis_url and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
             raise ConfigError(f"redis_url must start with redis://, rediss:// or unix://, got {self.redis_url!r}")
 
@@ -105,6 +121,10 @@ def scrapy_settings(cfg: CrawlConfig) -> dict[str, Any]:
         "CONCURRENT_REQUESTS_PER_DOMAIN": cfg.per_domain,
         "AUTOTHROTTLE_ENABLED": cfg.autothrottle,
         "ROBOTSTXT_OBEY": cfg.obey_robots,
+        "LAIT_TDMREP_OBEY": cfg.obey_tdmrep,
+        "LAIT_HOST_DOWN_AFTER": cfg.host_down_after,
+        "LAIT_ORIGIN_RETRY_SECONDS": cfg.retry_unreachable_after,
+        "LAIT_RESOLVE": list(cfg.resolve),
         "DOWNLOAD_TIMEOUT": cfg.download_timeout,
         "DOWNLOAD_MAXSIZE": cfg.max_page_bytes,
         "RETRY_TIMES": cfg.retries,
@@ -117,7 +137,7 @@ def scrapy_settings(cfg: CrawlConfig) -> dict[str, Any]:
     if cfg.redis_url:
         s.update({
             "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
-            "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+            "DUPEFILTER_CLASS": "lait.crawler.fingerprints.KindRedisDupeFilter",
             "REDIS_URL": cfg.redis_url,
             "SCHEDULER_PERSIST": True,
             "SCHEDULER_QUEUE_KEY": f"{cfg.redis_key}:requests",

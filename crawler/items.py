@@ -34,9 +34,11 @@ class PageItem:
     encoding: str | None = None
     depth: int | None = None
     referer: str | None = None
-    # None when the page is stored; else why not: http_N, noai, not_html, download/<Error>
-    # (the vocabulary of `lait.reasons`)
+    # None when the page is stored; else why not: http_N, noai, tdm_reserved, not_html,
+    # download/<Error> (the vocabulary of `lait.reasons`)
     error: str | None = None
+    # The licence the page declares (rel="license", licence meta, a Creative Commons link).
+    license: str | None = None
 
     def key(self) -> str:
         return self.url

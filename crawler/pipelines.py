@@ -35,10 +35,11 @@ class PartsPipeline:
     """Writes PageItem, ImageItem and RejectedItem rows into `LAIT_OUT` (a lait work dir)."""
 
     def __init__(self, out: str, n_partitions: int | None, part_rows: int, part_bytes: int,
-                 part_seconds: float, stats=None, buffer_bytes: int = 32 << 20):
+                 part_seconds: float, stats=None, buffer_bytes: int = 32 << 20, redis_url: str | None = None):
         if not out:
             raise ValueError("LAIT_OUT (the spider's `out` argument) is required")
         self.out = out
+        self.redis_url = redis_url
         self.n_partitions = n_partitions
         self.part_rows = part_rows
         self.part_bytes = part_bytes
@@ -56,13 +57,14 @@ class PartsPipeline:
         parts = s.get("LAIT_PARTITIONS")
         return cls(s.get("LAIT_OUT"), int(parts) if parts else None, s.getint("LAIT_PART_ROWS"),
                    s.getint("LAIT_PART_BYTES"), s.getfloat("LAIT_PART_SECONDS"), crawler.stats,
-                   buffer_bytes=s.getint("LAIT_PART_BUFFER_BYTES", 32 << 20))
+                   buffer_bytes=s.getint("LAIT_PART_BUFFER_BYTES", 32 << 20), redis_url=s.get("REDIS_URL"))
 
     def open_spider(self, spider=None):
         self.work = WorkDir(self.out, n_partitions=self.n_partitions).init()
         # `lait crawl` holds the work directory's lock for this process; `scrapy crawl lait`
         # takes it here (WorkDirBusy stops the crawl before any request when another run holds it).
-        self._lock = locked(self.work, "scrapy crawl lait")
+        # Crawlers sharing a Redis frontier are one crawl: they hold it shared.
+        self._lock = locked(self.work, "scrapy crawl lait", shared=bool(self.redis_url))
         self._lock.__enter__()
         self.run_id = getattr(spider, "run_id", None) or self.run_id
         # Small row groups: a crawler holds one open part per (table, partition).

@@ -3,7 +3,14 @@
 Twisted's reactor runs once per process, so callers (`lait crawl`, `lait demo`, tests) never
 start it themselves: `crawl(cfg)` writes the resolved config into the work directory and runs
 ``python -m lait.crawler.run CONFIG.yaml`` (this module's `main`), which starts Scrapy with the
-project settings (`lait.crawler.settings`) and the `lait` spider. The same spider runs from the
+project settings (`lait.crawler.settings`) and the `lait` spider.
+
+Stopping: the first SIGINT (Ctrl-C) or SIGTERM stops the crawl cleanly: the downloads in
+flight are cancelled (their requests go back to the queue), what was fetched is committed,
+one line says how to resume, and the process exits 0; a second signal stops it at once (exit
+1; the rows of open parts are lost, as after a kill, and a resume fetches them again). The
+crawler runs in its own session, so a Ctrl-C on a terminal reaches `crawl`'s process only,
+which passes it on once. The same spider runs from the
 repository root as ``scrapy crawl lait -a seeds=seeds.txt -a out=work/`` (any `CrawlConfig`
 field can be given with `-a NAME=VALUE`, lists comma-separated, or `-a config=crawl.yaml`).
 """
@@ -14,9 +21,11 @@ import argparse
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +42,18 @@ SUCCESS_REASONS = frozenset({"finished", "max_pages", "closespider_timeout", "cl
                              "closespider_pagecount"})
 
 
+# The finish reason of a crawl stopped by SIGINT/SIGTERM (Scrapy's): cleanly, resumable.
+STOPPED_REASON = "shutdown"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 def crawl_succeeded(reason: str | None) -> bool:
     return reason in SUCCESS_REASONS
+
+
+def crawl_stopped(reason: str | None) -> bool:
+    """Whether a crawl was stopped cleanly on request (Ctrl-C): it exits 0 and resumes."""
+    return reason == STOPPED_REASON
 
 
 def crawl(cfg: CrawlConfig, *, timeout: float | None = None, quiet: bool = False) -> dict[str, Any]:
@@ -48,7 +67,8 @@ def crawl(cfg: CrawlConfig, *, timeout: float | None = None, quiet: bool = False
     cfg.validate()
     cfg.seed_urls()  # fail here, not in the subprocess, on bad seeds
     work = open_work_dir(cfg.out, create=True, n_partitions=cfg.n_partitions or None)
-    with locked(work, "lait crawl"):
+    # Crawlers sharing one Redis frontier (one per machine) are one crawl: the lock is shared.
+    with locked(work, "lait crawl", shared=bool(cfg.redis_url)):
         work.write_config("crawl", cfg.to_yaml())
         return _crawl_subprocess(cfg, work, timeout=timeout, quiet=quiet)
 
@@ -65,13 +85,68 @@ def _crawl_subprocess(cfg: CrawlConfig, work: Any, *, timeout: float | None, qui
         repo = str(Path(__file__).resolve().parents[1])
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [repo, env.get("PYTHONPATH")]))
         log.info("crawling %d seed(s) into %s", len(cfg.seed_urls()), work.url)
-        proc = subprocess.run(cmd, env=env, timeout=timeout,
-                              stdout=subprocess.DEVNULL if quiet else None,
-                              stderr=subprocess.DEVNULL if quiet else None)
-        if proc.returncode != 0:
-            raise RuntimeError(f"crawler process exited with status {proc.returncode}")
+        returncode = _run_crawler(cmd, env, timeout, quiet)
+        if returncode != 0:
+            raise RuntimeError(f"crawler process exited with status {returncode}")
         text = stats_path.read_text() if stats_path.exists() else ""
         return json.loads(text) if text.strip() else {}
+
+
+def _run_crawler(cmd: list[str], env: dict, timeout: float | None, quiet: bool) -> int:
+    """Run the crawler process in its own session, passing SIGINT/SIGTERM on to it."""
+    out = subprocess.DEVNULL if quiet else None
+    proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=out, start_new_session=True)
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        def forward(signum, frame):
+            proc.send_signal(signum)
+
+        previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
+    try:
+        return proc.wait(timeout=timeout)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class _Stopper:
+    """The crawler process's SIGINT/SIGTERM handler: a clean stop, then a forced one."""
+
+    def __init__(self, process, crawler):
+        self.process = process
+        self.crawler = crawler
+        self.signals = 0
+
+    def install(self) -> None:
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum, frame) -> None:
+        from twisted.internet import reactor
+
+        self.signals += 1
+        # Nothing but scheduling here: the interrupted code may hold the logging stream.
+        reactor.callFromThread(self._stop if self.signals == 1 else self._force, signum)
+
+    def _stop(self, signum) -> None:
+        log.warning("received %s: stopping cleanly, what was fetched is kept (again to stop at once)",
+                    signal.Signals(signum).name)
+        spider = self.crawler.spider
+        if spider is not None and hasattr(spider, "interrupt"):
+            spider.interrupt()
+        self.process.stop()
+
+    def _force(self, signum) -> None:
+        from twisted.internet import reactor
+
+        log.warning("received %s again: stopping at once; the rows of open parts are lost",
+                    signal.Signals(signum).name)
+        if reactor.running:
+            reactor.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,8 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     crawler = process.create_crawler(LaitSpider)
     # A dict: under `python -m`, this module's CrawlConfig is not the spider's class.
     process.crawl(crawler, config=cfg.to_dict(), stats_json=args.stats_json)
-    process.start()
+    stopper = _Stopper(process, crawler)
+    stopper.install()
+    process.start(install_signal_handlers=False)
     reason = crawler.stats.get_value("finish_reason") if crawler.stats else None
+    if crawl_stopped(reason) and stopper.signals == 1:
+        return 0
     return 0 if crawl_succeeded(reason) else 1
 
 

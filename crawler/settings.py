@@ -5,17 +5,20 @@ uses it too. The spider lays the values of its `CrawlConfig` over these at "spid
 (see `lait.crawler.run.scrapy_settings`), and `-s NAME=VALUE` on the command line still wins.
 """
 
-from lait import __version__
+from lait import __version__, SITE_OWNERS_URL
 
 BOT_NAME = "lait"
 SPIDER_MODULES = ["lait.crawler.spiders"]
 NEWSPIDER_MODULE = "lait.crawler.spiders"
 
-# An identifying user agent with a contact page: site owners can find out who crawls them.
-USER_AGENT = f"lait/{__version__} (image-text dataset crawler; +https://pypi.org/project/lait/)"
+# An identifying user agent with a contact page: what lait fetches, how to opt out, the token.
+USER_AGENT = f"lait/{__version__} (image-text dataset crawler; +{SITE_OWNERS_URL})"
 
-# Politeness.
+# Politeness: robots.txt for every host (lait.crawler.robots, RFC 9309), lait's own group first.
 ROBOTSTXT_OBEY = True
+ROBOTSTXT_USER_AGENT = "lait"
+LAIT_TDMREP_OBEY = True
+LAIT_ORIGIN_RETRY_SECONDS = 600.0  # an unreachable robots.txt / tdmrep.json is asked again after this
 AUTOTHROTTLE_ENABLED = True
 AUTOTHROTTLE_START_DELAY = 1.0
 AUTOTHROTTLE_MAX_DELAY = 30.0
@@ -24,6 +27,15 @@ CONCURRENT_REQUESTS = 32
 CONCURRENT_REQUESTS_PER_DOMAIN = 8
 DOWNLOAD_DELAY = 0.0
 COOKIES_ENABLED = False
+
+# Broad crawl (docs/crawling.md): every host holds at most its per-domain share of the
+# downloader, counted from the first middleware on; a host failing LAIT_HOST_DOWN_AFTER times in
+# a row is marked down; DNS answers (failures too) are cached, in more reactor threads.
+DOWNLOADER = "lait.crawler.hosts.HostAwareDownloader"
+SCHEDULER_PRIORITY_QUEUE = "lait.crawler.hosts.HostFairQueue"
+LAIT_HOST_DOWN_AFTER = 3
+REACTOR_THREADPOOL_MAXSIZE = 20
+LAIT_RESOLVE: list[str] = []  # HOST:PORT:ADDRESS overrides (lait crawl --resolve)
 
 # Limits: time, size, retries. Images get their own size limit (request meta).
 DOWNLOAD_TIMEOUT = 30
@@ -44,8 +56,16 @@ LAIT_ALLOW_PRIVATE = False
 LAIT_ALLOW_METADATA = False
 TWISTED_DNS_RESOLVER = "lait.crawler.middlewares.GuardedResolver"
 DOWNLOADER_MIDDLEWARES = {
-    # After the offsite filter (50), before robots.txt (100): refused hosts see no request at all.
+    # After the offsite filter (50): a host marked down, then refused addresses, see nothing.
+    "lait.crawler.hosts.HostDownMiddleware": 55,
     "lait.crawler.middlewares.AddressGuardMiddleware": 60,
+    # Scrapy's robots.txt middleware lets the offsite filter drop robots.txt of image hosts and
+    # allows everything when robots.txt fails: lait's reads it for every host (RFC 9309).
+    "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware": None,
+    "lait.crawler.robots.RobotsTxtMiddleware": 100,
+    "lait.crawler.tdmrep.TdmRepMiddleware": 110,
+    # Responses pass it before Scrapy's RedirectMiddleware (600): a loop becomes a row.
+    "lait.crawler.redirects.RedirectLoopMiddleware": 610,
 }
 
 ITEM_PIPELINES = {
@@ -70,4 +90,6 @@ LAIT_PART_BUFFER_BYTES = 32 * 1024 * 1024  # rows waiting in all open parts toge
 LOG_LEVEL = "INFO"
 TELNETCONSOLE_ENABLED = False
 REQUEST_FINGERPRINTER_IMPLEMENTATION = "2.7"
+# A page request and an image request of one URL are two requests (lait.crawler.fingerprints).
+REQUEST_FINGERPRINTER_CLASS = "lait.crawler.fingerprints.KindFingerprinter"
 FEED_EXPORT_ENCODING = "utf-8"

@@ -237,7 +237,7 @@ class CleanStage(Stage):
                                        min_letter_share=cfg.min_letter_share, languages=cfg.languages)
         rules = self._rules
         # Pass 1: every page's raw candidates; pass 2 needs the site-wide text counts.
-        pages: list[tuple[str, list[tuple[str, list[tuple[str, str]]]]]] = []
+        pages: list[tuple[str, str | None, list[tuple[str, list[tuple[str, str]]]]]] = []
         site_pages: Counter[str] = Counter()
         site_texts: dict[str, Counter[str]] = defaultdict(Counter)
         big = False
@@ -262,15 +262,15 @@ class CleanStage(Stage):
             host = urlsplit(url).netloc.lower()
             site_pages[host] += 1
             site_texts[host].update({t for _, texts in found for _, t in texts})
-            pages.append((url, found))
-        for url, found in pages:
+            pages.append((url, row.get("license"), found))
+        for url, license_, found in pages:
             host = urlsplit(url).netloc.lower()
             limit = max(cfg.site_repeat_min_pages, cfg.site_repeat_share * site_pages[host])
             for image_url, raw in found:
-                self._emit(ctx, url, image_url, raw, rules, site_texts[host], limit)
+                self._emit(ctx, url, image_url, raw, rules, site_texts[host], limit, license_)
 
     def _emit(self, ctx: PartContext, page_url: str, image_url: str, raw: list[tuple[str, str]],
-              rules: list, counts: Counter[str], limit: float) -> None:
+              rules: list, counts: Counter[str], limit: float, license_: str | None = None) -> None:
         cfg = self.cfg
         seen: set[str] = set()
         texts: list[dict[str, Any]] = []
@@ -294,5 +294,6 @@ class CleanStage(Stage):
         if not texts:
             ctx.reject("no_text", image_url=image_url, page_url=page_url, detail="no candidate text left")
             return
-        ctx.write("candidates", {"page_url": page_url, "image_url": image_url, "texts": texts},
+        ctx.write("candidates", {"page_url": page_url, "image_url": image_url, "texts": texts,
+                                 "license": license_},
                   partition=partition_of(image_url, ctx.work.n_partitions))

@@ -10,6 +10,9 @@ package's search path below.
 from pathlib import Path as _Path
 
 __version__ = "0.1.0"
+# [project.urls] of pyproject.toml: the crawler's user agent points site owners here.
+HOMEPAGE = "https://github.com/lait-project/lait"
+SITE_OWNERS_URL = HOMEPAGE + "#for-site-owners"
 
 _root = _Path(__file__).resolve().parent.parent
 # Only in a checkout of lait itself: an installed lait has its stages inside this folder, and the

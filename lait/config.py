@@ -253,7 +253,9 @@ class Config:
                 kwargs["help"] += f" (default: {'on' if default else 'off'})"
                 parser.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, **kwargs)
             elif get_origin(base) in (list, tuple):
-                parser.add_argument(_flag(f.name), nargs="+", metavar=f.name.upper(), **kwargs)
+                # `--seeds a b` and `--seeds a --seeds b` both give [a, b] (curl-like repeats).
+                parser.add_argument(_flag(f.name), nargs="+", action="extend",
+                                    metavar=f.metadata.get("metavar", f.name.upper()), **kwargs)
             elif base in (int, float):
                 parser.add_argument(_flag(f.name), type=base, metavar="N" if base is int else "X", **kwargs)
             else:

@@ -12,6 +12,10 @@ still names a holder when the lock is free was left by a process that died: it i
 with a warning. Processes the holder starts (the crawler subprocess, stage workers) inherit
 the right to write through `LAIT_WORK_LOCK` in their environment.
 
+Crawlers that share one Redis frontier (`lait crawl --redis-url`, one per machine) are one
+crawl: they hold the lock *shared*, and each writes its own parts. A shared holder keeps out
+every exclusive one (filter, build, a crawl without Redis) and the other way round.
+
 Object storage has no `flock`: there the lock is an object, `WORK/_lock.json`, refreshed every
 30 s by the holder and taken over when older than two minutes. Two commands started within
 the same second on the same bucket prefix can both see no lock; the lock only keeps apart runs
@@ -82,11 +86,12 @@ def child_env(work: WorkDir, env: dict[str, str] | None = None) -> dict[str, str
 
 
 @contextlib.contextmanager
-def locked(work: WorkDir, command: str) -> Iterator[None]:
+def locked(work: WorkDir, command: str, *, shared: bool = False) -> Iterator[None]:
     """Hold the work directory's lock for `command`; WorkDirBusy when another process holds it.
 
-    Re-entrant within a process (`lait run` holds it while each stage takes it again) and in
-    processes started with `child_env`."""
+    `shared`: several holders at once, all shared (crawlers of one Redis frontier). Re-entrant
+    within a process (`lait run` holds it while each stage takes it again) and in processes
+    started with `child_env`."""
     url = work.url
     with _held_guard:
         depth = _held.get(url, 0)
@@ -105,7 +110,7 @@ def locked(work: WorkDir, command: str) -> Iterator[None]:
                     del _held[url]
         return
     hold = _lock_remote if work.remote else _lock_local
-    with hold(work, command):
+    with hold(work, command, shared):
         with _held_guard:
             _held[url] = 1
         try:
@@ -116,7 +121,7 @@ def locked(work: WorkDir, command: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _lock_local(work: WorkDir, command: str) -> Iterator[None]:
+def _lock_local(work: WorkDir, command: str, shared: bool = False) -> Iterator[None]:
     import fcntl
 
     storage.make_dirs(work.root)
@@ -124,22 +129,31 @@ def _lock_local(work: WorkDir, command: str) -> Iterator[None]:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = _read_holder(fd)
             raise WorkDirBusy(f"{work.root} is in use by {describe(holder)}; wait for it to finish or stop it"
                               ) from None
         left = _read_holder(fd)
-        if left:
+        if left and not (shared and left.get("shared")):
             log.warning("%s: taking over the lock left by %s, which ended without releasing it", work.root,
                         describe(left))
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(_holder(command)) + "\n").encode(), 0)
-        os.fsync(fd)
+        if not (shared and left.get("shared")):  # the first shared holder names the crawl
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps({**_holder(command), "shared": shared}) + "\n").encode(), 0)
+            os.fsync(fd)
         try:
             yield
         finally:
-            os.ftruncate(fd, 0)  # released cleanly: nothing for the next holder to warn about
+            if shared:
+                try:  # the last shared holder out clears the name; the others leave it
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    pass
+                else:
+                    os.ftruncate(fd, 0)
+            else:
+                os.ftruncate(fd, 0)  # released cleanly: nothing for the next holder to warn about
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
@@ -154,18 +168,29 @@ def _read_holder(fd: int) -> dict[str, object]:
 
 
 @contextlib.contextmanager
-def _lock_remote(work: WorkDir, command: str) -> Iterator[None]:
-    path = work.root / REMOTE_FILE
-    if storage.exists(path):
+def _lock_remote(work: WorkDir, command: str, shared: bool = False) -> Iterator[None]:
+    path = work.root / (f"_lock.{socket.gethostname()}.{os.getpid()}.json" if shared else REMOTE_FILE)
+    if storage.exists(work.root / REMOTE_FILE):
         try:
-            holder = json.loads(storage.read_text(path))
+            holder = json.loads(storage.read_text(work.root / REMOTE_FILE))
         except (ValueError, OSError):
             holder = {}
         age = time.time() - float(holder.get("heartbeat", 0) or 0)
         if age < STALE_S:
             raise WorkDirBusy(f"{work.root} is in use by {describe(holder)}; wait for it to finish or stop it")
         log.warning("%s: taking over the lock of %s, silent for %.0f s", work.root, describe(holder), age)
-    me = _holder(command)
+    if not shared:  # shared holders (crawlers of one Redis frontier) each beat their own object
+        for other in storage.list_dir(work.root):
+            name = str(other).rsplit("/", 1)[-1]
+            if name.startswith("_lock.") and name != REMOTE_FILE:
+                try:
+                    holder = json.loads(storage.read_text(other))
+                except (ValueError, OSError):
+                    continue
+                if time.time() - float(holder.get("heartbeat", 0) or 0) < STALE_S:
+                    raise WorkDirBusy(f"{work.root} is in use by {describe(holder)}; wait for it to finish "
+                                      "or stop it")
+    me = {**_holder(command), "shared": shared}
     storage.write_atomic(path, json.dumps(me).encode())
     stop = threading.Event()
 

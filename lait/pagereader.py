@@ -27,6 +27,14 @@ Robots: `robots_directives` reads an ``X-Robots-Tag`` value or a ``<meta name="r
 (or ``name="lait"``) content the same way; ``botname: noai`` counts as ``noai``, and
 `is_noai` says whether ``noai``/``noimageai`` is among them.
 
+TDMRep (the W3C TDM Reservation Protocol): `tdm_reservation` reads a ``tdm-reservation``
+header value or ``<meta name="tdm-reservation">`` content (``1`` reserves, ``0`` does not);
+`is_tdm_reserved` lets the header decide when it is present, the meta tag otherwise.
+
+Licence: `page_license` is the licence a page declares: a ``rel="license"`` link (``<link>``,
+``<a>`` or ``<area>``; a Creative Commons one first), else a licence meta tag (`LICENSE_META_NAMES`),
+else a link to a Creative Commons licence or public-domain deed anywhere on the page.
+
 Parsing is libxml2's (lxml), with its limits: a page nested deeper than 256 elements stops the
 parser there, so whatever follows is not read at all (stage 3 rejects such a page as
 ``clean/too_deep``); and libxml2 does not know ``<source>`` is void, so it nests the
@@ -63,6 +71,12 @@ BLOCK_TAGS = ("p", "li", "blockquote", "dd", "dt", "td", "th", "pre", "h1", "h2"
               "h5", "h6", "figcaption")
 NOAI_DIRECTIVES = frozenset({"noai", "noimageai"})
 ROBOTS_META_NAMES = ("robots", "lait")
+TDM_RESERVATION = "tdm-reservation"
+TDM_POLICY = "tdm-policy"
+# Meta names that carry a licence or rights statement (Dublin Core, and the bare forms).
+LICENSE_META_NAMES = ("license", "dcterms.license", "dc.license", "rights", "dcterms.rights",
+                      "dc.rights")
+CC_HOSTS = ("creativecommons.org", "www.creativecommons.org")
 
 
 # -- URLs ---------------------------------------------------------------------------------------
@@ -421,11 +435,22 @@ def robots_directives(value: str | None) -> set[str]:
 
 def meta_robots(tree: etree._Element) -> set[str]:
     """Directives of the page's `<meta name="robots">` and `<meta name="lait">` tags."""
-    tokens: set[str] = set()
+    return _read_meta(tree)[0]
+
+
+def _read_meta(tree: etree._Element) -> tuple[set[str], bool | None, str | None]:
+    """Robots directives, TDMRep reservation and TDMRep policy of the page's meta tags."""
+    robots: set[str] = set()
+    reservation = policy = None
     for el in tree.iter("meta"):
-        if (el.get("name") or "").strip().lower() in ROBOTS_META_NAMES:
-            tokens |= robots_directives(el.get("content"))
-    return tokens
+        name = (el.get("name") or "").strip().lower()
+        if name in ROBOTS_META_NAMES:
+            robots |= robots_directives(el.get("content"))
+        elif name == TDM_RESERVATION:
+            reservation = tdm_reservation(el.get("content"))
+        elif name == TDM_POLICY:
+            policy = (el.get("content") or "").strip() or None
+    return robots, reservation, policy
 
 
 def is_noai(directives: set[str]) -> bool:
@@ -433,24 +458,82 @@ def is_noai(directives: set[str]) -> bool:
     return not NOAI_DIRECTIVES.isdisjoint(directives)
 
 
+# -- opt-outs and licence ------------------------------------------------------------------------
+
+def tdm_reservation(value: str | None) -> bool | None:
+    """A ``tdm-reservation`` header value or meta content: True (1), False (0), None (absent,
+    or anything else)."""
+    if value is None:
+        return None
+    value = value.strip()
+    return True if value == "1" else False if value == "0" else None
+
+
+def is_tdm_reserved(header: bool | None, meta: bool | None) -> bool:
+    """Whether TDM rights are reserved: the header decides when present, else the meta tag."""
+    return bool(header if header is not None else meta)
+
+
+def _is_cc_license(url: str) -> bool:
+    parts = urlsplit(url)
+    return parts.hostname in CC_HOSTS and parts.path.startswith(("/licenses/", "/publicdomain/"))
+
+
+def page_license(tree: etree._Element, page_url: str) -> str | None:
+    """The licence a page declares (see the module docstring), or None."""
+    return _page_license(tree, Resolver(base_url(tree, page_url)), page_url)
+
+
+def _page_license(tree: etree._Element, resolve_: Resolver, page_url: str) -> str | None:
+    declared: list[str] = []
+    cc_links: list[str] = []
+    for el in tree.iter("link", "a", "area"):
+        href = el.get("href")
+        if not href:
+            continue
+        rel = (el.get("rel") or "").lower().split()
+        if "license" in rel:
+            url = resolve_(href)
+            if url and url != page_url:
+                declared.append(url)
+        elif el.tag == "a" and "creativecommons.org" in href:
+            url = resolve_(href)
+            if url and _is_cc_license(url):
+                cc_links.append(url)
+    if declared:
+        return next((u for u in declared if _is_cc_license(u)), declared[0])
+    for el in tree.iter("meta"):
+        if _meta_name(el) in LICENSE_META_NAMES:
+            content = (el.get("content") or "").strip()
+            if content:
+                return content
+    return cc_links[0] if cc_links else None
+
+
 # -- one read of a page -------------------------------------------------------------------------
 
 @dataclass
 class PageRead:
-    """What one parse of a page yields: outgoing links, image URLs and robots meta directives."""
+    """What one parse of a page yields: outgoing links, image URLs, robots meta directives,
+    its TDMRep meta (reservation and policy) and the licence it declares."""
 
     links: list[str] = field(default_factory=list)
     images: list[str] = field(default_factory=list)
     robots: set[str] = field(default_factory=set)
+    tdm_reservation: bool | None = None
+    tdm_policy: str | None = None
+    license: str | None = None
 
 
 def read_tree(tree: etree._Element, page_url: str) -> PageRead:
-    """Links, image URLs and robots meta directives of a parsed page."""
+    """Links, image URLs, robots and TDMRep meta and the licence of a parsed page."""
     resolve_ = Resolver(base_url(tree, page_url))
-    return PageRead(_links(tree, resolve_), _image_urls(tree, resolve_), meta_robots(tree))
+    robots, reservation, policy = _read_meta(tree)
+    return PageRead(_links(tree, resolve_), _image_urls(tree, resolve_), robots, reservation, policy,
+                    _page_license(tree, resolve_, page_url))
 
 
 def read_page(html: bytes | str, page_url: str, encoding: str | None = None) -> PageRead:
-    """Links, image URLs and robots meta directives of a page, from one parse."""
+    """Links, image URLs, robots and TDMRep meta and the licence of a page, from one parse."""
     tree = parse_html(html, encoding)
     return PageRead() if tree is None else read_tree(tree, page_url)

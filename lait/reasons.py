@@ -24,16 +24,35 @@ REASONS: dict[str, str] = {
     # Stage 1, the crawl (`lait crawl`): requests that were never sent.
     "crawl/robots": "robots.txt of the host forbids the URL to lait's user agent; the request was "
                     "never sent.",
-    "crawl/refused_loopback": "the host resolves to a loopback address; the request was never sent "
-                              "(allow with --allow-loopback).",
+    "crawl/robots_unreachable": "the host's robots.txt could not be fetched (5xx, timeout, refused "
+                                "connection, oversize cut); RFC 9309 says disallow all, so the "
+                                "request was never sent.",
+    "crawl/host_down": "the host failed several times in a row (DNS, refused connection, timeout) and "
+                       "was marked down; this request to it was never sent.",
+    "crawl/tdm_reserved": "the origin's /.well-known/tdmrep.json reserves text and data mining rights "
+                          "for the path (W3C TDMRep); the request was never sent.",
+    "crawl/decompression_bomb": "the response's body grew past the size limit while being decompressed "
+                                "(gzip, deflate or brotli bomb); nothing stored.",
+    "crawl/redirect_loop": "a redirect points back at a URL of its own chain (a -> b -> a); nothing "
+                           "stored.",
+    "crawl/too_many_redirects": "more redirects than the limit (5): a redirect loop or a chain too long; "
+                                "nothing stored.",
+    "crawl/url_too_long": "the URL is longer than Scrapy's URLLENGTH_LIMIT (2,083 characters); never "
+                          "requested.",
+    "crawl/ignored": "dropped inside Scrapy for a reason lait has no rule of its own for (an "
+                     "offsite redirect, say); the detail holds Scrapy's message.",
+    "crawl/refused_loopback": "the host resolves to an address that reaches this machine (loopback, "
+                              "0.0.0.0/8, ::, broadcast, this machine's own interfaces, or one of "
+                              "these wrapped in IPv6); the request was never sent (allow with "
+                              "--allow-loopback).",
     "crawl/refused_private": "the host resolves to a private or carrier-grade NAT address; the request "
                              "was never sent (allow with --allow-private).",
     "crawl/refused_link_local": "the host resolves to a link-local address; the request was never sent "
                                 "(allow with --allow-private).",
     "crawl/refused_metadata": "the host resolves to a cloud instance metadata address; the request was "
                               "never sent.",
-    "crawl/refused_reserved": "the host resolves to an unspecified, multicast or reserved address; the "
-                              "request was never sent.",
+    "crawl/refused_reserved": "the host resolves to a multicast or reserved address; the request was "
+                              "never sent (allow with --allow-private).",
     # Stage 1 from archives (`lait ingest-warc`): records not stored, and damage notes.
     "ingest/noai_page": "a WAT record of a page whose X-Robots-Tag says noai or noimageai: its image "
                         "links are not stored (a WARC page with noai is a pages/ row with error noai).",
@@ -57,6 +76,8 @@ REASONS: dict[str, str] = {
     # Stage 2 (`lait filter`): images/ -> images_ok/.
     "filter/noai": "the image was served with X-Robots-Tag noai or noimageai; its bytes were not stored.",
     "filter/status": "the image URL answered a status other than 200 (error http_N, or another 2xx).",
+    "filter/tdm_reserved": "the image was served with a tdm-reservation: 1 header (W3C TDMRep); its "
+                           "bytes were not stored.",
     "filter/not_image": "the image URL was served with a content type that is not an image; its "
                         "bytes were not stored.",
     "filter/download": "the image request got no response (DNS, connection, timeout or size limit).",
@@ -78,6 +99,8 @@ REASONS: dict[str, str] = {
     "filter/duplicate_phash": "a perceptual (phash) duplicate of an image kept earlier in its partition.",
     "filter/error": "an unexpected error on this image (a codec bug); the partition went on.",
     # Stage 3 (`lait clean`): pages/ -> candidates/; whole pages first, then single texts.
+    "clean/tdm_reserved": "the page reserved text and data mining rights (tdm-reservation header or "
+                          "meta, W3C TDMRep); its HTML was not stored.",
     "clean/noai": "the page opted out (X-Robots-Tag or robots meta noai/noimageai); its HTML was not stored.",
     "clean/status": "the page answered a status other than 200 (error http_N, or another 2xx).",
     "clean/not_html": "the page is not HTML (its content type, or binary content).",
@@ -159,6 +182,8 @@ def reasons_help(stages: Iterable[str]) -> str:
 FETCH_ERRORS: dict[str, str] = {
     "http_<N>": "the response had the non-2xx status N (the status column holds N); nothing stored.",
     "noai": "X-Robots-Tag or robots meta says noai/noimageai; the row is kept, the body not stored.",
+    "tdm_reserved": "a tdm-reservation: 1 header or meta tag (W3C TDMRep); the row is kept, the body "
+                    "not stored.",
     "not_html": "pages/: the response is not HTML by its content type; nothing stored.",
     "not_image": "images/: the response is not an image by its content type; nothing stored.",
     "empty": "images/: a 2xx response with an empty body.",
@@ -168,8 +193,8 @@ FETCH_ERRORS: dict[str, str] = {
 # The rules stages 2 and 3 drop a row of each table for (see `fetch_rule`): a non-2xx status
 # is `status`, no response is `download`, the other errors name themselves.
 FETCH_RULES: dict[str, frozenset[str]] = {
-    "pages": frozenset({"status", "download", "noai", "not_html"}),
-    "images": frozenset({"status", "download", "noai", "not_image", "empty"}),
+    "pages": frozenset({"status", "download", "noai", "tdm_reserved", "not_html"}),
+    "images": frozenset({"status", "download", "noai", "tdm_reserved", "not_image", "empty"}),
 }
 
 

@@ -25,6 +25,8 @@ PAGES = pa.schema(
         pa.field("depth", pa.int32()),
         pa.field("referer", pa.string()),
         pa.field("error", pa.string()),
+        # The licence the page declares: a rel="license" URL, a licence meta text, a CC link.
+        pa.field("license", pa.string()),
     ]
 )
 
@@ -66,6 +68,8 @@ CANDIDATES = pa.schema(
         pa.field("page_url", pa.string(), nullable=False),
         pa.field("image_url", pa.string(), nullable=False),
         pa.field("texts", pa.list_(TEXT), nullable=False),
+        # The licence the page declares (pages.license), carried to the sample's JSON.
+        pa.field("license", pa.string()),
     ]
 )
 
@@ -82,6 +86,8 @@ SCORED = pa.schema(
         # Row index of this pair's embeddings in the partition's embedding arrays.
         pa.field("image_emb_ref", pa.int64()),
         pa.field("text_emb_ref", pa.int64()),
+        # The licence the page declares (candidates.license).
+        pa.field("license", pa.string()),
     ]
 )
 
@@ -157,6 +163,7 @@ BUILD_CANDIDATE = pa.struct([
     pa.field("page_url", pa.string(), nullable=False),
     pa.field("model", pa.string()),
     pa.field("pretrained", pa.string()),
+    pa.field("license", pa.string()),
 ])
 
 BUILD_IMAGES = pa.schema([

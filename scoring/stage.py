@@ -70,11 +70,11 @@ class ScoreStage(Stage):
         image_embs, failed = self._encode_images(ctx, scorer, pairs_by_image)
         self._write_scores(ctx, scorer, pairs_by_image, text_ids, text_embs, image_embs, failed)
 
-    def _pairs(self, ctx: PartContext) -> tuple[dict[str, list[tuple[str, dict]]], dict[str, int]]:
-        """(image URL -> [(page URL, text entry)], text -> id) of the partition's candidates.
+    def _pairs(self, ctx: PartContext) -> tuple[dict[str, list[tuple[str, dict, str | None]]], dict[str, int]]:
+        """(image URL -> [(page URL, text entry, licence)], text -> id) of the partition's candidates.
 
         Candidates are small (texts only): the partition is held, image bytes are streamed."""
-        pairs_by_image: dict[str, list[tuple[str, dict]]] = {}
+        pairs_by_image: dict[str, list[tuple[str, dict, str | None]]] = {}
         text_ids: dict[str, int] = {}
         for row in ctx.work.iter_rows("candidates", ctx.partition):
             for t in row["texts"]:
@@ -82,7 +82,7 @@ class ScoreStage(Stage):
                 if not text:
                     continue
                 text_ids.setdefault(text, len(text_ids))
-                pairs_by_image.setdefault(row["image_url"], []).append((row["page_url"], t))
+                pairs_by_image.setdefault(row["image_url"], []).append((row["page_url"], t, row.get("license")))
         ctx.count("pairs", sum(map(len, pairs_by_image.values())))
         ctx.count("distinct_texts", len(text_ids))
         return pairs_by_image, text_ids
@@ -130,20 +130,20 @@ class ScoreStage(Stage):
         """One `scored/` row per pair; the pairs of an image that did not decode are rejected."""
         for url, pairs in pairs_by_image.items():
             if url in failed:
-                for page_url, t in pairs:
+                for page_url, t, _ in pairs:
                     ctx.reject("decode_error", image_url=url, page_url=page_url, text=t["text"], detail=failed[url])
                 continue
             if url not in image_embs:
                 ctx.count("no_image", len(pairs))
                 continue
             ref, emb = image_embs[url]
-            for page_url, t in pairs:
+            for page_url, t, license_ in pairs:
                 tid = text_ids[t["text"]]
                 ctx.write("scored", {
                     "image_url": url, "page_url": page_url, "text": t["text"], "source": t["source"],
                     "lang": t.get("lang"), "score": float(np.dot(emb, text_embs[tid])),
                     "model": scorer.name, "pretrained": scorer.pretrained,
-                    "image_emb_ref": ref, "text_emb_ref": tid})
+                    "image_emb_ref": ref, "text_emb_ref": tid, "license": license_})
 
     def _image_bytes(self, ctx: PartContext, wanted: dict, sha: dict) -> Iterator[tuple[str, bytes]]:
         """(image_url, bytes) of the partition's images that have candidates, each once."""

@@ -9,13 +9,18 @@ What it writes (through `lait.crawler.pipelines.PartsPipeline`):
   holds the page; otherwise it says why not, in the vocabulary of `lait.reasons` that
   ``ingest-warc`` writes too: ``http_404`` (any non-2xx), ``noai`` (an ``X-Robots-Tag`` or
   ``<meta name="robots">`` with ``noai``/``noimageai``: links are still followed, images not
-  requested), ``not_html``, ``download/<Error>`` (status 0: no response).
+  requested), ``tdm_reserved`` (a ``tdm-reservation: 1`` header or meta tag, handled as
+  ``noai``), ``not_html``, ``download/<Error>`` (status 0: no response).
+  ``license`` is the licence the page declares (`lait.pagereader.page_license`).
 - ``images/``: one row per image URL, requested once however many pages show it; ``page_url``
   is the first page it was found on. ``bytes`` is None unless it is stored; ``error`` is
-  ``http_N``, ``noai``, ``not_image`` (content type), ``empty`` or ``download/<Error>``.
-- ``rejected/``: requests that were never sent: ``crawl/robots`` (robots.txt) and
-  ``crawl/refused_<kind>`` (the host resolves to a loopback, private, link_local, metadata or
-  reserved address; see `lait.crawler.middlewares`).
+  ``http_N``, ``noai``, ``tdm_reserved``, ``not_image`` (content type), ``empty`` or
+  ``download/<Error>``.
+- ``rejected/``: requests that were never sent: ``crawl/robots`` and
+  ``crawl/robots_unreachable`` (robots.txt, `lait.crawler.robots`), ``crawl/tdm_reserved``
+  (the origin's tdmrep.json, `lait.crawler.tdmrep`), ``crawl/host_down`` (`lait.crawler.hosts`)
+  and ``crawl/refused_<kind>`` (the host resolves to a loopback, private, link_local, metadata
+  or reserved address; see `lait.crawler.middlewares`).
 
 Frontier: links found wait in a compact `lait.crawler.frontier.Frontier` (URLs, breadth-first), and
 become Scrapy Requests only as Scrapy's scheduler runs low (`LaitSpider.top_up`), so a crawl
@@ -25,9 +30,11 @@ whose pages link to thousands of others does not hold thousands of Requests. Wit
 Resume: committed parts of the output are the checkpoint. On start, the spider reads the
 pages and images already in the work directory, never requests them again, and rebuilds the
 frontier from the stored HTML of those pages, so a crawl killed at any moment (SIGKILL
-included) and restarted ends with every page exactly once. Scrapy's ``JOBDIR`` state is used
-as well after a clean stop; after a kill it is discarded, since it may name requests whose
-rows were still in open parts.
+included) and restarted ends with every page exactly once. A stop (Ctrl-C, SIGTERM) cancels
+the downloads in flight (`lait.crawler.hosts.HostAwareDownloader.interrupt`), puts their
+requests back in the queue and closes at once. Scrapy's ``JOBDIR`` state is used as well
+after such a clean stop; after a kill it is discarded, since it may name requests whose rows
+were still in open parts.
 """
 
 from __future__ import annotations
@@ -44,12 +51,14 @@ import scrapy
 from scrapy import signals
 from scrapy.exceptions import DontCloseSpider, IgnoreRequest
 
+from lait.crawler.config import CrawlConfig, scrapy_settings
 from lait.crawler.frontier import Frontier
+from lait.crawler.hosts import CrawlInterrupted
 from lait.crawler.items import ImageItem, PageItem, RejectedItem
 from lait.crawler.middlewares import AddressRefused
 from lait.crawler.pipelines import new_run_id
-from lait.crawler.config import CrawlConfig, scrapy_settings
-from lait.pagereader import is_noai, read_page, robots_directives
+from lait.crawler.reasons import ERROR_TDM_RESERVED
+from lait.pagereader import is_noai, is_tdm_reserved, read_page, robots_directives, tdm_reservation
 from lait.reasons import http_error
 
 log = logging.getLogger(__name__)
@@ -62,6 +71,10 @@ RUNNING_MARKER = "lait.running"
 def _header(response, name: str) -> str:
     values = response.headers.getlist(name)
     return ", ".join(v.decode("latin-1") for v in values)
+
+
+def _tdm_header(response) -> bool | None:
+    return tdm_reservation(_header(response, "tdm-reservation") or None)
 
 
 def _headers_map(response) -> dict[str, str]:
@@ -94,6 +107,7 @@ class LaitSpider(scrapy.Spider):
         self._idle_since: float | None = None
         idle = config.idle_seconds or (5.0 if config.redis_url else 0.0)
         self.idle_seconds = idle
+        self.interrupted = False  # a stop was asked for: no more pages from the frontier
 
     @classmethod
     def from_crawler(cls, crawler, *args, config: CrawlConfig | dict | str | None = None,
@@ -118,8 +132,9 @@ class LaitSpider(scrapy.Spider):
         for request in self.top_up():
             yield request
 
-    def _load_done(self) -> list[scrapy.Request]:
-        """Read what the work directory already holds; return the requests it still implies."""
+    def _load_done(self) -> list:
+        """Read what the work directory already holds; return the requests it still implies (and
+        the rows of URLs it cannot request: Scrapy 2.13+ takes items from `start`)."""
         from lait import storage
         from lait.parts import WorkDir
 
@@ -139,7 +154,7 @@ class LaitSpider(scrapy.Spider):
             self.done_pages.add(row["url"])
             stored.append((row["url"], row["status"], row["html"], row["encoding"], row["depth"] or 0))
         self.pages_seen = len({u for u, *_ in stored})
-        requests: list[scrapy.Request] = []
+        requests: list = []
         for url, status, html, encoding, depth in stored:
             if html is not None:
                 links = read_page(html, url, encoding)
@@ -177,11 +192,17 @@ class LaitSpider(scrapy.Spider):
         return any(host == d or host.endswith("." + d) for d in self.allowed_domains)
 
     def _follow(self, page, url: str, depth: int, noai: bool):
-        """Requests for a parsed page's links (within limits) and, unless noai, its images."""
+        """Requests for a parsed page's links (within limits) and, unless noai, its images; a URL
+        longer than Scrapy's URLLENGTH_LIMIT becomes a `crawl/url_too_long` row instead."""
         out = []
+        limit = self.settings.getint("URLLENGTH_LIMIT") or 0
         if not noai and self.cfg.fetch_images:
             for img in page.images:
-                if img not in self.done_images:
+                if img in self.done_images:
+                    continue
+                if limit and len(img) > limit:
+                    out.append(self._too_long("image", img, url, limit))
+                else:
                     out.append(self._image_request(img, url, depth + 1))
         if "nofollow" in page.robots:
             return out
@@ -191,11 +212,17 @@ class LaitSpider(scrapy.Spider):
             return out
         for link in page.links:
             if link not in self.done_pages and self._allowed(link):
-                if self.frontier is None:
+                if limit and len(link) > limit:
+                    out.append(self._too_long("page", link, url, limit))
+                elif self.frontier is None:
                     out.append(self._page_request(link, depth + 1, url))
                 else:
                     self.frontier.add(link, depth + 1, url)
         return out
+
+    def _too_long(self, kind: str, url: str, referer: str, limit: int) -> RejectedItem:
+        self._count("url_too_long")
+        return self._rejected("crawl/url_too_long", kind, url, referer, f"{len(url)} characters, over {limit}")
 
     def _max_pages_reached(self) -> bool:
         return bool(self.cfg.max_pages) and self.pages_seen >= self.cfg.max_pages
@@ -206,10 +233,9 @@ class LaitSpider(scrapy.Spider):
         Called after every response and error (the crawl's clock), at start and when the spider
         goes idle.
         """
-        if not self.frontier or self._max_pages_reached():
+        if not self.frontier or self._max_pages_reached() or self.interrupted:
             return []
-        scheduler = self.crawler.engine.scheduler if self.crawler.engine else None
-        room = self.low_water - (len(scheduler) if scheduler is not None else 0)
+        room = self.low_water - self._pages_waiting()
         out = []
         while room > 0 and self.frontier:
             url, depth, referer = self.frontier.pop()
@@ -218,6 +244,19 @@ class LaitSpider(scrapy.Spider):
             out.append(self._page_request(url, depth, referer))
             room -= 1
         return out
+
+    def _pages_waiting(self) -> int:
+        """Page requests in Scrapy's scheduler (with lait's `HostFairQueue`; else all requests).
+
+        Images do not count: they pile up behind slow hosts, and the page host must not wait
+        for them to drain."""
+        scheduler = self.crawler.engine.scheduler if self.crawler.engine else None
+        if scheduler is None:
+            return 0
+        queues = [q for q in (getattr(scheduler, "mqs", None), getattr(scheduler, "dqs", None)) if q is not None]
+        if not queues or not all(hasattr(q, "waiting") for q in queues):
+            return len(scheduler)
+        return sum(q.waiting["page"] for q in queues)
 
     # -- callbacks -----------------------------------------------------------------------------
     def parse_page(self, response):
@@ -252,16 +291,21 @@ class LaitSpider(scrapy.Spider):
             yield from self._emit(item, replay)
             return
         page = read_page(response.body, response.url, response.encoding)
+        item.license = page.license
         noai = is_noai(robots_directives(_header(response, "X-Robots-Tag")) | page.robots)
+        reserved = self.cfg.obey_tdmrep and is_tdm_reserved(_tdm_header(response), page.tdm_reservation)
         if noai:
             item.error = "noai"
             self._count("page_noai")
+        elif reserved:
+            item.error = ERROR_TDM_RESERVED
+            self._count("page_tdm_reserved")
         else:
             item.html = response.body
             item.encoding = response.encoding
             self._count("page_ok")
         yield from self._emit(item, replay)
-        yield from self._follow(page, response.url, depth, noai)
+        yield from self._follow(page, response.url, depth, noai or reserved)
 
     def _emit(self, item: PageItem, replay: bool):
         if not replay:
@@ -279,6 +323,8 @@ class LaitSpider(scrapy.Spider):
             item.error = http_error(status)
         elif is_noai(robots_directives(_header(response, "X-Robots-Tag"))):
             item.error = "noai"
+        elif self.cfg.obey_tdmrep and _tdm_header(response):
+            item.error = ERROR_TDM_RESERVED
         elif not mime or not mime.startswith("image/"):
             item.error = "not_image"
         elif not response.body:
@@ -299,16 +345,27 @@ class LaitSpider(scrapy.Spider):
         kind = request.meta.get("lait_kind", "page")
         referer = request.meta.get("lait_referer")
         exc = failure.value
+        if isinstance(exc, CrawlInterrupted):
+            # Cancelled by a stop: back in the queue (kept in JOBDIR), nothing recorded.
+            self._count("interrupted")
+            yield request.replace(dont_filter=True)
+            return
         if isinstance(exc, AddressRefused):
             self._count(exc.reason)
             yield self._rejected(f"crawl/{exc.reason}", kind, request.url, referer, str(exc))
             return
+        reason = getattr(exc, "reason", None)
+        if isinstance(exc, IgnoreRequest) and isinstance(reason, str) and reason.startswith("crawl/"):
+            # robots.txt, an unreachable robots.txt, TDMRep, a host marked down
+            self._count(reason.split("/", 1)[1])
+            yield self._rejected(reason, kind, request.url, referer, str(exc))
+            return
         if isinstance(exc, IgnoreRequest):
-            if "robots.txt" in str(exc):
-                self._count("robots")
-                yield self._rejected("crawl/robots", kind, request.url, referer, str(exc))
-            else:
-                self._count("ignored")
+            # Dropped inside Scrapy's own middlewares: still a row, with the rule that dropped it.
+            rule = _ignored_rule(str(exc))
+            self._count(rule.split("/", 1)[1])
+            first = request.meta.get("redirect_urls", [request.url])[0]  # the URL the page linked
+            yield self._rejected(rule, kind, first, referer, str(exc))
             return
         error = f"download/{type(exc).__name__}"
         self._count(f"{kind}_download_error")
@@ -348,7 +405,17 @@ class LaitSpider(scrapy.Spider):
             raise DontCloseSpider
         self._idle_since = None
 
+    def interrupt(self) -> None:
+        """A stop was asked for: feed no more pages, cancel the downloads in flight."""
+        self.interrupted = True
+        downloader = self.crawler.engine.downloader if self.crawler.engine else None
+        if hasattr(downloader, "interrupt"):
+            downloader.interrupt()
+
     def closed(self, reason):
+        if reason == "shutdown":
+            log.warning("crawl stopped: %d pages in %s; run the same command again to resume",
+                        self.pages_seen, self.cfg.out)
         jobdir = self.settings.get("JOBDIR")
         if jobdir:
             (Path(jobdir) / RUNNING_MARKER).unlink(missing_ok=True)
@@ -359,6 +426,19 @@ class LaitSpider(scrapy.Spider):
             if start is not None:  # Scrapy sets elapsed_time_seconds only after this signal
                 stats["elapsed_time_seconds"] = (datetime.now(timezone.utc) - start).total_seconds()
             Path(self.stats_json).write_text(json.dumps(stats, default=str, indent=1, sort_keys=True))
+
+
+def _ignored_rule(message: str) -> str:
+    """The reason of a request Scrapy's middlewares dropped (IgnoreRequest), by its message."""
+    if "during decompression" in message:  # HttpCompressionMiddleware: a gzip/deflate/br bomb
+        rule = "crawl/decompression_bomb"
+    elif message.startswith("redirect loop"):  # lait.crawler.redirects
+        rule = "crawl/redirect_loop"
+    elif "max redirections" in message:  # RedirectMiddleware: a loop, or a chain too long
+        rule = "crawl/too_many_redirects"
+    else:  # an offsite redirect, say: Scrapy's message says which
+        rule = "crawl/ignored"
+    return rule
 
 
 def _config_from_args(config, kwargs: dict) -> CrawlConfig:

@@ -15,12 +15,15 @@ examples:
   lait crawl --seeds seeds.txt --out work/ --redis-url redis://10.0.0.5:6379/0   # on each machine
   scrapy crawl lait -a seeds=seeds.txt -a out=work/                              # the same spider
 
-Polite by default: robots.txt, AutoThrottle, 8 requests per domain, 30 s and 10 MB limits,
-X-Robots-Tag noai/noimageai respected, an identifying user agent. Requests to loopback,
+Polite by default: robots.txt of every host a request goes to, image hosts included (RFC 9309:
+lait's token is `lait`; an unreachable robots.txt disallows all), the W3C TDM Reservation
+Protocol, X-Robots-Tag noai/noimageai, AutoThrottle, 8 requests per host, 30 s and 10 MB
+limits, an identifying user agent. A host that fails --host-down-after times in a row (DNS,
+refused, timeout) is marked down and its other requests are not sent. Requests to loopback,
 private, link-local and cloud-metadata addresses are refused after DNS resolution (recorded in
 rejected/ as crawl/refused_<kind>) unless --allow-loopback / --allow-private.
-A crawl into a work directory that already holds pages resumes it: pages and images already
-there are not fetched again, even after the crawler was killed.
+Ctrl-C stops cleanly (exit 0). A crawl into a work directory that already holds pages resumes
+it: pages and images already there are not fetched again, even after the crawler was killed.
 
 {fetch_errors_help()}
 
@@ -29,13 +32,14 @@ there are not fetched again, even after the crawler was killed.
 
 
 def run(cfg) -> int:
-    from lait.crawler.run import crawl, crawl_succeeded
+    from lait.crawler.run import crawl, crawl_stopped, crawl_succeeded
 
     stats = crawl(cfg)
     summary = {k: v for k, v in sorted(stats.items())
                if k.startswith("crawl/") or k in ("finish_reason", "elapsed_time_seconds")}
     print(json.dumps(summary, indent=1), file=sys.stderr)
-    return 0 if crawl_succeeded(stats.get("finish_reason")) else 1
+    reason = stats.get("finish_reason")
+    return 0 if crawl_succeeded(reason) or crawl_stopped(reason) else 1
 
 
 def register(sub) -> None:

@@ -107,6 +107,8 @@ def crawl_site(cfg: DemoConfig, work: Path) -> dict[str, Any]:
         start = time.perf_counter()
         stats = crawl(CrawlConfig(seeds=[srv.url + "/"], out=str(work), allow_loopback=True,
                                   autothrottle=False, concurrency=16, per_domain=16, log_level="WARNING"))
+    if stats.get("finish_reason") == "shutdown":  # Ctrl-C: the crawl stopped cleanly
+        raise KeyboardInterrupt("the crawl was stopped; run lait demo again to resume it")
     if stats.get("finish_reason") != "finished":
         raise RuntimeError(f"the crawl did not finish: {stats.get('finish_reason')}")
     summary = {"base_url": srv.url, "seconds": round(time.perf_counter() - start, 1),

@@ -23,6 +23,12 @@ pages, robots.txt-disallowed /private/ pages and X-Robots-Tag: noai). With --rea
 serves the real pages of ../shared/data/html instead, their images rewritten to local
 photos and with planted COCO photo-caption figures. --ground-truth writes what a correct
 pipeline should keep or reject, and why.
+
+--hostile puts a share of the image URLs on hosts that behave like the real web's worst, all
+on loopback: a name that does not resolve, a port that refuses, a server that accepts and
+never answers, one that trickles bytes, one whose robots.txt disallows lait and one whose
+tdmrep.json reserves TDM rights. Two of them have names only the crawler's --resolve knows:
+the second line printed is the --resolve flags to give `lait crawl`.
 """
 
 
@@ -39,6 +45,8 @@ class ServeSiteConfig(Config):
     ground_truth: str | None = setting(None, "write the site's ground-truth JSON to this path before serving",
                                        metavar="PATH")
     log_requests: bool = setting(False, "log every request")
+    hostile: bool = setting(False, "put a share of the images on hostile hosts (dead, refusing, "
+                            "silent, trickling, robots-disallowed, TDM-reserved)")
 
     def validate(self) -> None:
         if self.pages < 1 or not 0 <= self.port < 65536:
@@ -72,16 +80,26 @@ def main(args: ServeSiteConfig) -> int:
         from lait.testkit.generator import generate_site
 
         site = generate_site(args.pages, args.seed)
+    hostile = None
+    if args.hostile:
+        from lait.testkit.hostile import HostileHosts
+
+        hostile = HostileHosts().start()
+        site.attach_hostile(hostile)
     if args.ground_truth is not None:
         site.write_ground_truth(args.ground_truth)
     server = SiteServer(site, args.host, args.port, verbose=args.log_requests)
     print(server.url, flush=True)
+    if hostile is not None:
+        print(" ".join(f"--resolve {r}" for r in hostile.crawl_resolve()), flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
         server.server_close()
+        if hostile is not None:
+            hostile.close()
     return 0
 
 

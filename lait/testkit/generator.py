@@ -20,6 +20,11 @@ Ground-truth reason names (``images[url]["reason"]``), in order of precedence:
 
 Everything else has ``keep: true`` and ``reason: null``. Among duplicates the first one in
 document order (home, about, categories, then articles by index) is the kept one.
+
+Every third article declares a Creative Commons licence (``<link rel="license">``), the next
+one a licence meta tag (``pages[path]["license"]`` says which). With hostile hosts attached
+(`Site.attach_hostile`, `lait.testkit.hostile`), every fourth public article also shows two
+images on hostile hosts; their ground truth names the reasons of their kind (``reasons``).
 """
 
 from __future__ import annotations
@@ -48,6 +53,9 @@ CATEGORIES = ("shapes", "colours", "patterns", "studio", "science")
 PHOTO_SIZES = ((384, 320), (480, 360), (320, 400), (512, 384))
 ICONS = ("share", "print", "mail", "rss")
 HTML = "text/html; charset=utf-8"
+CC_BY = "https://creativecommons.org/licenses/by/4.0/"
+META_LICENSE = "CC BY-SA 4.0"
+_ARTICLE_RE = re.compile(r"/(?:articles|de/artikel|fr/articles|private)/(\d{5})-[a-z0-9-]+\.html")
 
 
 @dataclass(frozen=True)
@@ -285,6 +293,7 @@ class Site:
         self.article_path = functools.lru_cache(maxsize=65536)(self._article_path)
         self._static = self._static_images()
         self._categories: dict[str, PageSpec] = {}
+        self.hostile = None  # lait.testkit.hostile.HostileHosts, once attached
 
     # ----- page roles: fixed by index so that every feature exists from ~20 pages on
     def _rng(self, i: int, what: str) -> random.Random:
@@ -567,6 +576,46 @@ class Site:
             links.append(broken)
         return tuple(links), "".join(items)
 
+    # ----- what is laid over the built pages: declared licences, images on hostile hosts
+    def attach_hostile(self, hosts) -> None:
+        """Show images on `hosts` (a started `lait.testkit.hostile.HostileHosts`) from now on."""
+        self.hostile = hosts
+
+    def _article_index(self, path: str) -> int | None:
+        m = _ARTICLE_RE.fullmatch(path)
+        if m and int(m.group(1)) < self.n_pages and self.article_path(int(m.group(1))) == path:
+            return int(m.group(1))
+        return None
+
+    def declared_license(self, path: str) -> str | None:
+        """The licence the page at `path` declares, as a crawler reads it."""
+        i = self._article_index(path)
+        if i is None or i % 3 == 2:
+            return None
+        return CC_BY if i % 3 == 0 else META_LICENSE
+
+    def hostile_images(self, path: str) -> list[tuple[str, str]]:
+        """(kind, image path) of the hostile images the page at `path` shows."""
+        i = self._article_index(path)
+        if self.hostile is None or i is None or i % 4 != 1 or self.is_private(i) or i == NOAI_PAGE:
+            return []
+        kinds = self.hostile.kinds()
+        return [(kind, self.hostile.image_path(kind, f"{i:05d}-{k}"))
+                for k, kind in enumerate((kinds[(i // 4) % len(kinds)], kinds[(i // 4 + 3) % len(kinds)]))]
+
+    def _decorate(self, path: str, html: str) -> str:
+        license_ = self.declared_license(path)
+        if license_ == CC_BY:
+            html = html.replace("</head>", f'<link rel="license" href="{CC_BY}">\n</head>', 1)
+        elif license_ is not None:
+            html = html.replace("</head>", f'<meta name="dcterms.license" content="{license_}">\n</head>', 1)
+        hostile = self.hostile_images(path)
+        if hostile:
+            figures = "".join(f'<figure><img src="{self.hostile.base_url(kind)}{url}" alt="photo from '
+                              f'a partner site" width="320" height="320"></figure>' for kind, url in hostile)
+            html = html.replace("</main>", f'<aside class="partners">{figures}</aside>\n</main>', 1)
+        return html
+
     # ----- routing
     def page(self, path: str) -> PageSpec | None:
         """The page served at ``path``, or None."""
@@ -606,7 +655,7 @@ class Site:
         page = self.page(path)
         if page is not None:
             headers = {"X-Robots-Tag": "noai"} if page.noai else {}
-            html = page.html.replace("{base_url}", base_url)
+            html = self._decorate(path, page.html.replace("{base_url}", base_url))
             return Response(200, HTML, html.encode(), headers)
         spec = self.image(path)
         if spec is not None and spec.status == 200:
@@ -672,6 +721,12 @@ class Site:
                 "format": spec.format if spec.status == 200 else None,
                 "keep": reason is None, "reason": reason, "true_caption": spec.caption,
                 "duplicate_of": dup_of, "noai": spec.noai}
+        for path, entry in pages.items():
+            entry["license"] = self.declared_license(path)
+            for kind, url in self.hostile_images(path):
+                entry["images"].append({"url": url, "found_via": "img", "alt": "photo from a partner site",
+                                        "true_caption": None, "caption_sources": [], "hostile": kind})
+                images[url] = self.hostile.image_truth(url)
         return {"seed": self.seed, "n_pages": self.n_pages, "disallowed_prefix": DISALLOWED_PREFIX,
                 "noai_page": self.article_path(NOAI_PAGE) if NOAI_PAGE < self.n_pages else None,
                 "pages": pages, "images": images, "junk_texts": sorted(junk),

@@ -14,6 +14,11 @@ Ground truth has the generator's shape. Substituted images carry ``"substituted"
 (``filter/min_side``, ``filter/aspect_ratio``). Planted photos are ``keep: true`` with every
 caption they were planted with in ``true_captions``. Pages that lxml cannot parse are served
 unchanged with ``"parse_ok": false``.
+
+With hostile hosts attached (`RealWebSite.attach_hostile`, `lait.testkit.hostile`), the images
+of about one original host in `HOSTILE_SHARE` keep an off-site host, as on the real web: all
+images of that host go to one hostile host (picked by a hash of the original host name), and
+their ground truth names the reasons of its kind. ``max_pages`` serves only the first pages.
 """
 
 from __future__ import annotations
@@ -37,11 +42,17 @@ from lait.testkit.generator import Response
 log = logging.getLogger(__name__)
 
 HTML = "text/html; charset=utf-8"
+HOSTILE_SHARE = 5  # with hostile hosts, one original image host in this many is hostile
 
 
 def default_data_dir() -> Path:
     """``../shared/data`` relative to the repository root."""
     return Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def _path(url: str) -> str:
+    """The path of an absolute URL (hostile images), or the URL itself (a local path)."""
+    return "/" + url.split("/", 3)[3] if "://" in url else url
 
 
 @dataclass
@@ -63,7 +74,8 @@ class RealWebSite:
 
     name = "lait real web"
 
-    def __init__(self, data_dir: str | Path | None = None, planted_per_page: int = 1) -> None:
+    def __init__(self, data_dir: str | Path | None = None, planted_per_page: int = 1,
+                 max_pages: int | None = None) -> None:
         self.data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
         html_dir = self.data_dir / "html"
         if not html_dir.is_dir():
@@ -72,6 +84,9 @@ class RealWebSite:
         self._pages: dict[str, RealPage] = {}
         self._built = False
         self._collect_pages(html_dir)
+        if max_pages:
+            self._pages = {p: self._pages[p] for p in sorted(self._pages)[:max_pages]}
+        self.hostile = None  # lait.testkit.hostile.HostileHosts, once attached
         coco = self.data_dir / "photos" / "coco_train"
         meta = json.loads((coco / "captions.json").read_text())
         caps: dict[int, list[str]] = {}
@@ -148,9 +163,30 @@ class RealWebSite:
         page.body = lxml.html.tostring(doc, doctype="<!DOCTYPE html>", encoding="utf-8",
                                        method="html")
 
+    def attach_hostile(self, hosts) -> None:
+        """Put the images of some original hosts on `hosts` (a started
+        `lait.testkit.hostile.HostileHosts`); call it before the first page is served."""
+        if self._built:
+            raise RuntimeError("attach hostile hosts before the pages are built")
+        self.hostile = hosts
+
+    def _hostile_kind(self, url: str) -> str | None:
+        from lait.testkit.hostile import KINDS
+
+        if self.hostile is None:
+            return None
+        n = int(hashlib.sha1((urlsplit(url).hostname or "").encode()).hexdigest()[:8], 16)
+        return list(KINDS)[n // HOSTILE_SHARE % len(KINDS)] if n % HOSTILE_SHARE == 0 else None
+
     def _substitute(self, url: str) -> str:
-        """The local URL standing in for an original image URL, registering its crop."""
+        """The URL standing in for an original image URL: a local crop (registered here), or
+        an image on a hostile host."""
         h = hashlib.sha1(url.encode()).hexdigest()[:16]
+        kind = self._hostile_kind(url)
+        if kind is not None:
+            from lait.testkit.hostile import image_path
+
+            return self.hostile.base_url(kind) + image_path(kind, h)
         local = f"/photos/r/{h}.jpg"
         if local not in self._substitutes:
             n = int(h, 16)
@@ -167,7 +203,7 @@ class RealWebSite:
         for image in image_elements(doc, page_url):
             alt = None if image.how == "og" else image.element.get("alt")
             for url in image.urls:
-                page.refs.append(self._ref(self._substitute(url), image.how, alt, url))
+                page.refs.append(self._ref(_path(self._substitute(url)), image.how, alt, url))
         resolve = Resolver(base_url(doc, page_url))
 
         def local(raw: str) -> str:
@@ -281,6 +317,10 @@ class RealWebSite:
                 "junk_texts": [], "broken_links": []}
 
     def _image_truth(self, url: str) -> dict:
+        from lait.testkit.hostile import image_truth, kind_of
+
+        if kind_of(url) is not None:
+            return image_truth(url)
         if url.startswith("/photos/coco/"):
             file = self.data_dir / "photos" / "coco_train" / url.rsplit("/", 1)[-1]
             w, h = self._photo_sizes.get(file) or Image.open(file).size

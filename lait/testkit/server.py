@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol
@@ -80,6 +81,12 @@ class SiteServer(ThreadingHTTPServer):
     def url(self) -> str:
         """Base URL, e.g. ``http://127.0.0.1:8000`` (no trailing slash)."""
         return f"http://{self.host}:{self.port}"
+
+    def handle_error(self, request, client_address) -> None:
+        # A crawler that stops or gives up closes its connections mid-answer: no traceback.
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
 
     def start(self) -> SiteServer:
         """Serve from a daemon thread; returns self."""

@@ -179,6 +179,27 @@ def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path, caplog):
     assert "taking over the lock left by `lait score` (pid 999999 on gone" in caplog.text
 
 
+def test_crawlers_of_one_redis_frontier_share_the_lock_and_keep_out_the_rest(tmp_path, caplog):
+    """`lait crawl --redis-url` on several machines is one crawl: shared holders coexist, an
+    exclusive writer is kept out while any of them runs, and the last one out leaves no name."""
+    from lait.lock import WorkDirBusy, _lock_local, locked
+
+    work = WorkDir(tmp_path / "w", n_partitions=2).init()
+    with _lock_local(work, "lait crawl (machine a)", shared=True):
+        with _lock_local(work, "lait crawl (machine b)", shared=True):
+            with pytest.raises(WorkDirBusy, match=r"in use by `lait crawl \(machine a\)`"):
+                with _lock_local(work, "lait filter"):
+                    pass
+        with pytest.raises(WorkDirBusy):
+            with _lock_local(work, "lait filter"):
+                pass
+    with caplog.at_level("WARNING", logger="lait.lock"), locked(work, "lait filter"):
+        with pytest.raises(WorkDirBusy, match="in use by `lait filter`"):
+            with _lock_local(work, "lait crawl (machine c)", shared=True):
+                pass
+    assert "taking over" not in caplog.text
+
+
 def _concurrent(argv: list[str], env: dict | None = None) -> list[subprocess.CompletedProcess]:
     procs = [subprocess.Popen([sys.executable, "-m", "lait", *argv], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]

@@ -277,3 +277,33 @@ def test_fast_resolver_equals_the_reference_on_every_reference_of_the_real_pages
     assert len(refs) > 40_000
     wrong = [(r, resolver(r), resolve_slow(base, r)) for r in refs if resolver(r) != resolve_slow(base, r)]
     assert not wrong, wrong[:5]
+
+
+# -- licences (issue 18) ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("head,body,expected", [
+    ('<link rel="license" href="//creativecommons.org/licenses/by/4.0/">', "",
+     "http://creativecommons.org/licenses/by/4.0/"),
+    # A Creative Commons rel=license goes before another rel=license.
+    ('<link rel="license" href="/terms.html">', '<a rel="license" href="https://creativecommons.org/licenses/by-sa/3.0/">cc</a>',
+     "https://creativecommons.org/licenses/by-sa/3.0/"),
+    ('<link rel="license" href="/terms.html">', "", "http://site.test/terms.html"),
+    ('<meta name="dcterms.license" content="CC BY-SA 4.0">', "", "CC BY-SA 4.0"),
+    ('<meta name="rights" content="All rights reserved.">',
+     '<a href="https://creativecommons.org/licenses/by/2.0/">some photo</a>', "All rights reserved."),
+    ("", '<a href="https://creativecommons.org/publicdomain/zero/1.0/">CC0</a>',
+     "https://creativecommons.org/publicdomain/zero/1.0/"),
+    ("", '<a href="https://creativecommons.org/about/">about CC</a><a rel="license" href="#">x</a>', None),
+])
+def test_declared_licence(head, body, expected):
+    html = f"<html><head>{head}</head><body>{body}</body></html>"
+    assert read_page(html, "http://site.test/page.html").license == expected
+
+
+def test_wikipedia_pages_declare_cc_by_sa(shared_data):
+    from lait.pagereader import page_license
+
+    for name in ("wikipedia", "wikipedia-2", "wikipedia-3"):
+        raw = (shared_data / "html" / "readability" / name / "source.html").read_bytes()
+        tree = parse_html(raw)
+        assert "creativecommons.org/licenses/by-sa/3.0/" in page_license(tree, "https://en.wikipedia.org/wiki/X")

@@ -3,7 +3,8 @@ refuses an unregistered reason; each command's --help lists its stage's reasons.
 
 The code side is read statically: the first argument of every call that records a drop
 (`reject`, `ImageRejected`, `PageRejected`, `PageTimeout`, `Damage`, `RejectedItem`), the
-`name` of every `Filter` subclass, values assigned to a variable `rule`, the `(rule, detail)`
+`name` of every `Filter` subclass, the `reason` of the crawler's refusal exceptions (a string
+or a constant of `crawler/reasons.py` or its own module), values assigned to a variable `rule`, the `(rule, detail)`
 tuples of the few functions that return one, and the fetch rules of stages 2 and 3. What a
 scan cannot see (a rule computed at run time) still meets `check` when a test writes it.
 """
@@ -22,6 +23,9 @@ STAGES = ("crawl", "ingest", "filter", "clean", "score", "build")
 # Source file -> the stage prefix of the bare rules it writes (None: it writes whole reasons).
 SOURCES = {
     "crawler/spiders/lait.py": None,
+    "crawler/hosts.py": None,
+    "crawler/robots.py": None,
+    "crawler/tdmrep.py": None,
     "crawler/warc_ingest.py": "ingest",
     "crawler/warc.py": "ingest",
     "filters/image_stage.py": "filter",
@@ -45,9 +49,26 @@ def _strings(node: ast.AST) -> set[str]:
     return set()
 
 
+def _constants(tree: ast.AST) -> dict[str, str]:
+    """Module-level NAME = "string" assignments."""
+    return {t.id: node.value.value for node in getattr(tree, "body", []) if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+            for t in node.targets if isinstance(t, ast.Name)}
+
+
+CRAWL_CONSTANTS = _constants(ast.parse((REPO / "crawler/reasons.py").read_text()))
+
+
 def _rules_in(tree: ast.AST) -> set[str]:
     found: set[str] = set()
+    names = {**CRAWL_CONSTANTS, **_constants(tree)}
     for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):  # refusal exceptions: `reason = "crawl/..."` or a constant
+            for stmt in node.body:
+                if isinstance(stmt, ast.Assign) and [getattr(t, "id", "") for t in stmt.targets] == ["reason"]:
+                    value = stmt.value
+                    found |= {names[value.id]} if isinstance(value, ast.Name) and value.id in names \
+                        else _strings(value)
         if isinstance(node, ast.Call) and node.args:
             name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
             if name in DROP_CALLS:
@@ -86,7 +107,8 @@ def written_reasons() -> set[str]:
 def test_the_scan_sees_every_kind_of_drop():
     written = written_reasons()
     # One of each way the code names a rule, so that the scan cannot quietly go blind.
-    assert {"crawl/robots", "crawl/refused_loopback", "ingest/bad_http", "ingest/truncated_gzip",
+    assert {"crawl/robots", "crawl/robots_unreachable", "crawl/host_down", "crawl/tdm_reserved",
+            "crawl/refused_loopback", "ingest/bad_http", "ingest/truncated_gzip",
             "filter/min_side", "filter/svg", "filter/corrupt", "filter/noai", "clean/timeout",
             "clean/language", "score/decode_error", "build/near_duplicate", "build/no_image",
             "build/unreadable"} <= written

@@ -132,3 +132,15 @@ def test_redis_crawls_keep_links_in_scrapys_scheduler(tmp_path):
     assert sorted(r.url for r in out if r.meta["lait_kind"] == "page") == \
         sorted(f"http://site.test/a{i}.html" for i in range(5))
     assert sp.top_up() == []
+
+
+def test_images_waiting_behind_a_slow_host_do_not_hold_back_pages(spider):
+    """Only page requests in the scheduler count against low_water (lait's HostFairQueue)."""
+    from collections import Counter
+
+    queue = SimpleNamespace(waiting=Counter({"image": 500, "page": 3}))
+    spider.crawler.engine.scheduler.mqs = queue
+    spider.crawler.engine.scheduler.dqs = None
+    spider.crawler.engine.scheduler.requests.extend(range(503))
+    spider._follow(_page(20, "a"), "http://site.test/", 0, noai=False)
+    assert len(spider.top_up()) == spider.low_water - 3

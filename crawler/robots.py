@@ -1,0 +1,123 @@
+"""robots.txt for every host a request goes to, as RFC 9309 says (it replaces Scrapy's).
+
+Scrapy's own middleware asks for robots.txt with a request the offsite filter drops when the
+host is not one of the spider's domains, and on any failure it allows everything. Here, for
+every origin (scheme, host, port) a request goes to, page and image hosts alike:
+
+- the first `MAX_BYTES` (500 KiB, RFC 9309 2.5) are read and parsed, the rest is not fetched;
+- 2xx: the rules of the group naming lait's product token (``ROBOTSTXT_USER_AGENT``, ``lait``)
+  apply, else the ``*`` group (Protego's matching); they hold for 24 hours (2.4);
+- redirects are followed (up to ``REDIRECT_MAX_TIMES``); a robots.txt that is unavailable
+  (4xx, too many redirects) allows everything (2.3.1.3);
+- unreachable (5xx, timeout, refused, DNS failure, any other failed download) disallows
+  everything (2.3.1.4): requests are refused as ``crawl/robots_unreachable``, and the next
+  request to that origin after ``LAIT_ORIGIN_RETRY_SECONDS`` asks again. A host that was marked
+  down meanwhile refuses them as ``crawl/host_down``.
+
+Refused requests raise `RobotsForbidden` (``crawl/robots``) or `RobotsUnreachable`, which the
+spider records in ``rejected/``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from protego import Protego
+from scrapy.exceptions import IgnoreRequest, NotConfigured
+
+from lait.crawler.hosts import HostDown, host_of
+from lait.crawler.origindocs import OriginDocumentMiddleware
+from lait.crawler.reasons import ROBOTS_UNREACHABLE
+
+log = logging.getLogger(__name__)
+
+MAX_BYTES = 500 * 1024
+RULES_TTL = 24 * 3600.0
+ROBOTS_REASON = "crawl/robots"
+
+
+class RobotsForbidden(IgnoreRequest):
+    """A request robots.txt disallows."""
+
+    reason = ROBOTS_REASON
+
+    def __init__(self, url: str, token: str):
+        super().__init__(f"Forbidden by robots.txt (user-agent token {token!r}): {url}")
+
+
+class RobotsUnreachable(IgnoreRequest):
+    """A request to an origin whose robots.txt could not be fetched: RFC 9309 disallows all."""
+
+    reason = ROBOTS_UNREACHABLE
+
+    def __init__(self, origin: str, why: str):
+        super().__init__(f"robots.txt of {origin} unreachable ({why}): disallow all")
+
+
+@dataclass(frozen=True)
+class RobotsVerdict:
+    """What an origin's robots.txt says: its rules, allow all (None), or unreachable (why)."""
+
+    rules: Protego | None = None
+    unreachable: str | None = None
+
+
+ALLOW_ALL = RobotsVerdict()
+
+
+def parse_robots(body: bytes) -> Protego:
+    """Protego rules of the first `MAX_BYTES` of a robots.txt (UTF-8, a BOM ignored)."""
+    text = body[:MAX_BYTES].decode("utf-8", errors="replace").lstrip("\ufeff")
+    return Protego.parse(text)
+
+
+def verdict_for_status(status: int, body: bytes) -> tuple[RobotsVerdict, float | None]:
+    """The verdict of a robots.txt answer with `status` (see the module docstring)."""
+    if 200 <= status < 300:
+        return RobotsVerdict(rules=parse_robots(body)), RULES_TTL
+    if 300 <= status < 500:
+        return ALLOW_ALL, RULES_TTL
+    return RobotsVerdict(unreachable=f"status {status}"), None
+
+
+class RobotsTxtMiddleware(OriginDocumentMiddleware):
+    """Downloader middleware: RFC 9309 robots.txt for every origin (``ROBOTSTXT_OBEY``)."""
+
+    path = "/robots.txt"
+    max_bytes = MAX_BYTES
+    name = "robots"
+
+    def __init__(self, crawler):
+        if not crawler.settings.getbool("ROBOTSTXT_OBEY"):
+            raise NotConfigured
+        super().__init__(crawler)
+        self.token = (crawler.settings.get("ROBOTSTXT_USER_AGENT") or "lait").strip().lower()
+
+    def skip_meta(self) -> str:
+        return "dont_obey_robotstxt"  # Scrapy's meta key, for requests that must skip robots.txt
+
+    def verdict_from_response(self, response, body):
+        verdict, ttl = verdict_for_status(response.status, body)
+        if verdict.unreachable:
+            return verdict, self.retry_after
+        return verdict, ttl
+
+    def verdict_from_failure(self, exc):
+        if isinstance(exc, IgnoreRequest) and "max redirections" in str(exc):
+            return ALLOW_ALL, RULES_TTL  # too many redirects: unavailable (RFC 9309 2.3.1.2)
+        return RobotsVerdict(unreachable=f"{type(exc).__name__}: {exc}"), self.retry_after
+
+    def check(self, request, verdict: RobotsVerdict) -> None:
+        if verdict.unreachable is not None:
+            downloader = self.crawler.engine.downloader
+            health = getattr(downloader, "health", None)
+            host = host_of(request.url)
+            why = health.down_reason(host) if health is not None else None
+            if why is not None:
+                raise HostDown(host, why)
+            self.stats.inc_value("robotstxt/unreachable")
+            raise RobotsUnreachable(request.url.split("/", 3)[2], verdict.unreachable)
+        if verdict.rules is not None and not verdict.rules.can_fetch(request.url, self.token):
+            self.stats.inc_value("robotstxt/forbidden")
+            raise RobotsForbidden(request.url, self.token)
