@@ -54,7 +54,11 @@ SELECTION_FILE = "selection.json"
 PLAN_STAGE = "select_plan"
 # What a selection writes into its folder (and --overwrite removes); nothing else is touched.
 OUTPUT_NAME = re.compile(r"(\d{5}\.(tar|parquet)|\d{5}_stats\.json|sizes\.json|stats\.json|uids\.npy)")
-OWN_NAMES = {STATE_DIR, LOCAL_FILE, REMOTE_FILE}  # the selection's state and the folder's lock
+
+
+def own_name(name: str) -> bool:
+    """The selection's state and the folder's lock files (`_lock`, `_lock.json`, ...)."""
+    return name == STATE_DIR or name in (LOCAL_FILE, REMOTE_FILE) or name.startswith("_lock.")
 
 
 @dataclass
@@ -122,7 +126,8 @@ def source_inputs(work: WorkDir) -> dict[str, Any]:
     record = work.root / "_done" / FINGERPRINT
     build = json.loads(storage.read_text(record)).get("fingerprint") if storage.exists(record) else None
     listed = global_fingerprint(work, "select", {}, ("pool", "images_ok", "regions", "region_labels")).inputs
-    return {"build": (build or {}).get("digest"), "inputs": {t: [list(p) for p in parts] for t, parts in listed.items()}}
+    return {"build": (build or {}).get("digest"),
+            "inputs": {t: [list(p) for p in parts] for t, parts in listed.items()}}
 
 
 def check_build_current(work: WorkDir) -> None:
@@ -159,7 +164,7 @@ def prepare_out(out: storage.Location, state: WorkDir, fp: str, overwrite: bool,
     if earlier == fp:
         overwrite = True  # --force: the same selection, redone from its plan on
     ours = [p for p in storage.list_dir(out) if OUTPUT_NAME.fullmatch(p.name)]
-    others = [p for p in storage.list_dir(out) if not OUTPUT_NAME.fullmatch(p.name) and p.name not in OWN_NAMES]
+    others = [p for p in storage.list_dir(out) if not OUTPUT_NAME.fullmatch(p.name) and not own_name(p.name)]
     if (ours or earlier is not None) and not overwrite:
         what = "another selection" if earlier is not None else "shards"
         raise ConfigError(f"{out} already holds {what}; pass --overwrite to replace it, or choose another --out")

@@ -247,7 +247,8 @@ def test_exported_embeddings_index_in_faiss(work, tmp_path):
     # Row i is sample i: its URL and caption, and the embeddings stage 4 stored for them.
     side = [r for p in sorted((work / "shards").glob("*.parquet"))
             for r in sorted(pq.read_table(p).to_pylist(), key=lambda r: r["key"]) if r["status"] == "success"]
-    assert [(m["image_path"], m["url"], m["caption"]) for m in meta] == [(r["key"], r["url"], r["caption"]) for r in side]
+    assert [(m["image_path"], m["url"], m["caption"]) for m in meta] == \
+        [(r["key"], r["url"], r["caption"]) for r in side]
     # The score is their cosine (fp16 here) where the picture has one URL; a merged picture's
     # caption may have been scored against a near-duplicate copy, whose embedding differs.
     alone = [i for i, r in enumerate(side) if r["n_duplicates"] == 0]
