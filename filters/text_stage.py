@@ -47,7 +47,8 @@ class CleanConfig(StageConfig):
 
     section: ClassVar[str] = "clean"
 
-    languages: list[str] = setting(["en"], "ISO 639-1 codes of the languages kept (lingua); 'any' keeps all")
+    languages: list[str] = setting(["en"], "codes of the languages kept (ISO 639-1 where one exists, "
+                                   "as fastText's lid.176 spells them); 'any' keeps all")
     sources: list[str] = setting(list(SOURCES), "candidate text sources used")
     min_words: int = setting(2, "drop texts with fewer words")
     max_words: int = setting(80, "texts with more words are split into sentences; sentences "
@@ -70,9 +71,9 @@ class CleanConfig(StageConfig):
             raise ConfigError("need 1 <= min_words <= max_words")
         self.languages = [c.lower() for c in self.languages]
         if self.languages != ["any"]:
-            from lingua import IsoCode639_1
+            from lait.filters.langid import canonical, known_languages
 
-            bad = [c for c in self.languages if not hasattr(IsoCode639_1, c.upper())]
+            bad = [c for c in self.languages if canonical(c) not in known_languages()]
             if bad:
                 raise ConfigError(f"unknown language codes {bad} (use ISO 639-1, like en, de)")
 
