@@ -32,7 +32,10 @@ BOILERPLATE = frozenset({
     "share", "print", "mail", "email", "rss", "facebook", "twitter", "linkedin", "pinterest",
     "instagram", "youtube", "whatsapp", "loading", "advertisement", "null", "undefined", "none",
     "default"})
-_NUMBERED = re.compile(r"^(image|photo|picture|img|pic|slide|figure|fig|bild|foto)\s*\d*$")
+_NUMBERED = re.compile(r"^(image|photo|picture|img|pic|slide|figure|fig|bild|foto|imagem|imagen)\s*\d*$")
+# A short text naming a piece of site furniture: "Snopes Logo", "rss icon", "print header logo".
+_FURNITURE = re.compile(r"\b(logo|logos|icon|icons|banner|avatar|headshot|thumbnail|placeholder|spacer|"
+                        r"sprite|button|badge|emoji|image for post|foto facebook)$")
 
 
 def repair(text: str) -> str:
@@ -122,6 +125,8 @@ class BoilerplateFilter(Filter):
         plain = _plain(c.text)
         if plain in BOILERPLATE or _NUMBERED.match(plain):
             return False, plain
+        if len(plain.split()) <= 5 and (_FURNITURE.search(plain) or plain.startswith(("headshot", "avatar"))):
+            return False, plain
         return True
 
 
@@ -172,9 +177,11 @@ class LanguageFilter(Filter):
 def text_filters(*, min_words: int, max_words: int, min_letter_share: float,
                  languages: list[str]) -> list[Filter]:
     """The cleaning rules in the order they run (cheapest first, language ID last)."""
+    from lait.filters.text_junk import junk_filters
+
     rules: list[Filter] = [FileNameFilter(), UrlFilter(), BoilerplateFilter(),
                            WordCountFilter(min_words, max_words), LetterShareFilter(min_letter_share),
-                           RepetitionFilter()]
+                           RepetitionFilter(), *junk_filters()]
     if languages and languages != ["any"]:
         rules.append(LanguageFilter(languages))
     return rules

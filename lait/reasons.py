@@ -93,6 +93,17 @@ REASONS: dict[str, str] = {
     "clean/word_count": "the text has fewer than min_words or, as a sentence, more than max_words words.",
     "clean/letters": "less than min_letter_share of the text's non-space characters are letters.",
     "clean/repetition": "the text repeats a character or words over and over.",
+    "clean/credit": "a credit, byline or licence attribution standing alone (Photo: Reuters, By Jane "
+                    "Doe, [CC BY 2.0] via Wikimedia Commons).",
+    "clean/social": "a share, follow or like button, or a social network's name (Share on Facebook).",
+    "clean/promo": "cookie, newsletter, subscription, advertising or legal text (Sign up for our newsletter).",
+    "clean/navigation": "navigation or interface text (Read more, See also, You may also like, [edit]).",
+    "clean/contact": "a postal address, phone number, e-mail address or contact line.",
+    "clean/date": "a date or timestamp standing alone, or a teaser ending in one (... 2 hours ago).",
+    "clean/markup": "markup (TeX, HTML tags) or lorem-ipsum placeholder text.",
+    "clean/page_text": "a text the page gives several of its images (its og description, a headline "
+                       "used as every alt, a paragraph between images): kept for the image it belongs "
+                       "to, dropped for the others.",
     "clean/language": "the text is not in one of the configured languages.",
     "clean/site_boilerplate": "the text is on most pages of its site (site_repeat_min_pages, "
                               "site_repeat_share).",
