@@ -30,6 +30,7 @@ class PageImage:
     via: str  # img, picture, og
     position: int  # index among the page's images and paragraph-like elements (-1: og:image)
     texts: list[tuple[str, str]] = field(default_factory=list)  # (source, text)
+    figure: object | None = None  # the <figure> it is in: two images of one figure are one picture
 
 
 def normalise_space(text: str | None) -> str:
@@ -82,7 +83,8 @@ def find_images(tree: lxml_html.HtmlElement, page_url: str,
     `elements`, when given, is `list(tree.iter("img", *BLOCK_TAGS))` already made by the caller.
     """
     return [PageImage(image.urls, image.how, image.position,
-                      _og_texts(tree) if image.how == "og" else _img_texts(image.element))
+                      _og_texts(tree) if image.how == "og" else _img_texts(image.element),
+                      None if image.how == "og" else _nearest_figure(image.element))
             for image in image_elements(tree, page_url, elements)]
 
 

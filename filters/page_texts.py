@@ -10,7 +10,8 @@ owner, and is dropped for the others as `clean/page_text`:
 - otherwise the image whose own markup carries it wins (figcaption, then alt, title, aria),
   then the image nearest to the paragraph it was taken from, then the first in the page.
 
-Images that share a URL (a `<noscript>` copy, the same picture twice) are one image here.
+Images that share a URL (a `<noscript>` copy, the same picture twice) or a `<figure>` (a lazy
+placeholder and its real image) are one image here.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class ImageTexts:
     urls: list[str]
     position: int  # document order (-1: og)
     texts: list[tuple[str, str, int]] = field(default_factory=list)
+    figure: object | None = None  # images with the same figure (an lxml element) are one picture
 
 
 @dataclass
@@ -46,7 +48,7 @@ def _key(text: str) -> str:
 
 
 def _groups(images: list[ImageTexts]) -> list[int]:
-    """Group id per image: images sharing a URL are one."""
+    """Group id per image: images sharing a URL or a figure are one."""
     parent = list(range(len(images)))
 
     def find(i: int) -> int:
@@ -55,10 +57,11 @@ def _groups(images: list[ImageTexts]) -> list[int]:
             i = parent[i]
         return i
 
-    first: dict[str, int] = {}
+    first: dict[object, int] = {}
     for i, img in enumerate(images):
-        for url in img.urls:
-            j = first.setdefault(url, i)
+        keys: list[object] = list(img.urls) + ([("figure", img.figure)] if img.figure is not None else [])
+        for key in keys:
+            j = first.setdefault(key, i)
             ri, rj = find(i), find(j)
             if ri != rj:
                 parent[max(ri, rj)] = min(ri, rj)
@@ -99,3 +102,13 @@ def assign(images: list[ImageTexts]) -> tuple[list[tuple[str, list[tuple[str, st
                 if (source, text) not in per_url[url]:
                     per_url[url].append((source, text))
     return list(per_url.items()), shared
+
+
+def pictures(tree, page_url: str) -> dict[str, int]:
+    """Image URL -> the picture it shows, as this module counts them (images sharing a URL or a
+    `<figure>` are one picture; the og image is one): what "one image" means for page texts."""
+    from lait.filters.html_images import find_images
+
+    images = [ImageTexts(img.urls, img.position, figure=img.figure) for img in find_images(tree, page_url)]
+    group = _groups(images)
+    return {url: group[i] for i, img in enumerate(images) for url in img.urls}

@@ -35,6 +35,16 @@ _AGENCY = re.compile(r"\b(?:getty(?: images)?|reuters|afp|ap photo|associated pr
 _CREDIT_MAX_WORDS = 14
 
 
+_SMALL_WORDS = frozenset("a an and by de del des di du e et for from für in la las le les los of on para "
+                         "por the und van via von y".split())
+
+
+def _names(text: str) -> bool:
+    """Whether a text reads as names (a photographer, an agency): a few words, most capitalised."""
+    words = [w for w in re.findall(r"[^\W\d_][\w'’.-]*", text) if w.lower() not in _SMALL_WORDS]
+    return 0 < len(words) <= 6 and sum(w[0].isupper() for w in words) >= 0.75 * len(words)
+
+
 class CreditFilter(Filter):
     """Credits, bylines and licence attributions standing alone."""
 
@@ -47,7 +57,10 @@ class CreditFilter(Filter):
             return False, "licence attribution"
         m = _CREDIT_LEAD.match(text)
         if m and (words <= _CREDIT_MAX_WORDS or _AGENCY.search(text) or text.count(",") >= 3):
-            return False, f"credit: {m.group(0).strip()!r}"
+            lead, rest = m.group(0).strip(), text[m.end():].strip()
+            # "Photo: Joseph Cox" is a credit; "photo : un petit triangle violet ..." a caption.
+            if not lead.endswith(":") or _names(rest) or _AGENCY.search(rest):
+                return False, f"credit: {lead!r}"
         if _BYLINE.match(text) and words <= 12:
             return False, "byline"
         return True

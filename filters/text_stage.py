@@ -245,7 +245,7 @@ def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
                        for u in others for src, t, _ in texts]
             found.append(ImageTexts([og_url], img.position, texts))
         else:
-            found.append(ImageTexts(img.urls, img.position, texts))
+            found.append(ImageTexts(img.urls, img.position, texts, img.figure))
     per_url, dropped = assign(found)
     return PageTexts(per_url, shared + dropped, names, truncated)
 

@@ -9,8 +9,9 @@ twice, side by side: with this checkout's code, and with the code of main before
 - junk share: of the labelled (page, image, text) rows that stage 3 keeps as candidates, the
   share labelled `junk` (target: at most 5 %);
 - page texts on several images: labelled `page` rows whose text stage 3 keeps as a candidate
-  of more than one image of the page (target: none). An image is what the page reader calls
-  one: an `<img>` with all its URLs (src, srcset, picture sources), or the og image;
+  of more than one image of the page (target: none). An image is a picture as
+  `lait.filters.page_texts.pictures` counts them: an `<img>` with all its URLs, images that
+  share a URL or a `<figure>`, or the og image;
 - planted captions: of the real-web mode's planted COCO captions, the share that are
   candidates of their photo (acceptance 2: at least 98 %), on all pages.
 
@@ -43,31 +44,17 @@ def run_version(code: Path, data: Path, out: Path, pages: Path | None) -> list[d
 
 
 def image_groups(site, paths: list[str]) -> dict[tuple[str, str], int]:
-    """(page path, local image path) -> index of the image (page reader's element) it belongs to;
-    URLs shared by two elements make them one image."""
-    from lait.pagereader import image_elements, parse_html
+    """(page path, local image path) -> the picture it shows: `lait.filters.page_texts.pictures`
+    (images sharing a URL or a `<figure>` are one picture), the same for both versions."""
+    from lait.filters.page_texts import pictures
+    from lait.pagereader import parse_html
 
     out: dict[tuple[str, str], int] = {}
     for path in paths:
         tree = parse_html(site.route(path).body)
-        if tree is None:
-            continue
-        parent: dict[int, int] = {}
-        first: dict[str, int] = {}
-
-        def find(i: int) -> int:
-            while parent.setdefault(i, i) != i:
-                i = parent[i]
-            return i
-
-        elements = image_elements(tree, BASE + path)
-        for i, el in enumerate(elements):
-            for url in el.urls:
-                j = first.setdefault(url, i)
-                a, b = find(i), find(j)
-                parent[max(a, b)] = min(a, b)
-        for url, i in first.items():
-            out[(path, url[len(BASE):])] = find(i)
+        if tree is not None:
+            for url, n in pictures(tree, BASE + path).items():
+                out[(path, url[len(BASE):])] = n
     return out
 
 
