@@ -262,6 +262,7 @@ class CleanStage(Stage):
     name = "clean"
     input_table = "pages"
     output_tables = ("candidates",)
+    version = 2  # 2: junk rules, page texts with one owner, language ID over all languages
 
     def __init__(self, cfg: CleanConfig):
         self.cfg = cfg
