@@ -6,7 +6,7 @@ process, median of R rounds, measured in this run:
 - trafilatura:  `trafilatura.extract(html_bytes)` with its defaults, page after page
 - stage 3:      CleanStage over a work directory holding those pages (decode, parse, images and
                 their texts, trafilatura on the same tree, sentences, rules, language ID,
-                Parquet in and out), one worker, lingua's models already loaded (their one-time
+                Parquet in and out), one worker, the language-ID model already loaded (its one-time
                 load per worker process is printed separately)
 
 Target: stage 3 takes at most 1.3x the time of trafilatura alone.
@@ -60,7 +60,7 @@ def main() -> None:
     print(f"{len(pages)} pages, {sum(len(b) for _, b in pages) / len(pages) / 1e3:.0f} KB on average, 1 process")
     start = time.perf_counter()
     LanguageFilter(["en"]).keep(Candidate("A warm-up sentence in English.", "alt", "u", "p"))
-    print(f"lingua model load (once per worker process): {time.perf_counter() - start:.1f} s")
+    print(f"language-ID model load (once per worker process): {time.perf_counter() - start:.1f} s")
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-clean-"))
     try:

@@ -170,7 +170,7 @@ def test_duplicates_within_a_partition(make_work, td):
     rows = [td.image_row("http://s.test/a.jpg", data), td.image_row("http://cdn.test/a.jpg", data),
             td.image_row("http://s.test/a-small.jpg", near), td.image_row("http://s.test/b.jpg", other)]
     td.write_table(work, "images", rows, "image_url")
-    run_filter(work)
+    run_filter(work, dedup=True)
     assert set(kept_rows(work)) == {"http://s.test/a.jpg", "http://s.test/b.jpg"}
     assert td.rejected_by_url(work) == {"http://cdn.test/a.jpg": "filter/duplicate_sha256",
                                         "http://s.test/a-small.jpg": "filter/duplicate_phash"}
@@ -183,7 +183,7 @@ def test_phash_collision_of_different_simple_images_is_not_a_duplicate(make_work
     b = Image.fromarray(255 - np.asarray(b)[:, :, ::-1])  # same structure, other colours
     rows = [td.image_row("http://s.test/a.jpg", td.encode(a)), td.image_row("http://s.test/b.jpg", td.encode(b))]
     td.write_table(work, "images", rows, "image_url")
-    run_filter(work, phash_distance=64)  # every pair is a phash candidate
+    run_filter(work, phash_distance=64, dedup=True)  # every pair is a phash candidate
     assert len(kept_rows(work)) == 2
 
 
