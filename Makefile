@@ -26,5 +26,9 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 
+## bench: every stage bench beside its peer, alternating rounds, one table (bench/all.py)
+bench: $(STAMP)
+	$(BIN)/python bench/all.py
+
 clean-venv:
 	rm -rf $(VENV)
