@@ -12,6 +12,8 @@ import logging
 import os
 import pickle
 import random
+import re
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -115,7 +117,9 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if p.stat().st_size == 0:
         raise ConfigError(f"checkpoint {path}: the file is empty")
     try:
-        ck = torch.load(p, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # the safe loader's remarks on pickle protocols
+            warnings.simplefilter("ignore", UserWarning)
+            ck = torch.load(p, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         raise ConfigError(f"checkpoint {path}: refused by the safe loader (weights_only): {_cause(exc)}; "
                           "a lait checkpoint holds tensors and plain data only, so this file is damaged "
@@ -147,6 +151,7 @@ def _cause(exc: BaseException) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     useful = [line for line in lines if not line.startswith(advice)]
     text = (useful or lines or [repr(exc)])[-1]
+    text = re.split(r"\.? (?:Please|If you|This is an internal)", text)[0].removeprefix("WeightsUnpickler error: ")
     return text if len(text) <= 200 else text[:200] + "..."
 
 
