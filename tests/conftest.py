@@ -31,3 +31,18 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def python() -> str:
     return sys.executable
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory):
+    """`lait demo` run once per session, as a user runs it (a subprocess): (out folder, the
+    finished process). 60 pages in shards of 50 samples (several shards) and a min_score, so
+    the report has a threshold to draw. Slow: it crawls, cleans and scores."""
+    import subprocess
+
+    out = tmp_path_factory.mktemp("demo") / "demo"
+    proc = subprocess.run([sys.executable, "-m", "lait", "demo", "--out", str(out), "--pages", "60",
+                           "--workers", "2", "--port", "0", "--samples-per-shard", "50", "--min-score", "0.6",
+                           "--no-progress"], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, proc
