@@ -117,7 +117,7 @@ def _coerce(value: Any, tp: Any, where: str, path: str) -> Any:
             raise _error(where, path, f"expected a string, got {value!r}")
         try:
             out = base(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: int(.inf)
             raise _error(where, path, f"expected {base.__name__}, got {value!r}") from None
         if base is int and isinstance(value, float) and value != out:
             raise _error(where, path, f"expected an integer, got {value!r}")

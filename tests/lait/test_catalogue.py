@@ -154,6 +154,8 @@ MISTAKES = [
     Mistake("pretrain: glob matching no file", _pretrain("shards: '{tmp}/*.tar'"), "matches no file"),
     Mistake("pretrain: typo in a config key", _pretrain("shards: '{shards}', step: 3"),
             "stages.0: unknown settings ['step']"),
+    Mistake("pretrain: a number too large for its setting", _pretrain() + ["--set", "stages.0.steps=.inf"],
+            "stages.0.steps: expected int, got inf"),
     Mistake("pretrain: typo in the model name", _pretrain() + ["--set", "model=imagebert-tinny"],
             "model: 'imagebert-tinny' is no model name"),
     Mistake("pretrain: no tokenizer", _pretrain() + ["--set", "data.tokenizer=null"],
