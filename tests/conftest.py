@@ -11,6 +11,19 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
+# Fuzz tests (hypothesis): a bounded, reproducible number of examples in the suite; `make fuzz`
+# runs the same tests long and random (LAIT_FUZZ_PROFILE=lait-fuzz).
+try:
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile("lait-suite", max_examples=40, deadline=None, database=None, derandomize=True,
+                              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    settings.register_profile("lait-fuzz", max_examples=int(os.environ.get("LAIT_FUZZ_EXAMPLES", "3000")),
+                              deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    settings.load_profile(os.environ.get("LAIT_FUZZ_PROFILE", "lait-suite"))
+except ImportError:  # the fuzz tests skip
+    pass
+
 # Subprocesses started by tests import the project from the checkout.
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
 
