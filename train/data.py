@@ -125,7 +125,7 @@ def first_sample_keys(url: str) -> set[str] | None:
                     break
                 keys.add(ext)
     except (tarfile.TarError, OSError) as exc:
-        raise ConfigError(f"shard {url} is not a readable tar: {exc}") from None
+        raise ConfigError(f"shard {url} is not a readable tar: {' '.join(str(exc).split())}") from None
     if not keys:
         raise ConfigError(f"shard {url} holds no sample")
     return keys

@@ -105,10 +105,11 @@ def stage_steps(stage: TrainStageConfig, urls: list[str], world: int, what: str 
 
 
 def check_shard_regions(regions: RegionConfig, urls: list[str]) -> None:
-    """With ``regions.source: shard``, a ConfigError when the shards hold no region features
-    (every sample would fail to decode)."""
-    keys = first_sample_keys(urls[0]) if regions.source == "shard" else None
-    if keys is not None and not {"regions.npy", "boxes.npy"} <= keys:
+    """A ConfigError when the first shard is no readable tar with a sample, or, with
+    ``regions.source: shard``, when its sample holds no region features (every sample would
+    fail to decode)."""
+    keys = first_sample_keys(urls[0])
+    if regions.source == "shard" and keys is not None and not {"regions.npy", "boxes.npy"} <= keys:
         raise ConfigError(f"data.regions.source is shard, but the first sample of {urls[0]} has no "
                           "regions.npy/boxes.npy (shards built without region features); set "
                           "data.regions.source to patches, clip or detector")

@@ -167,6 +167,8 @@ MISTAKES = [
     Mistake("pretrain: moc with patch regions", _pretrain() + ["--set", "data.regions.source=patches",
                                                                 "--set", "data.regions.patch_grid=[2, 2]"],
             "stages.0.tasks.moc: masked object classification needs region classes"),
+    Mistake("pretrain: shards that are not tar files", _pretrain("shards: '{tmp}/bad', steps: 1"),
+            "is not a readable tar", _files(**{"bad__00000.tar": RANDOM_BYTES, "bad__sizes.json": '{"00000.tar": 4}'})),
     Mistake("pretrain: regions from shards that hold none (lait demo's)", _pretrain("shards: '{plain}', steps: 1"),
             "data.regions.source is shard, but the first sample"),
 ]
