@@ -231,18 +231,22 @@ class Route:
 @dataclass
 class CrawlCase:
     """A crawl of the routes ends with a `rejected/` row `reason` whose `column` (page_url or
-    image_url) is the URL of `path` on the case web. The index page links to `entry` (default:
-    `path`); `seeds` (formatted with {base}, {port}) and `flags` replace the index and the
-    default crawl flags for cases that need them (the address guard's)."""
+    image_url) is the URL of `path` on the case web, or `url` (formatted with {base} and {port})
+    for a URL elsewhere. The index page links to `entry` (default: `path`); `seeds` (formatted
+    the same way) and `flags` replace the index and the default crawl flags for the cases that
+    need them: `seeds=["http://0.0.0.0:{port}/"], flags=("--allow-private",)` for the address
+    guard's, with `url="http://0.0.0.0:{port}/"`. Cases with the same seeds and flags share one
+    crawl."""
 
     name: str
     routes: dict[str, Route]
     reason: str
-    path: str
+    path: str = "/"
     column: str = "page_url"
     entry: str | None = None
     seeds: list[str] | None = None
     flags: tuple[str, ...] = ("--allow-loopback",)
+    url: str | None = None
 
 
 PNG = None  # filled on first use: a small valid PNG
@@ -297,7 +301,7 @@ class CaseWeb:
 
 @pytest.fixture(scope="module")
 def crawled(tmp_path_factory):
-    """Crawl each group of cases (same seeds and flags) once; {case name: (work dir, base URL)}."""
+    """Crawl each group of cases (same seeds and flags) once; {case name: (work dir, base URL, port)}."""
     from lait.testkit.server import SiteServer
 
     groups: dict[tuple, list[CrawlCase]] = defaultdict(list)
@@ -312,7 +316,7 @@ def crawled(tmp_path_factory):
                     "--download-timeout", "10", *flags]
             code = lait(argv)
         assert code == 0, f"crawl of {[c.name for c in cases]} exited {code}"
-        out.update({c.name: (work, srv.url) for c in cases})
+        out.update({c.name: (work, srv.url, srv.port) for c in cases})
     return out
 
 
@@ -325,9 +329,9 @@ def rejected_rows(work: Path) -> list[dict]:
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CRAWL_CASES, ids=[c.name for c in CRAWL_CASES])
 def test_a_hostile_page_or_image_of_the_crawl_has_its_reason_row(case, crawled):
-    work, base = crawled[case.name]
+    work, base, port = crawled[case.name]
     rows = rejected_rows(work)
-    url = base + case.path
+    url = case.url.format(base=base, port=port) if case.url else base + case.path
     assert any(r["reason"] == case.reason and r[case.column] == url for r in rows), \
         [(r["reason"], r[case.column]) for r in rows]
 
