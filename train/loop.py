@@ -19,9 +19,9 @@ from typing import Callable, Iterator
 import torch
 from tqdm import tqdm
 
-from .batch import Batch
 from lait.config import ConfigError
 
+from .batch import Batch
 from .checkpoint import (Position, find_latest, load_checkpoint, load_weights, make_payload, prune, rng_state,
                          save_checkpoint, set_rng_state, write_latest)
 from .config import TrainStageConfig

@@ -29,19 +29,24 @@ from lait.app.cli import main as lait
 pytestmark = pytest.mark.timeout(240)
 
 
-def run_lait(argv: list[str], capsys) -> tuple[int, str, str]:
-    """`lait ARGV` in this process: (exit status, stdout, stderr). The root logger is restored
-    afterwards (the command points it at this test's captured stderr)."""
+def lait_status(argv: list[str]) -> int:
+    """The exit status of `lait ARGV` run in this process. The root logger is restored
+    afterwards: the command points it at the stderr of the moment, which pytest captures and
+    closes, and later tests would log into a closed stream."""
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
     try:
-        try:
-            code = lait(argv)
-        except SystemExit as exc:  # argparse exits
-            code = exc.code
+        return lait(argv)
+    except SystemExit as exc:  # argparse exits
+        return exc.code
     finally:
         root.handlers[:] = handlers
         root.setLevel(level)
+
+
+def run_lait(argv: list[str], capsys) -> tuple[int, str, str]:
+    """`lait ARGV` in this process: (exit status, stdout, stderr)."""
+    code = lait_status(argv)
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -314,7 +319,7 @@ def crawled(tmp_path_factory):
             urls = [s.format(base=srv.url, port=srv.port) for s in seeds] or [srv.url + "/"]
             argv = ["crawl", "--out", str(work), "--seeds", *urls, "--no-autothrottle", "--log-level", "WARNING",
                     "--download-timeout", "10", *flags]
-            code = lait(argv)
+            code = lait_status(argv)
         assert code == 0, f"crawl of {[c.name for c in cases]} exited {code}"
         out.update({c.name: (work, srv.url, srv.port) for c in cases})
     return out
