@@ -53,6 +53,8 @@ REASONS: dict[str, str] = {
                               "never sent.",
     "crawl/refused_reserved": "the host resolves to a multicast or reserved address; the request was "
                               "never sent (allow with --allow-private).",
+    "crawl/too_deep": "the page nests elements deeper than libxml2 reads (256 levels): it was stored, "
+                      "but the images and links below that depth were never seen, so not fetched.",
     # Stage 1 from archives (`lait ingest-warc`): records not stored, and damage notes.
     "ingest/noai_page": "a WAT record of a page whose X-Robots-Tag says noai or noimageai: its image "
                         "links are not stored (a WARC page with noai is a pages/ row with error noai).",
@@ -60,6 +62,8 @@ REASONS: dict[str, str] = {
     "ingest/bad_http": "a response record whose HTTP status line or headers cannot be parsed.",
     "ingest/content_encoding": "a response whose Content-Encoding is unsupported or cannot be undone "
                                "(damaged or mislabelled); not stored.",
+    "ingest/too_deep": "the page nests elements deeper than libxml2 reads (256 levels): it was stored, "
+                       "but the images below that depth were never seen, so not linked.",
     "ingest/bad_wat": "a WAT metadata record whose JSON cannot be read.",
     "ingest/not_warc": "the file is not a WARC or ARC archive, or not one record of it is readable.",
     "ingest/read_error": "the archive cannot be read past a record; the records before it were ingested.",
