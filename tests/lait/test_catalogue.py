@@ -14,9 +14,11 @@ when it needs them, its own seeds and crawl flags.
 
 from __future__ import annotations
 
+import gzip
 import io
 import logging
 import pickle
+import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,8 +183,13 @@ MISTAKES = [
 
 @pytest.fixture(scope="module")
 def train_inputs(tmp_path_factory) -> dict[str, str]:
-    from lait.testkit.synthetic_shards import object_samples, scene_samples, write_shards
     from lait.train.bert_init import bundled_minilm_dir
+
+    from lait.testkit.synthetic_shards import (
+        object_samples,
+        scene_samples,
+        write_shards,
+    )
 
     root = tmp_path_factory.mktemp("train_inputs")
     write_shards(root / "shards", object_samples(16, seed=0), per_shard=4)
@@ -280,6 +287,27 @@ CRAWL_CASES = [
                "/deep/shallow.png": Route(content_type="image/png", body=b"png"),
                "/deep/below.png": Route(content_type="image/png", body=b"png")},
               "crawl/too_deep", "/deep/page.html"),
+    CrawlCase("a gzip bomb page", {"/bomb/gzip.html": Route(body=gzip.compress(b" " * (12 << 20)),
+                                                             headers={"Content-Encoding": "gzip"})},
+              "crawl/decompression_bomb", "/bomb/gzip.html"),
+    CrawlCase("a deflate bomb page", {"/bomb/deflate.html": Route(body=zlib.compress(b" " * (12 << 20)),
+                                                                   headers={"Content-Encoding": "deflate"})},
+              "crawl/decompression_bomb", "/bomb/deflate.html"),
+    CrawlCase("a gzip bomb image",
+              {"/bomb/page.html": Route(body='<html><body><img src="/bomb/img.png" alt="bomb"></body></html>'),
+               "/bomb/img.png": Route(content_type="image/png", body=gzip.compress(b"\0" * (24 << 20)),
+                                      headers={"Content-Encoding": "gzip"})},
+              "crawl/decompression_bomb", "/bomb/img.png", column="image_url", entry="/bomb/page.html"),
+    CrawlCase("a redirect loop", {"/loop/a.html": Route(status=302, headers={"Location": "/loop/b.html"}),
+                                  "/loop/b.html": Route(status=302, headers={"Location": "/loop/a.html"})},
+              "crawl/redirect_loop", "/loop/a.html"),
+    CrawlCase("a URL longer than Scrapy's limit", {}, "crawl/url_too_long", "/long/" + "x" * 2100 + ".html"),
+] + [
+    # The address guard's hole: with --allow-private, no spelling of this machine gets through.
+    CrawlCase(f"this machine as {host} under --allow-private", {}, "crawl/refused_loopback",
+              seeds=["http://0.0.0.0:{port}/", "http://0:{port}/", "http://[::ffff:0.0.0.0]:{port}/"],
+              flags=("--allow-private",), url=f"http://{host}:{{port}}/")
+    for host in ("0.0.0.0", "0", "[::ffff:0.0.0.0]")
 ]
 
 
