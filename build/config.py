@@ -65,6 +65,9 @@ class BuildConfig(ShardConfig):
     phash_threshold: int = setting(
         2, "images whose 64-bit perceptual hashes differ in at most this many bits are one image (-1: off)")
     use_embedding_dups: bool = setting(True, "also merge the near-duplicate pairs stage 4 found from embeddings")
+    near_dup_max_phash: int = setting(
+        10, "merge an embedding near-duplicate pair only when the perceptual hashes also differ in at most "
+            "this many bits (a pixel check: weak scorers put distinct photos close)")
     source_priority: list[str] = setting(
         list(DEFAULT_SOURCE_PRIORITY), "tie-break between equal scores, best source first")
 
@@ -76,6 +79,8 @@ class BuildConfig(ShardConfig):
                 raise ConfigError(f"{name} must be >= 0")
         if self.max_candidates < 1:
             raise ConfigError("max_candidates must be >= 1: KEY.json lists at least the caption's candidate")
+        if not 0 <= self.near_dup_max_phash <= 64:
+            raise ConfigError("near_dup_max_phash must be between 0 and 64 bits")
         if not -1 <= self.phash_threshold <= 16:
             raise ConfigError("phash_threshold must be between -1 (off) and 16 bits")
 

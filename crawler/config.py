@@ -95,7 +95,14 @@ class CrawlConfig(Config):
             path = Path(seed)
             if not path.is_file():
                 raise ConfigError(f"seed {seed!r} is neither a URL (scheme://...) nor a file")
-            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            try:
+                text = path.read_text(encoding="utf-8")
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                                  f"{exc.start}); save the seeds file as UTF-8") from None
+            except OSError as exc:
+                raise ConfigError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+            for n, line in enumerate(text.splitlines(), 1):
                 line = line.split("#", 1)[0].strip()
                 if not line:
                     continue

@@ -40,7 +40,7 @@ from typing import Any
 from lait.crawler.warc import HttpError, WarcReader, WarcRecord, decode_body, parse_http
 from lait.crawler.warc_links import image_links, iter_link_rows, wat_image_links
 from lait import storage
-from lait.pagereader import is_noai, meta_robots, parse_html, robots_directives
+from lait.pagereader import is_noai, meta_robots, parse_page, robots_directives
 from lait.reasons import http_error
 from lait.lock import locked
 from lait.parts import PartitionedWriter, WorkDir, atomic_write_json
@@ -243,9 +243,12 @@ class _FileIngest:
     def _page(self, url: str, status: int, headers: list[tuple[str, str]], content_type: str | None,
               charset: str | None, body: bytes, error: str | None, fetched_at: datetime) -> None:
         """A pages row; with noai (header or robots meta) the row without its HTML or links."""
-        tree = parse_html(body, charset) if error is None else None
+        tree, too_deep = parse_page(body, charset) if error is None else (None, False)
         if tree is not None and is_noai(meta_robots(tree)):
             error, tree = "noai", None
+        if tree is not None and too_deep:
+            self.reject("too_deep", key=url, page_url=url,
+                        detail="nested deeper than 256 elements: the images below were not read")
         if error is not None:
             self.counters[f"ingest/page_{error}"] += 1
         merged: dict[str, str] = {}

@@ -20,7 +20,9 @@ What it writes (through `lait.crawler.pipelines.PartsPipeline`):
   ``crawl/robots_unreachable`` (robots.txt, `lait.crawler.robots`), ``crawl/tdm_reserved``
   (the origin's tdmrep.json, `lait.crawler.tdmrep`), ``crawl/host_down`` (`lait.crawler.hosts`)
   and ``crawl/refused_<kind>`` (the host resolves to a loopback, private, link_local, metadata
-  or reserved address; see `lait.crawler.middlewares`).
+  or reserved address; see `lait.crawler.middlewares`);
+  and ``crawl/too_deep``, a stored page nested deeper than the page reader reads, whose images
+  and links below were never seen.
 
 Frontier: links found wait in a compact `lait.crawler.frontier.Frontier` (URLs, breadth-first), and
 become Scrapy Requests only as Scrapy's scheduler runs low (`LaitSpider.top_up`), so a crawl
@@ -66,6 +68,7 @@ log = logging.getLogger(__name__)
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 IMAGE_PRIORITY = 10  # images of a parsed page go before more pages: rows stay close together
 RUNNING_MARKER = "lait.running"
+DEPTH_DETAIL = "nested deeper than 256 elements: the images and links below were not read"
 
 
 def _header(response, name: str) -> str:
@@ -144,7 +147,7 @@ class LaitSpider(scrapy.Spider):
         for row in work.iter_rows("images", columns=["image_url"]):
             self.done_images.add(row["image_url"])
         for row in work.iter_rows("rejected", columns=["reason", "page_url", "image_url"]):
-            if row["reason"].startswith("crawl/"):
+            if row["reason"].startswith("crawl/") and row["reason"] != "crawl/too_deep":  # not sent
                 if row["image_url"]:
                     self.done_images.add(row["image_url"])
                 elif row["page_url"]:
@@ -305,6 +308,10 @@ class LaitSpider(scrapy.Spider):
             item.encoding = response.encoding
             self._count("page_ok")
         yield from self._emit(item, replay)
+        if page.too_deep and not (noai or reserved):
+            self._count("page_too_deep")
+            yield from self._emit(RejectedItem("crawl/too_deep", page_url=response.url,
+                                               detail=DEPTH_DETAIL), replay)
         yield from self._follow(page, response.url, depth, noai or reserved)
 
     def _emit(self, item: PageItem, replay: bool):
