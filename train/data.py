@@ -2,8 +2,8 @@
 
 Stages, per data worker: shard list (reshuffled each epoch) -> split by node -> split by worker ->
 nothrow tar reading (the standard library's streaming tar reader: no webdataset, so lait installs
-beside whatever webdataset open_clip's trainer pins) -> sample shuffle buffer -> group into raw batches -> skip already-consumed
-batches on resume -> decode + tokenise -> collate. The stream is infinite (epochs chain), so the
+beside whatever webdataset open_clip's trainer pins) -> sample shuffle buffer -> group into raw
+batches -> skip already-consumed batches on resume -> decode + tokenise -> collate. The stream is infinite (epochs chain), so the
 ``DataLoader``'s round-robin over workers is deterministic and a resumed run sees exactly the
 batches the interrupted one would have seen; epoch length comes from ``sizes.json``.
 """
