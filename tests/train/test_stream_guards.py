@@ -33,3 +33,16 @@ def test_a_stream_whose_samples_all_fail_to_decode_raises(tmp_path, monkeypatch)
     stream = iter(ShardStream(urls, failing_decoder, batch_size=2, seed=0, collate_kwargs={}, shuffle_buffer=1))
     with pytest.raises(RuntimeError, match="20 samples in a row failed to decode; the last: .*no regions.npy"):
         next(stream)
+
+
+def test_shards_open_as_webdataset_opens_them(tmp_path):
+    """The tarfile reader takes what webdataset's did: a path, file://, and pipe:COMMAND."""
+    from lait.testkit.synthetic_shards import scene_samples, write_shards
+
+    (tar,) = write_shards(tmp_path, scene_samples(3, seed=0, width=32, height=32), per_shard=3)
+    local = list(data.tar_samples(str(tar)))
+    assert len(local) == 3 and all({"jpg", "txt"} <= set(s) for s in local)
+    strip = [{k: v for k, v in s.items() if k != "__url__"} for s in local]
+    for url in (f"file://{tar}", f"pipe:cat {tar}"):
+        assert [{k: v for k, v in s.items() if k != "__url__"} for s in data.tar_samples(url)] == strip
+    assert list(data.tar_samples(f"pipe:cat {tmp_path / 'missing.tar'}")) == []  # a warning, no sample
