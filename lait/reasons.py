@@ -45,6 +45,9 @@ REASONS: dict[str, str] = {
     "ingest/noai_page": "a WAT record of a page whose X-Robots-Tag says noai or noimageai: its image "
                         "links are not stored (a WARC page with noai is a pages/ row with error noai).",
     "ingest/too_large": "a record larger than --max-record-mb, skipped unread.",
+    "ingest/body_too_large": "a record whose payload is, or decodes to (a compression bomb), more than "
+                             "the crawler's size limit for its kind (--max-page-bytes, "
+                             "--max-image-bytes); decoding stopped there, nothing stored.",
     "ingest/bad_http": "a response record whose HTTP status line or headers cannot be parsed.",
     "ingest/content_encoding": "a response whose Content-Encoding is unsupported or cannot be undone "
                                "(damaged or mislabelled); not stored.",
