@@ -31,7 +31,7 @@ from typing import Any
 
 from lait.config import ConfigError
 from lait.lock import child_env
-from lait.crawler.config import CrawlConfig, scrapy_settings
+from lait.crawler.config import CrawlConfig, FetchConfig, ImageFetchConfig, scrapy_settings
 
 log = logging.getLogger(__name__)
 
@@ -73,18 +73,32 @@ def crawl(cfg: CrawlConfig, *, timeout: float | None = None, quiet: bool = False
         return _crawl_subprocess(cfg, work, timeout=timeout, quiet=quiet)
 
 
-def _crawl_subprocess(cfg: CrawlConfig, work: Any, *, timeout: float | None, quiet: bool) -> dict[str, Any]:
+def fetch_images(cfg: ImageFetchConfig, *, timeout: float | None = None, quiet: bool = False) -> dict[str, Any]:
+    """Fetch the images the work directory's `cfg.tables` reference and `images/` lacks, with
+    the crawl's fetcher (the `lait-images` spider) in a subprocess; returns its stats.
+
+    The caller holds the work directory's lock (`lait download`, `lait ingest-warc`)."""
+    from lait.parts import WorkDir
+
+    cfg.validate()
+    return _crawl_subprocess(cfg, WorkDir(cfg.out), timeout=timeout, quiet=quiet, spider="images")
+
+
+def _crawl_subprocess(cfg: FetchConfig, work: Any, *, timeout: float | None, quiet: bool,
+                      spider: str = "lait") -> dict[str, Any]:
     # The subprocess's config and stats are local files even when the work directory is remote
     # (as Scrapy's JOBDIR is); it inherits this environment, storage settings included, and the
     # right to write into the work directory whose lock this process holds.
     with tempfile.TemporaryDirectory(prefix="lait-crawl-") as tmp:
         config_path, stats_path = Path(tmp) / "crawl.yaml", Path(tmp) / "stats.json"
         config_path.write_text(cfg.to_yaml())
-        cmd = [sys.executable, "-m", "lait.crawler.run", str(config_path), "--stats-json", str(stats_path)]
+        cmd = [sys.executable, "-m", "lait.crawler.run", str(config_path), "--stats-json", str(stats_path),
+               "--spider", spider]
         env = child_env(work)
         repo = str(Path(__file__).resolve().parents[1])
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [repo, env.get("PYTHONPATH")]))
-        log.info("crawling %d seed(s) into %s", len(cfg.seed_urls()), work.url)
+        if isinstance(cfg, CrawlConfig):
+            log.info("crawling %d seed(s) into %s", len(cfg.seed_urls()), work.url)
         returncode = _run_crawler(cmd, env, timeout, quiet)
         if returncode != 0:
             raise RuntimeError(f"crawler process exited with status {returncode}")
@@ -155,15 +169,20 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config", help="CrawlConfig YAML")
     parser.add_argument("--stats-json", help="write the final crawl stats here")
+    parser.add_argument("--spider", choices=["lait", "images"], default="lait",
+                        help="lait: a crawl (CrawlConfig); images: the images a work directory "
+                             "references (ImageFetchConfig)")
     args = parser.parse_args(argv)
     os.environ.setdefault("SCRAPY_SETTINGS_MODULE", "lait.crawler.settings")
     from scrapy.crawler import CrawlerProcess
     from scrapy.utils.project import get_project_settings
 
+    from lait.crawler.spiders.images import ImageSpider
     from lait.crawler.spiders.lait import LaitSpider
 
+    spider_cls, config_cls = (ImageSpider, ImageFetchConfig) if args.spider == "images" else (LaitSpider, CrawlConfig)
     try:
-        cfg = CrawlConfig.from_dict(CrawlConfig.load_yaml(args.config), where=args.config)
+        cfg = config_cls.from_dict(config_cls.load_yaml(args.config), where=args.config)
         cfg.validate()
     except ConfigError as exc:
         print(f"crawler: {exc}", file=sys.stderr)
@@ -172,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     # The process-wide parts (logging, DNS resolver) read these before the spider applies them.
     settings.setdict(scrapy_settings(cfg), priority="spider")
     process = CrawlerProcess(settings)
-    crawler = process.create_crawler(LaitSpider)
+    crawler = process.create_crawler(spider_cls)
     # A dict: under `python -m`, this module's CrawlConfig is not the spider's class.
     process.crawl(crawler, config=cfg.to_dict(), stats_json=args.stats_json)
     stopper = _Stopper(process, crawler)
