@@ -64,6 +64,14 @@ REASONS: dict[str, str] = {
                              "Content-Length, say); the records were read.",
     "ingest/bad_target_uri": "note: WARC-Target-URIs with angle brackets or spaces were repaired "
                              "(recorded once per file); the records were read.",
+    # Stage 1 from URL lists (`lait download`): list rows that name no image to fetch.
+    "download/bad_url": "the row's URL is empty, not http(s), has no host or is longer than a request "
+                        "may be (2083 characters); nothing was fetched.",
+    "download/duplicate_url": "the row's URL is the URL of an earlier row (of this list or of one read "
+                              "before into the work directory); the image is fetched once, for the "
+                              "first row.",
+    "download/bad_row": "a line of the list that cannot be read (not JSON, a wrong number of fields, "
+                        "an unreadable CSV line).",
     # Stage 2 (`lait filter`): images/ -> images_ok/.
     "filter/noai": "the image was served with X-Robots-Tag noai or noimageai; its bytes were not stored.",
     "filter/status": "the image URL answered a status other than 200 (error http_N, or another 2xx).",
