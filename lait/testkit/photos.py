@@ -18,6 +18,7 @@ import random
 import socket
 import ssl
 import tempfile
+import time
 from pathlib import Path
 
 from lait.testkit.generator import Response
@@ -32,12 +33,15 @@ TYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png", ".gif
 class PhotoSite:
     """`files` (path, with its query if any -> bytes) served as images; see the module docstring."""
 
-    def __init__(self, files: dict[str, bytes]):
+    def __init__(self, files: dict[str, bytes], delay: float = 0.0):
         self.files = dict(files)
+        self.delay = delay  # seconds before each answer (a slow host, for stop-and-resume tests)
         self.hits: list[str] = []
 
     def route(self, path: str, base_url: str = "") -> Response:
         self.hits.append(path)
+        if self.delay:
+            time.sleep(self.delay)
         data = self.files.get(path)
         if data is not None:
             suffix = Path(path.split("?", 1)[0]).suffix.lower()
@@ -113,3 +117,17 @@ def free_loopback_address(port: int, tries: int = 50) -> str:
                 continue
         return address
     raise OSError(f"no loopback address with port {port} free after {tries} tries")
+
+
+def coco_photos(folder: Path) -> list[tuple[Path, str]]:
+    """(photo, its first human caption) of a COCO-format folder (`captions.json` beside the
+    JPEGs, as ../shared/data/photos/coco_train), in file name order."""
+    import json
+
+    data = json.loads((Path(folder) / "captions.json").read_text())
+    first: dict[int, tuple[int, str]] = {}
+    for a in data["annotations"]:
+        if a["image_id"] not in first or a["id"] < first[a["image_id"]][0]:
+            first[a["image_id"]] = (a["id"], " ".join(a["caption"].split()))
+    out = [(Path(folder) / im["file_name"], first[im["id"]][1]) for im in data["images"] if im["id"] in first]
+    return sorted(out, key=lambda pc: pc[0].name)
