@@ -45,6 +45,8 @@ class ImageSpider(LaitSpider):
     the closing of the crawl are the `lait` spider's own."""
 
     name = "lait-images"
+    # A callback yields one item: Scrapy's default of 100 starts 100 asyncio tasks per response.
+    custom_settings = {"CONCURRENT_ITEMS": 4}
 
     def __init__(self, config: ImageFetchConfig, stats_json: str | None = None, **kwargs):
         scrapy.Spider.__init__(self, **kwargs)  # not LaitSpider's: no seeds, no frontier
