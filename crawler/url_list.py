@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 
 STAGE = "download"
 FORMATS = ("txt", "csv", "tsv", "jsonl", "parquet")
-COMPRESSIONS = {".gz": gzip.GzipFile, ".bz2": bz2.BZ2File, ".xz": lzma.LZMAFile}
+COMPRESSIONS = {".gz": lambda f: gzip.GzipFile(fileobj=f), ".bz2": bz2.BZ2File, ".xz": lzma.LZMAFile}
 SUFFIX_FORMATS = {".txt": "txt", ".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl",
                   ".ndjson": "jsonl", ".parquet": "parquet"}
 # Scrapy drops requests for longer URLs (URLLENGTH_LIMIT) without a word: refused here instead.
