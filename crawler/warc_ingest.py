@@ -46,7 +46,8 @@ from lait.crawler.warc import HttpError, WarcReader, WarcRecord, decode_body, pa
 from lait.crawler.warc_links import image_links, iter_link_rows, wat_image_links
 from lait import storage
 from lait.crawler.reasons import ERROR_TDM_RESERVED
-from lait.pagereader import is_noai, is_tdm_reserved, parse_html, read_tree, robots_directives, tdm_reservation
+from lait.pagereader import (is_noai, is_tdm_reserved, page_license, page_meta, parse_html, robots_directives,
+                             tdm_reservation)
 from lait.reasons import http_error
 from lait.lock import locked
 from lait.parts import PartitionedWriter, WorkDir, atomic_write_json
@@ -269,11 +270,11 @@ class _FileIngest:
         tree = parse_html(body, charset) if error is None else None
         license_ = None
         if tree is not None:
-            read = read_tree(tree, url)
-            license_ = read.license
-            if is_noai(read.robots):
+            robots, reservation, _ = page_meta(tree)
+            license_ = page_license(tree, url)
+            if is_noai(robots):
                 error, tree = "noai", None
-            elif self.opts.obey_tdmrep and is_tdm_reserved(tdm_header, read.tdm_reservation):
+            elif self.opts.obey_tdmrep and is_tdm_reserved(tdm_header, reservation):
                 error, tree = ERROR_TDM_RESERVED, None
         if error is not None:
             self.counters[f"ingest/page_{error}"] += 1
