@@ -81,12 +81,25 @@ class ImageFetchConfig(FetchConfig):
     directory's `tables` reference and does not hold yet (`lait download`, `lait ingest-warc`)."""
 
     tables: list[str] = setting(["url_list"], "tables whose image_url column lists the images to fetch")
+    share: list[int] = setting([0, 1], "[I, N]: fetch only the hosts whose hash modulo N is I (one "
+                               "of N fetcher processes side by side)")
 
     def validate(self) -> None:
         self.validate_fetch()
         unknown = set(self.tables) - {"url_list", "warc_links"}
         if not self.tables or unknown:
             raise ConfigError(f"tables: expected url_list and/or warc_links, got {self.tables}")
+        if len(self.share) != 2 or not 0 <= self.share[0] < self.share[1]:
+            raise ConfigError(f"share: expected [I, N] with 0 <= I < N, got {self.share}")
+
+
+def host_share(url: str, n: int) -> int:
+    """Which of `n` fetcher processes fetches `url`: a stable hash of its host, modulo n."""
+    import hashlib
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(url).hostname or "").encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(host, digest_size=8).digest(), "big") % n
 
 
 @dataclass

@@ -8,9 +8,10 @@ with the same concurrency and no resizing or re-encoding, one after the other, a
 - img2dataset 1.47.0, in its own virtual environment (BASELINES.md: it pins old webdataset and
   pandas): ``--processes_count P --thread_count C/P --resize_mode no --skip_reencode True``,
   WebDataset output;
-- ``lait download`` with ``--concurrency C --per-domain C/H`` (H hosts: the same total),
-  AutoThrottle off (the server's latency sets the pace, as for img2dataset), robots.txt and
-  TDMRep on (one small request per host each), Parquet output.
+- ``lait download`` with ``--processes P --concurrency C --per-domain C/H`` (H hosts: the
+  same total; each process fetches its share of the hosts), AutoThrottle off (the server's
+  latency sets the pace, as for img2dataset), robots.txt and TDMRep on (one small request per
+  host each), Parquet output.
 
 Rates are images stored per second of wall time of each whole command (start-up and list
 reading included), median over repeats. Target: lait / img2dataset >= 1.0.
@@ -75,11 +76,12 @@ def run_img2dataset(python: str, listing: Path, out: Path, processes: int, threa
     return stored / seconds, stored
 
 
-def run_lait(listing: Path, out: Path, concurrency: int, per_domain: int) -> tuple[float, int]:
+def run_lait(listing: Path, out: Path, processes: int, concurrency: int, per_domain: int) -> tuple[float, int]:
     from lait.parts import WorkDir
 
     cmd = [sys.executable, "-m", "lait", "download", str(listing), "--out", str(out), "--allow-loopback",
-           "--no-autothrottle", "--concurrency", str(concurrency), "--per-domain", str(per_domain),
+           "--no-autothrottle", "--processes", str(processes), "--concurrency", str(concurrency),
+           "--per-domain", str(per_domain),
            "--download-timeout", "10", "--retries", "0", "--log-level", "WARNING", "--no-progress"]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     start = time.perf_counter()
@@ -94,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=2000, help="URLs in the list")
     parser.add_argument("--hosts", type=int, default=4, help="loopback hosts serving them")
     parser.add_argument("--concurrency", type=int, default=32, help="requests in flight, both tools")
-    parser.add_argument("--processes", type=int, default=2, help="img2dataset processes (threads: the rest)")
+    parser.add_argument("--processes", type=int, default=2,
+                        help="processes of both tools (img2dataset's threads: concurrency / processes)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--img2dataset-python", help="python of an environment with img2dataset")
     args = parser.parse_args(argv)
@@ -123,12 +126,14 @@ def main(argv: list[str] | None = None) -> int:
             mb = sum(len(b) for files in per_host for b in files.values()) / 1e6
             print(f"{args.n} photos ({mb:.0f} MB) on {args.hosts} loopback hosts; concurrency "
                   f"{args.concurrency} (img2dataset {args.processes} x {args.concurrency // args.processes} "
-                  f"threads; lait {args.concurrency // args.hosts} per host); no resizing", flush=True)
+                  f"threads; lait {args.processes} processes, {args.concurrency // args.hosts} per host); "
+                  "no resizing", flush=True)
             for r in range(args.repeats):
                 for name in (("img2dataset", "lait") if r % 2 == 0 else ("lait", "img2dataset")):
                     out = Path(tempfile.mkdtemp(dir=tmp))
                     if name == "lait":
-                        rate, n = run_lait(listing, out, args.concurrency, max(1, args.concurrency // args.hosts))
+                        rate, n = run_lait(listing, out, args.processes, args.concurrency,
+                                           max(1, args.concurrency // args.hosts))
                     else:
                         rate, n = run_img2dataset(python, listing, out, args.processes,
                                                   max(1, args.concurrency // args.processes))

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 import scrapy
 from scrapy import signals
 
-from lait.crawler.config import ImageFetchConfig, scrapy_settings
+from lait.crawler.config import ImageFetchConfig, host_share, scrapy_settings
 from lait.crawler.pipelines import new_run_id
 from lait.crawler.spiders.lait import LaitSpider
 
@@ -94,7 +94,8 @@ class ImageSpider(LaitSpider):
 
     def _pending(self, work) -> Iterator[tuple[str, str | None]]:
         """(image URL, referring page) of every image referenced and not done, partition by
-        partition; each URL once."""
+        partition; each URL once; with a `share` of the hosts, only theirs."""
+        mine, of = self.cfg.share
         for p in range(work.n_partitions):
             done = self._done_in(work, p)
             for table in self.cfg.tables:
@@ -102,7 +103,8 @@ class ImageSpider(LaitSpider):
                     url = row["image_url"]
                     if url not in done:
                         done.add(url)
-                        yield url, row["page_url"]
+                        if of == 1 or host_share(url, of) == mine:
+                            yield url, row["page_url"]
 
     @staticmethod
     def _done_in(work, partition: int) -> set[str]:

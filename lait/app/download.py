@@ -66,6 +66,8 @@ class DownloadConfig(FetchConfig):
     save_additional_columns: list[str] = setting([], "more columns to keep with each row (url_list/ extra)",
                                                  metavar="COLUMN")
     n_partitions: int = setting(0, "partitions of a new work directory (0: 16)")
+    processes: int = setting(0, "fetcher processes side by side (0: one per CPU core, at most 4); the "
+                             "hosts are split among them and --concurrency with them")
     fetch: bool = setting(True, "fetch the images (--no-fetch: only read the lists)")
     force: bool = setting(False, "read lists again that were read before")
     progress: bool = setting(True, "show a progress bar on a terminal")
@@ -76,8 +78,8 @@ class DownloadConfig(FetchConfig):
         self.validate_fetch()
         if not self.url_col:
             raise ConfigError("--url-col must name a column")
-        if self.n_partitions < 0:
-            raise ConfigError("n_partitions must be >= 0")
+        if self.n_partitions < 0 or self.processes < 0:
+            raise ConfigError("n_partitions and processes must be >= 0")
 
 
 def summary(reports, stats: dict | None) -> str:
@@ -99,7 +101,7 @@ def summary(reports, stats: dict | None) -> str:
 
 def run(cfg: DownloadConfig) -> int:
     from lait.crawler.config import ImageFetchConfig
-    from lait.crawler.run import crawl_stopped, crawl_succeeded, fetch_images
+    from lait.crawler.run import crawl_stopped, crawl_succeeded, default_processes, fetch_images
     from lait.crawler.url_list import ListOptions, expand_lists, list_format, read_lists
     from lait.drivers import open_work_dir
     from lait.lock import locked
@@ -117,7 +119,7 @@ def run(cfg: DownloadConfig) -> int:
         if cfg.fetch:
             fetch = ImageFetchConfig(**cfg.fetch_settings(), tables=["url_list"])
             fetch.out = work.url
-            stats = fetch_images(fetch)
+            stats = fetch_images(fetch, processes=default_processes(cfg.processes))
     print(summary(reports, stats), file=sys.stderr)
     if stats is None:
         return 0

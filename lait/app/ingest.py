@@ -72,6 +72,8 @@ class WarcIngestConfig(FetchConfig):
     force: bool = setting(False, "re-ingest files already ingested")
     fetch_images: bool = setting(True, "fetch the images archived pages reference that the archives do "
                                  "not hold, with the crawler's fetcher")
+    fetch_processes: int = setting(0, "fetcher processes side by side (0: one per CPU core, at most 4); "
+                                   "the hosts are split among them and --concurrency with them")
     strict: bool = setting(False, "exit 1 when any archive is damaged")
     progress: bool = setting(True, "show a progress bar on a terminal")
 
@@ -85,8 +87,8 @@ class WarcIngestConfig(FetchConfig):
             raise ConfigError(f"input files not found: {', '.join(missing[:5])}"
                               + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
         self.validate_fetch()
-        if self.workers < 0 or self.max_record_mb <= 0:
-            raise ConfigError("workers must be >= 0 and max-record-mb > 0")
+        if self.workers < 0 or self.fetch_processes < 0 or self.max_record_mb <= 0:
+            raise ConfigError("workers and fetch-processes must be >= 0 and max-record-mb > 0")
         if self.partitions is not None and self.partitions <= 0:
             raise ConfigError("partitions must be > 0")
 
@@ -117,7 +119,7 @@ def format_summary(reports) -> str:
 
 def run(cfg: WarcIngestConfig) -> int:
     from lait.crawler.config import ImageFetchConfig
-    from lait.crawler.run import crawl_stopped, crawl_succeeded, fetch_images
+    from lait.crawler.run import crawl_stopped, crawl_succeeded, default_processes, fetch_images
     from lait.crawler.warc_ingest import IngestOptions, ingest_files
     from lait.drivers import open_work_dir
     from lait.lock import locked
@@ -135,7 +137,7 @@ def run(cfg: WarcIngestConfig) -> int:
         if cfg.fetch_images and cfg.links and work.partitions("warc_links"):
             fetch = ImageFetchConfig(**cfg.fetch_settings(), tables=["warc_links"])
             fetch.out = work.url
-            stats = fetch_images(fetch)
+            stats = fetch_images(fetch, processes=default_processes(cfg.fetch_processes))
             crawl = {k: v for k, v in sorted(stats.items()) if k.startswith("crawl/")}
             print("referenced images: " + json.dumps(crawl, sort_keys=True), file=sys.stderr)
     for r in reports:

@@ -103,7 +103,7 @@ def test_url_list_of_real_photos_to_shards(coco, photo_hosts, tmp_path):
     work = tmp_path / "W"
 
     done = lait("download", str(listing), "--out", str(work), "--allow-loopback", "--no-autothrottle",
-                "--concurrency", "16", "--n-partitions", "4", "--save-additional-columns", "id",
+                "--concurrency", "16", "--processes", "2", "--n-partitions", "4", "--save-additional-columns", "id",
                 "--download-timeout", "10", "--log-level", "WARNING", "--no-progress")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rows read now: 30, kept: 28, download/bad_url: 1, download/duplicate_url: 1" in done.stderr
@@ -175,8 +175,8 @@ def test_stop_and_resume_fetches_each_image_once(coco, tmp_path):
                 for path in site.files]
         listing = write_list(tmp_path / "slow.csv", rows)
         argv = [sys.executable, "-m", "lait", "download", str(listing), "--out", str(tmp_path / "W"),
-                "--allow-loopback", "--no-autothrottle", "--per-domain", "2", "--log-level", "WARNING",
-                "--no-progress"]
+                "--allow-loopback", "--no-autothrottle", "--per-domain", "2", "--processes", "2",
+                "--log-level", "WARNING", "--no-progress"]
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60
         while sum(len(s.hits) for s in sites) < 10 and time.monotonic() < deadline:
@@ -199,3 +199,22 @@ def test_stop_and_resume_fetches_each_image_once(coco, tmp_path):
     # The second run asked only for what the first had not stored (and robots.txt again).
     image_hits = [h for s in sites for h in s.hits if h.startswith("/slow/")]
     assert len(image_hits) < len(rows) + 16  # at most a cancelled download in flight per slot
+
+
+def test_fetcher_processes_split_the_hosts_and_add_up_their_stats():
+    from lait.crawler.config import host_share
+    from lait.crawler.run import merge_stats
+
+    urls = [f"http://h{i}.test/{j}.jpg" for i in range(40) for j in range(3)]
+    shares = {u: host_share(u, 3) for u in urls}
+    for i in range(40):  # a host's images all go to one process ...
+        assert len({shares[f"http://h{i}.test/{j}.jpg"] for j in range(3)}) == 1
+    assert set(shares.values()) == {0, 1, 2}  # ... and every process gets hosts
+    merged = merge_stats([
+        {"crawl/image_ok": 3, "elapsed_time_seconds": 5.0, "finish_reason": "finished", "memusage/max": 10},
+        {"crawl/image_ok": 4, "crawl/host_down": 1, "elapsed_time_seconds": 7.0, "finish_reason": "shutdown",
+         "memusage/max": 8}])
+    assert merged == {"crawl/image_ok": 7, "crawl/host_down": 1, "elapsed_time_seconds": 7.0,
+                      "memusage/max": 10, "finish_reason": "shutdown"}
+    assert merge_stats([{"finish_reason": "finished"}, {"finish_reason": "closespider_error"}])["finish_reason"] \
+        == "closespider_error"
