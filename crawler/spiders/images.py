@@ -116,6 +116,11 @@ class ImageSpider(LaitSpider):
                 done.add(r["image_url"])
         return done
 
+    def stored_text(self) -> str:
+        stats = self.crawler.stats
+        done = stats.get_value("crawl/rows_images", 0) + stats.get_value("crawl/rows_rejected", 0)
+        return f"{done} of {self.pending} images"
+
     def top_up(self) -> list[scrapy.Request]:
         return []  # no pages, no frontier: the start requests are all there is
 
@@ -125,6 +130,6 @@ class ImageSpider(LaitSpider):
             return
         self._last_progress = now
         stats = self.crawler.stats
-        done = (stats.get_value("crawl/rows_images", 0) + stats.get_value("crawl/rows_rejected", 0))
+        done = stats.get_value("crawl/rows_images", 0) + stats.get_value("crawl/rows_rejected", 0)
         elapsed = max(1e-9, (time.time() - stats.get_value("start_time").timestamp()))
-        log.info("images: %d of %d done (%.0f/s)", done, self.pending, done / elapsed)
+        log.info("%s done (%.0f/s)", self.stored_text(), done / elapsed)
