@@ -10,9 +10,11 @@ images go through the same fetcher (`ImageFetchConfig`, `lait.crawler.spiders.im
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from lait.config import Config, ConfigError, setting
 from lait.crawler.dns import parse_resolve
@@ -95,9 +97,6 @@ class ImageFetchConfig(FetchConfig):
 
 def host_share(url: str, n: int) -> int:
     """Which of `n` fetcher processes fetches `url`: a stable hash of its host, modulo n."""
-    import hashlib
-    from urllib.parse import urlsplit
-
     host = (urlsplit(url).hostname or "").encode("utf-8", "surrogatepass")
     return int.from_bytes(hashlib.blake2b(host, digest_size=8).digest(), "big") % n
 
