@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.lait-installed
 
-.PHONY: demo test test-fast bench clean-venv
+.PHONY: demo test test-fast fuzz bench clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,18 @@ test: $(STAMP)
 ## test-fast: the suite without the tests marked slow
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
+
+## bench: every stage bench beside its peer, alternating rounds, one table (bench/all.py)
+bench: $(STAMP)
+	$(BIN)/python bench/all.py
+
+## fuzz: the fuzz tests long and random (hypothesis), then coverage-guided (atheris, where it installs)
+FUZZ_EXAMPLES ?= 2000
+FUZZ_SECONDS ?= 120
+fuzz: $(STAMP)
+	LAIT_FUZZ_PROFILE=lait-fuzz LAIT_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -m fuzz -p no:cacheprovider
+	$(BIN)/python -m pip install --quiet 'atheris>=2.3' || echo "fuzz: atheris does not install here; hypothesis only"
+	$(BIN)/python scripts/fuzz.py all --seconds $(FUZZ_SECONDS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -146,7 +146,8 @@ def _duplicate_rule(im: Image, rep: Image, threshold: int) -> tuple[str, str]:
 
 
 def make_groups(work: WorkDir, images: list[Image], cfg: BuildConfig) -> list[Group]:
-    pairs = embedding_pairs(work, {im.url: i for i, im in enumerate(images)}) if cfg.use_embedding_dups else []
+    pairs = embedding_pairs(work, {im.url: i for i, im in enumerate(images)}, [im.phash for im in images],
+                            cfg.near_dup_max_phash) if cfg.use_embedding_dups else []
     index_groups = group_duplicates([im.sha256 for im in images], [im.phash for im in images],
                                     cfg.phash_threshold, pairs)
     groups = []

@@ -30,6 +30,9 @@ class BuildConfig(StageConfig):
     phash_threshold: int = setting(
         2, "images whose 64-bit perceptual hashes differ in at most this many bits are one image (-1: off)")
     use_embedding_dups: bool = setting(True, "also merge the near-duplicate pairs stage 4 found from embeddings")
+    near_dup_max_phash: int = setting(
+        10, "merge an embedding near-duplicate pair only when the perceptual hashes also differ in at most "
+            "this many bits (a pixel check: weak scorers put distinct photos close)")
     source_priority: list[str] = setting(
         list(DEFAULT_SOURCE_PRIORITY), "tie-break between equal scores, best source first")
     jpeg_quality: int = setting(95, "quality when an image that is not a JPEG is re-encoded to KEY.jpg")
@@ -45,6 +48,8 @@ class BuildConfig(StageConfig):
                      "n_alternatives", "max_candidates"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0")
+        if not 0 <= self.near_dup_max_phash <= 64:
+            raise ConfigError("near_dup_max_phash must be between 0 and 64 bits")
         if not -1 <= self.phash_threshold <= 16:
             raise ConfigError("phash_threshold must be between -1 (off) and 16 bits")
         if not 1 <= self.jpeg_quality <= 100:

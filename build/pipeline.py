@@ -138,7 +138,7 @@ def run_passes(work: WorkDir, cfg: BuildConfig) -> BuildResult:
                                           "seconds": round(time.perf_counter() - start, 3)})
         plan_report.done.append(0)
     result.reports.append(plan_report)
-    log.info(plan_report.summary())
+    log.debug(plan_report.summary())  # printed with the others by the command
 
     shard_report = executor.run(ShardStage(cfg.jpeg_quality, cfg.regions), work)
     result.reports.append(shard_report)

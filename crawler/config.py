@@ -44,7 +44,8 @@ class FetchConfig(Config):
     max_image_bytes: int = setting(20 << 20, "larger images are abandoned")
     retries: int = setting(2, "retries of a failed download (timeouts, 5xx)")
     user_agent: str = setting("", "User-Agent header (default: lait's identifying one)")
-    allow_loopback: bool = setting(False, "allow requests to loopback addresses (demo, tests)")
+    allow_loopback: bool = setting(False, "allow requests to addresses that reach this machine: "
+                                   "loopback, 0.0.0.0, its own interfaces (demo, tests)")
     allow_private: bool = setting(False, "allow requests to private, link-local and reserved addresses")
     part_rows: int = setting(2000, "commit a part file after this many rows")
     part_seconds: float = setting(30.0, "commit open part files at least this often (seconds)")
@@ -144,7 +145,14 @@ class CrawlConfig(FetchConfig):
             path = Path(seed)
             if not path.is_file():
                 raise ConfigError(f"seed {seed!r} is neither a URL (scheme://...) nor a file")
-            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            try:
+                text = path.read_text(encoding="utf-8")
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                                  f"{exc.start}); save the seeds file as UTF-8") from None
+            except OSError as exc:
+                raise ConfigError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+            for n, line in enumerate(text.splitlines(), 1):
                 line = line.split("#", 1)[0].strip()
                 if not line:
                     continue
@@ -196,7 +204,7 @@ def _crawl_settings(cfg: CrawlConfig) -> dict[str, Any]:
     if cfg.redis_url:
         s.update({
             "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
-            "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+            "DUPEFILTER_CLASS": "lait.crawler.fingerprints.KindRedisDupeFilter",
             "REDIS_URL": cfg.redis_url,
             "SCHEDULER_PERSIST": True,
             "SCHEDULER_QUEUE_KEY": f"{cfg.redis_key}:requests",

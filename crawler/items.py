@@ -70,7 +70,8 @@ class ImageItem:
 
 @dataclass
 class RejectedItem:
-    """A request the crawler refused to send (robots.txt, forbidden address): `crawl/RULE`."""
+    """A request the crawler refused to send (robots.txt, forbidden address), or a page it
+    could not read whole: `crawl/RULE`."""
 
     table: ClassVar[str] = "rejected"
 

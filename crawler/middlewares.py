@@ -15,8 +15,9 @@ a private or loopback address. The crawler refuses such requests *after DNS reso
 Both answer from one cache of lookups (`lait.crawler.dns.dns_cache`), which also holds the
 crawl's ``--resolve`` overrides.
 
-Settings: ``LAIT_ALLOW_LOOPBACK`` (the demo and tests), ``LAIT_ALLOW_PRIVATE`` (private,
-shared, link-local and reserved ranges). Cloud metadata addresses are refused by both unless
+Settings: ``LAIT_ALLOW_LOOPBACK`` (the demo and tests: every address that reaches this machine,
+see `classify_address`), ``LAIT_ALLOW_PRIVATE`` (private, shared, link-local and reserved
+ranges; never this machine's own addresses). Cloud metadata addresses are refused by both unless
 ``LAIT_ALLOW_METADATA`` is set too.
 """
 
@@ -43,23 +44,79 @@ METADATA_ADDRESSES = frozenset(ipaddress.ip_address(a) for a in (
 
 
 def classify_address(address: str | ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
-    """Kind of an IP address: public, loopback, private, link_local, metadata or reserved."""
+    """Kind of an IP address: public, loopback, private, link_local, metadata or reserved.
+
+    `loopback` is every address a connection to which reaches this machine: 127.0.0.0/8 and
+    ::1, the unspecified addresses (0.0.0.0/8, ::: Linux connects them to the local host), the
+    broadcast address, the addresses of this machine's own interfaces, and each of these
+    wrapped in IPv6 (IPv4-mapped, IPv4-compatible, NAT64, 6to4)."""
     ip = ipaddress.ip_address(address) if isinstance(address, str) else address
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped  # ::ffff:10.0.0.1 is 10.0.0.1
+    ip = _unwrap(ip)
     if ip in METADATA_ADDRESSES:
         return "metadata"
-    if ip.is_loopback:
+    if ip.is_loopback or ip.is_unspecified or ip in _THIS_NETWORK or ip == _BROADCAST or ip in local_addresses():
         return "loopback"
     if ip.is_link_local:
         return "link_local"
-    if ip.is_unspecified or ip.is_multicast or ip.is_reserved:
+    if ip.is_multicast or ip.is_reserved:
         return "reserved"
     if ip.is_private or (isinstance(ip, ipaddress.IPv4Address) and ip in _SHARED):
         return "private"
     if not ip.is_global:
         return "reserved"
     return "public"
+
+
+_THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")  # "this host on this network" (RFC 1122)
+_BROADCAST = ipaddress.ip_address("255.255.255.255")
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_COMPATIBLE = ipaddress.ip_network("::/96")  # deprecated IPv4-compatible IPv6 (::a.b.c.d)
+
+
+def _unwrap(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """The IPv4 address an IPv6 form carries (mapped, compatible, NAT64, 6to4), else `ip`."""
+    if isinstance(ip, ipaddress.IPv4Address):
+        return ip
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped  # ::ffff:10.0.0.1 is 10.0.0.1
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip in _NAT64 or (ip in _COMPATIBLE and int(ip) > 1):  # not :: and ::1 themselves
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return ip
+
+
+_local: frozenset | None = None
+
+
+def local_addresses() -> frozenset:
+    """The addresses of this machine's interfaces (read once): a connection to any of them
+    reaches this machine, whatever range it lies in."""
+    global _local
+    if _local is None:
+        found: set = set()
+        try:  # IPv4: the kernel's local routing table lists each local address as "/32 host LOCAL"
+            lines = open("/proc/net/fib_trie").read().splitlines()
+            for prev, line in zip(lines, lines[1:]):
+                if "/32 host LOCAL" in line and "|--" in prev:
+                    found.add(ipaddress.ip_address(prev.split("|--")[1].strip()))
+        except OSError:
+            pass
+        try:  # IPv6: one address per line, 32 hex digits first
+            for line in open("/proc/net/if_inet6"):
+                h = line.split()[0]
+                found.add(ipaddress.ip_address(":".join(h[i:i + 4] for i in range(0, 32, 4))))
+        except (OSError, IndexError, ValueError):
+            pass
+        try:
+            import socket
+
+            for info in socket.getaddrinfo(socket.gethostname(), None):
+                found.add(ipaddress.ip_address(info[4][0].split("%")[0]))
+        except (OSError, ValueError):
+            pass
+        _local = frozenset(found)
+    return _local
 
 
 _SHARED = ipaddress.ip_network("100.64.0.0/10")  # carrier-grade NAT

@@ -217,7 +217,7 @@ class _Stopper:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the crawler subprocess: `python -m lait.crawler.run CONFIG.yaml`."""
-    parser = argparse.ArgumentParser(prog="python -m lait.crawler.run", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m lait.crawler.run", description=__doc__, allow_abbrev=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config", help="CrawlConfig YAML")
     parser.add_argument("--stats-json", help="write the final crawl stats here")

@@ -64,6 +64,8 @@ DOWNLOADER_MIDDLEWARES = {
     "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware": None,
     "lait.crawler.robots.RobotsTxtMiddleware": 100,
     "lait.crawler.tdmrep.TdmRepMiddleware": 110,
+    # Responses pass it before Scrapy's RedirectMiddleware (600): a loop becomes a row.
+    "lait.crawler.redirects.RedirectLoopMiddleware": 610,
 }
 
 ITEM_PIPELINES = {
@@ -92,4 +94,6 @@ LOG_LEVEL = "INFO"
 WARN_ON_GENERATOR_RETURN_VALUE = False
 TELNETCONSOLE_ENABLED = False
 REQUEST_FINGERPRINTER_IMPLEMENTATION = "2.7"
+# A page request and an image request of one URL are two requests (lait.crawler.fingerprints).
+REQUEST_FINGERPRINTER_CLASS = "lait.crawler.fingerprints.KindFingerprinter"
 FEED_EXPORT_ENCODING = "utf-8"

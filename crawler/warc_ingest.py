@@ -46,7 +46,7 @@ from lait.crawler.warc import HttpError, WarcReader, WarcRecord, decode_body, pa
 from lait.crawler.warc_links import image_links, iter_link_rows, wat_image_links
 from lait import storage
 from lait.crawler.reasons import ERROR_TDM_RESERVED
-from lait.pagereader import (is_noai, is_tdm_reserved, page_license, page_meta, parse_html, robots_directives,
+from lait.pagereader import (is_noai, is_tdm_reserved, page_license, page_meta, parse_page, robots_directives,
                              tdm_reservation)
 from lait.reasons import http_error
 from lait.lock import locked
@@ -267,7 +267,7 @@ class _FileIngest:
               tdm_header: bool | None = None) -> None:
         """A pages row with the licence the page declares; with noai (header or robots meta)
         or a TDM reservation (header or meta) the row without its HTML or links."""
-        tree = parse_html(body, charset) if error is None else None
+        tree, too_deep = parse_page(body, charset) if error is None else (None, False)
         license_ = None
         if tree is not None:
             robots, reservation, _ = page_meta(tree)
@@ -276,6 +276,9 @@ class _FileIngest:
                 error, tree = "noai", None
             elif self.opts.obey_tdmrep and is_tdm_reserved(tdm_header, reservation):
                 error, tree = ERROR_TDM_RESERVED, None
+        if tree is not None and too_deep:
+            self.reject("too_deep", key=url, page_url=url,
+                        detail="nested deeper than 256 elements: the images below were not read")
         if error is not None:
             self.counters[f"ingest/page_{error}"] += 1
         merged: dict[str, str] = {}

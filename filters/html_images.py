@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 from lxml import html as lxml_html
 
-from lait.pagereader import BLOCK_TAGS, image_elements
+from lait.pagereader import BLOCK_TAGS, Resolver, base_url, image_elements
 
-__all__ = ["BLOCK_TAGS", "PageImage", "find_images", "normalise_space"]
+__all__ = ["BLOCK_TAGS", "PageImage", "find_images", "normalise_space", "og_owner", "site_names"]
 
 _CREDIT = re.compile(r"\b(credit|copyright|byline|attribution|caption-source|photographer)\b", re.I)
 _WS = re.compile(r"\s+")
@@ -30,6 +30,7 @@ class PageImage:
     via: str  # img, picture, og
     position: int  # index among the page's images and paragraph-like elements (-1: og:image)
     texts: list[tuple[str, str]] = field(default_factory=list)  # (source, text)
+    figure: object | None = None  # the <figure> it is in: two images of one figure are one picture
 
 
 def normalise_space(text: str | None) -> str:
@@ -58,15 +59,21 @@ def _caption_text(figcaption: lxml_html.HtmlElement) -> str:
 
 
 def _figcaption_of(img: lxml_html.HtmlElement) -> str:
+    """The caption of the `<figure>` nearest above the image: its own `<figcaption>`s, not those
+    of figures nested in it (a figure inside another figure's caption area is another image)."""
     el = img.getparent()
     for _ in range(12):  # figure > a > picture > source > source > img, as libxml2 nests it
         if el is None:
             return ""
         if el.tag == "figure":
-            caps = [_caption_text(c) for c in el.iter("figcaption")]
+            caps = [_caption_text(c) for c in el.iter("figcaption") if _nearest_figure(c) is el]
             return " ".join(c for c in caps if c)
         el = el.getparent()
     return ""
+
+
+def _nearest_figure(el: lxml_html.HtmlElement) -> lxml_html.HtmlElement | None:
+    return next(el.iterancestors("figure"), None)
 
 
 def find_images(tree: lxml_html.HtmlElement, page_url: str,
@@ -76,7 +83,8 @@ def find_images(tree: lxml_html.HtmlElement, page_url: str,
     `elements`, when given, is `list(tree.iter("img", *BLOCK_TAGS))` already made by the caller.
     """
     return [PageImage(image.urls, image.how, image.position,
-                      _og_texts(tree) if image.how == "og" else _img_texts(image.element))
+                      _og_texts(tree) if image.how == "og" else _img_texts(image.element),
+                      None if image.how == "og" else _nearest_figure(image.element))
             for image in image_elements(tree, page_url, elements)]
 
 
@@ -97,3 +105,38 @@ def _og_texts(tree: lxml_html.HtmlElement) -> list[tuple[str, str]]:
             if normalise_space(value):
                 out.append(("og", normalise_space(value)))
     return out
+
+
+_OG_IMAGE = ("og:image", "og:image:url", "og:image:secure_url")
+
+
+def og_owner(tree: lxml_html.HtmlElement, page_url: str, og: PageImage) -> str:
+    """The URL of the og image that the page's og texts describe: the first `og:image` (a page
+    may list several, each another picture), else the first twitter:image."""
+    resolve = Resolver(base_url(tree, page_url))
+    for el in tree.iter("meta"):
+        if (el.get("property") or el.get("name") or "").strip().lower() in _OG_IMAGE:
+            url = resolve(el.get("content"))
+            if url in og.urls:
+                return url
+    return og.urls[0]
+
+
+_TITLE_SEPARATORS = re.compile(r"\s+(?:\||-|–|—|::|·|•|»)\s+")
+
+
+def site_names(tree: lxml_html.HtmlElement) -> frozenset[str]:
+    """The names the page gives its site (og:site_name, application-name, twitter:site, the
+    last part of a `<title>` such as "Story - The Site"), lower-cased: a candidate that is only
+    one of them names the site, not a picture."""
+    names: set[str] = set()
+    for el in tree.iter("meta"):
+        key = (el.get("property") or el.get("name") or "").strip().lower()
+        if key in ("og:site_name", "application-name", "twitter:site", "apple-mobile-web-app-title"):
+            names.add(normalise_space(el.get("content")).lstrip("@"))
+    title = next(tree.iter("title"), None)
+    if title is not None:
+        parts = _TITLE_SEPARATORS.split(normalise_space(title.text_content()))
+        if len(parts) >= 2 and len(parts[-1].split()) <= 5:
+            names.add(parts[-1])
+    return frozenset(n.casefold() for n in names if n)

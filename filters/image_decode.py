@@ -27,7 +27,8 @@ _ORIENT = {
     4: Image.Transpose.FLIP_TOP_BOTTOM, 5: Image.Transpose.TRANSPOSE,
     6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE, 8: Image.Transpose.ROTATE_90,
 }
-_DECODE_ERRORS = (OSError, ValueError, SyntaxError, EOFError, IndexError, TypeError,
+# What Pillow raises on damaged data; KeyError: a TIFF whose size tags are missing (fuzzing).
+_DECODE_ERRORS = (OSError, ValueError, SyntaxError, EOFError, IndexError, TypeError, KeyError,
                   MemoryError, Image.DecompressionBombError)
 # Requested size for reduced-scale decoding: phash works on 32x32, so libjpeg may scale down
 # as far as it can (1/8) while the result stays at least this large.
@@ -97,8 +98,12 @@ def open_image(data: bytes, *, max_pixels: int) -> ImageHeader:
             orientation = 1  # unreadable EXIF: show as stored
     if orientation in (5, 6, 7, 8):
         w, h = h, w
-    return ImageHeader(img, img.format or "UNKNOWN", w, h, img.mode,
-                       int(getattr(img, "n_frames", 1) or 1), orientation, data)
+    try:  # counting a GIF's frames reads through them all: a cut one fails here, not in a rule
+        frames = int(getattr(img, "n_frames", 1) or 1)
+    except _DECODE_ERRORS as exc:
+        rule = "truncated" if isinstance(exc, (EOFError, IndexError)) or "truncated" in str(exc).lower() else "corrupt"
+        raise ImageRejected(rule, f"counting frames: {type(exc).__name__}: {exc}") from None
+    return ImageHeader(img, img.format or "UNKNOWN", w, h, img.mode, frames, orientation, data)
 
 
 def to_rgb(img: Image.Image) -> Image.Image:

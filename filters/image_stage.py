@@ -12,8 +12,11 @@ Per image, cheapest test first, so most rejects cost no pixel decoding:
 5. perceptual duplicate of an image kept in this partition (`duplicate_phash`)
 6. the stored bytes: the original JPEG, or a high-quality JPEG re-encode
 
-Duplicates are found within a partition (images are partitioned by URL), the first in input
-order being kept; grouping across partitions is stage 5's job (DESIGN.md).
+With `dedup` on, duplicates are found within a partition (images are partitioned by URL), the
+first in input order being kept. It is off by default: which copy survived then depended on the
+crawl's row order (so `lait demo`'s samples did), and the dropped copy's texts from its own page
+were lost. Stage 5 groups duplicates over the whole dataset instead, pools their texts and keeps
+the largest copy (then the most referenced, then the URL): the same choice for any crawl order.
 """
 
 from __future__ import annotations
@@ -52,7 +55,9 @@ class FilterConfig(StageConfig):
     max_pixels: int = setting(40_000_000, "reject images with more pixels (decompression bombs)")
     animated: str = setting("reject", "animated images: reject them, or keep their first frame",
                             choices=["reject", "first_frame"])
-    dedup: bool = setting(True, "reject exact (sha256) and perceptual (phash) duplicates within a partition")
+    dedup: bool = setting(False, "reject exact (sha256) and perceptual (phash) duplicates within a partition, "
+                          "keeping the first in crawl order (off: stage 5 groups duplicates over the whole "
+                          "dataset and keeps one by a total order, whatever the crawl order)")
     phash_distance: int = setting(10, "perceptual duplicates: phash Hamming distance at most this")
     near_dup_max_diff: float = setting(
         5.0, "perceptual duplicates must also differ by at most this mean absolute value (0-255) "

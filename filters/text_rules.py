@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 
 from lait.stage import Filter, KeepResult
 
@@ -33,7 +32,10 @@ BOILERPLATE = frozenset({
     "share", "print", "mail", "email", "rss", "facebook", "twitter", "linkedin", "pinterest",
     "instagram", "youtube", "whatsapp", "loading", "advertisement", "null", "undefined", "none",
     "default"})
-_NUMBERED = re.compile(r"^(image|photo|picture|img|pic|slide|figure|fig|bild|foto)\s*\d*$")
+_NUMBERED = re.compile(r"^(image|photo|picture|img|pic|slide|figure|fig|bild|foto|imagem|imagen)\s*\d*$")
+# A short text naming a piece of site furniture: "Snopes Logo", "rss icon", "print header logo".
+_FURNITURE = re.compile(r"\b(logo|logos|icon|icons|banner|avatar|headshot|thumbnail|placeholder|spacer|"
+                        r"sprite|button|badge|emoji|image for post|foto facebook)$")
 
 
 def repair(text: str) -> str:
@@ -123,6 +125,8 @@ class BoilerplateFilter(Filter):
         plain = _plain(c.text)
         if plain in BOILERPLATE or _NUMBERED.match(plain):
             return False, plain
+        if len(plain.split()) <= 5 and (_FURNITURE.search(plain) or plain.startswith(("headshot", "avatar"))):
+            return False, plain
         return True
 
 
@@ -142,42 +146,27 @@ class RepetitionFilter(Filter):
         return True
 
 
-# Languages the detector chooses among besides the kept ones (a detector over a single language
-# would call everything that language). Each costs ~0.4 s of model loading per worker process;
-# these are the ones most often confused with English. Text in other scripts matches none of
-# them confidently and is dropped as language None.
-REFERENCE_LANGUAGES = ("en", "de", "fr", "es", "it", "pt", "nl")
-
-
-# lingua's trigram-only mode is several times faster and, by its authors' measurements, as
-# reliable as the full mode on texts past ~120 characters; short texts need the full models.
-LONG_TEXT = 120
-
-
-@lru_cache(maxsize=8)
-def _detector(codes: tuple[str, ...], low_accuracy: bool = False):
-    from lingua import IsoCode639_1, Language, LanguageDetectorBuilder
-
-    langs = [Language.from_iso_code_639_1(getattr(IsoCode639_1, c.upper())) for c in codes]
-    builder = LanguageDetectorBuilder.from_languages(*langs)
-    return (builder.with_low_accuracy_mode() if low_accuracy else builder).build()
-
-
 class LanguageFilter(Filter):
-    """Keeps texts in the configured languages (ISO 639-1); sets `Candidate.lang`."""
+    """Keeps texts in the configured languages; sets `Candidate.lang` to the detected code.
+
+    The detector chooses among all the languages it knows (`lait.filters.langid`), so a
+    Polish caption is `pl`, never the nearest of a few kept languages.
+    """
 
     name = "language"
 
-    def __init__(self, languages: list[str], among: tuple[str, ...] = REFERENCE_LANGUAGES):
-        self.languages = frozenset(c.lower() for c in languages)
-        self.codes = tuple(sorted(set(among) | self.languages))
+    def __init__(self, languages: list[str]):
+        from lait.filters.langid import canonical
+
+        self.languages = frozenset(canonical(c) for c in languages)
         self._cache: dict[str, str | None] = {}
 
     def keep(self, c: Candidate) -> KeepResult:
         code = self._cache.get(c.text, "?")
         if code == "?":
-            lang = _detector(self.codes, len(c.text) >= LONG_TEXT).detect_language_of(c.text)
-            code = lang.iso_code_639_1.name.lower() if lang is not None else None
+            from lait.filters.langid import detect
+
+            code = detect(c.text)[0]
             if len(self._cache) > 200_000:  # texts repeat across a site's pages; bound the memory
                 self._cache.clear()
             self._cache[c.text] = code
@@ -188,9 +177,11 @@ class LanguageFilter(Filter):
 def text_filters(*, min_words: int, max_words: int, min_letter_share: float,
                  languages: list[str]) -> list[Filter]:
     """The cleaning rules in the order they run (cheapest first, language ID last)."""
+    from lait.filters.text_junk import junk_filters
+
     rules: list[Filter] = [FileNameFilter(), UrlFilter(), BoilerplateFilter(),
                            WordCountFilter(min_words, max_words), LetterShareFilter(min_letter_share),
-                           RepetitionFilter()]
+                           RepetitionFilter(), *junk_filters()]
     if languages and languages != ["any"]:
         rules.append(LanguageFilter(languages))
     return rules

@@ -21,8 +21,8 @@ import signal
 import threading
 from collections import Counter, defaultdict
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, ClassVar, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Iterator
 from urllib.parse import urlsplit
 
 from lait.config import ConfigError, StageConfig, setting
@@ -30,7 +30,8 @@ from lait.memory import release_free_memory
 from lait.parts import partition_of
 from lait.reasons import fetch_rule
 from lait.stage import PartContext, Rejected, Stage
-from lait.filters.html_images import BLOCK_TAGS, PageImage, find_images, normalise_space
+from lait.filters.html_images import BLOCK_TAGS, PageImage, find_images, normalise_space, og_owner, site_names
+from lait.filters.page_texts import ImageTexts, SharedText, assign
 from lait.filters.text_rules import Candidate, repair, split_sentences, text_filters
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,8 @@ class CleanConfig(StageConfig):
 
     section: ClassVar[str] = "clean"
 
-    languages: list[str] = setting(["en"], "ISO 639-1 codes of the languages kept (lingua); 'any' keeps all")
+    languages: list[str] = setting(["en"], "codes of the languages kept (ISO 639-1 where one exists, "
+                                   "as fastText's lid.176 spells them); 'any' keeps all")
     sources: list[str] = setting(list(SOURCES), "candidate text sources used")
     min_words: int = setting(2, "drop texts with fewer words")
     max_words: int = setting(80, "texts with more words are split into sentences; sentences "
@@ -71,9 +73,9 @@ class CleanConfig(StageConfig):
             raise ConfigError("need 1 <= min_words <= max_words")
         self.languages = [c.lower() for c in self.languages]
         if self.languages != ["any"]:
-            from lingua import IsoCode639_1
+            from lait.filters.langid import canonical, known_languages
 
-            bad = [c for c in self.languages if not hasattr(IsoCode639_1, c.upper())]
+            bad = [c for c in self.languages if canonical(c) not in known_languages()]
             if bad:
                 raise ConfigError(f"unknown language codes {bad} (use ISO 639-1, like en, de)")
 
@@ -164,27 +166,49 @@ def _main_text(tree: Any) -> str:
     return normalise_space(text)
 
 
-def _context(img: PageImage, blocks: list[tuple[int, str]], main: str, cfg: CleanConfig) -> list[str]:
-    """The main-content sentences nearest to the image: the end of the paragraph before it and
-    the start of the one after it, within `context_window` positions."""
+def _context(img: PageImage, blocks: list[tuple[int, str]], main: str, cfg: CleanConfig) -> list[tuple[str, int]]:
+    """The main-content sentences nearest to the image, each with its distance in positions:
+    the end of the paragraph before it and the start of the one after it, within
+    `context_window` positions."""
     if img.position < 0 or not main:
         return []
     i = bisect.bisect_left(blocks, (img.position, ""))
-    out: list[str] = []
+    out: list[tuple[str, int]] = []
     n = cfg.context_sentences
     for pos, text in reversed(blocks[max(0, i - cfg.context_window):i]):
         if img.position - pos <= cfg.context_window and text[:60] in main:
-            out += split_sentences(text)[-n:]
+            out += [(s, img.position - pos) for s in split_sentences(text)[-n:]]
             break
     for pos, text in blocks[i:i + cfg.context_window]:
         if pos - img.position <= cfg.context_window and text[:60] in main:
-            out += split_sentences(text)[:n]
+            out += [(s, pos - img.position) for s in split_sentences(text)[:n]]
             break
     return out
 
 
-def page_candidates(row: dict[str, Any], cfg: CleanConfig) -> tuple[list[tuple[str, list[tuple[str, str]]]], bool]:
-    """([(image_url, [(source, raw text)])], truncated) of one page, before cleaning."""
+@dataclass
+class PageTexts:
+    """The raw candidate texts of one page, before cleaning.
+
+    `images`: (image_url, [(source, text)]) for every image URL of the page (some with no text);
+    `shared`: texts the page gives several images, dropped for all but their owner
+    (`lait.filters.page_texts`); `site_names`: what the page calls its site, lower-cased.
+    """
+
+    images: list[tuple[str, list[tuple[str, str]]]] = field(default_factory=list)
+    shared: list[SharedText] = field(default_factory=list)
+    site_names: frozenset[str] = frozenset()
+    truncated: bool = False
+
+
+def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
+                    prepare: Callable[[str], list[str]] | None = None) -> PageTexts:
+    """Every image of one page with its texts, each text given to the image it belongs to.
+
+    `prepare` turns a raw text into the pieces that are candidates (repaired, long ones split
+    into sentences; see `CleanStage.prepare`): a sentence of a long caption that is also the
+    context of another image is one text for `lait.filters.page_texts`."""
+    prepare = prepare or (lambda text: [text])
     from lxml import etree, html as lxml_html
 
     text, truncated = decode_page(row, cfg.max_page_bytes)
@@ -200,20 +224,37 @@ def page_candidates(row: dict[str, Any], cfg: CleanConfig) -> tuple[list[tuple[s
     elements = list(tree.iter("img", *BLOCK_TAGS))  # one pass for the images and the blocks
     images = find_images(tree, row["url"], elements=elements)
     if not images:
-        return [], truncated
+        return PageTexts(truncated=truncated)
+    names = site_names(tree)
+    og = next((img for img in images if img.via == "og"), None)
+    og_url = og_owner(tree, row["url"], og) if og is not None else None
     want_context = "context" in cfg.sources
     blocks = _blocks(elements, images, cfg.context_window) if want_context else []
     # No paragraph near any image: `_context` has nothing to take, whatever the main text is.
-    main = _main_text(tree) if blocks else ""
-    per_url: dict[str, list[tuple[str, str]]] = {}
+    main = _main_text(tree) if blocks else ""  # trafilatura spends the tree: everything else first
+    found: list[ImageTexts] = []
+    shared: list[SharedText] = []
     for img in images:
-        texts = [t for t in img.texts if t[0] in cfg.sources]
+        texts = [(src, p, 0) for src, t in img.texts if src in cfg.sources for p in prepare(t)]
         if want_context:
-            texts += [("context", s) for s in _context(img, blocks, main, cfg)]
-        for url in img.urls:
-            bucket = per_url.setdefault(url, [])
-            bucket.extend(t for t in texts if t not in bucket)
-    return list(per_url.items()), truncated
+            texts += [("context", p, d) for s, d in _context(img, blocks, main, cfg) for p in prepare(s)]
+        if img is og and len(img.urls) > 1:
+            # og texts describe the first og:image; the page's other og/twitter images are other pictures.
+            others = [u for u in img.urls if u != og_url]
+            found.append(ImageTexts(others, img.position))
+            shared += [SharedText(u, src, t, "og text of the page; it belongs to its first og:image")
+                       for u in others for src, t, _ in texts]
+            found.append(ImageTexts([og_url], img.position, texts))
+        else:
+            found.append(ImageTexts(img.urls, img.position, texts, img.figure))
+    per_url, dropped = assign(found)
+    return PageTexts(per_url, shared + dropped, names, truncated)
+
+
+def page_candidates(row: dict[str, Any], cfg: CleanConfig) -> tuple[list[tuple[str, list[tuple[str, str]]]], bool]:
+    """([(image_url, [(source, raw text)])], truncated) of one page, before cleaning."""
+    texts = read_page_texts(row, cfg)
+    return texts.images, texts.truncated
 
 
 class CleanStage(Stage):
@@ -224,11 +265,12 @@ class CleanStage(Stage):
     # URL lists (`lait download`): each row's caption, partitioned by image URL already.
     extra_inputs = ("url_list",)
     output_tables = ("candidates",)
+    version = 2  # 2: junk rules, page texts with one owner, language ID over all languages
 
     def __init__(self, cfg: CleanConfig):
         self.cfg = cfg
         self._rules: list | None = None
-        self._repaired: dict[str, str] = {}
+        self._repaired: dict[str, list[str]] = {}
 
     def __getstate__(self) -> dict[str, Any]:  # sent to worker processes without the caches
         return {**self.__dict__, "_rules": None, "_repaired": {}}
@@ -237,6 +279,18 @@ class CleanStage(Stage):
         """Partitions with pages or list rows (a work directory of `lait download` has no pages)."""
         return sorted(set(work.partitions("pages")) | set(work.partitions("url_list")))
 
+    def prepare(self, text: str) -> list[str]:
+        """A raw text as candidates: repaired (ftfy), and split into sentences when longer than
+        `max_words` words."""
+        pieces = self._repaired.get(text)
+        if pieces is None:  # one text often goes with several image URLs (srcset) and pages
+            if len(self._repaired) > 100_000:
+                self._repaired.clear()
+            fixed = repair(text)
+            pieces = self._repaired[text] = ([fixed] if len(fixed.split()) <= self.cfg.max_words
+                                             else split_sentences(fixed))
+        return pieces
+
     def process(self, ctx: PartContext) -> None:
         cfg = self.cfg
         if self._rules is None:  # once per stage object: language IDs cached across its partitions
@@ -244,7 +298,7 @@ class CleanStage(Stage):
                                        min_letter_share=cfg.min_letter_share, languages=cfg.languages)
         rules = self._rules
         # Pass 1: every page's raw candidates; pass 2 needs the site-wide text counts.
-        pages: list[tuple[str, str | None, list[tuple[str, list[tuple[str, str]]]]]] = []
+        pages: list[tuple[str, str | None, PageTexts]] = []
         site_pages: Counter[str] = Counter()
         site_texts: dict[str, Counter[str]] = defaultdict(Counter)
         big = False
@@ -256,7 +310,7 @@ class CleanStage(Stage):
             url = row["url"]
             try:
                 with time_limit(cfg.page_timeout):
-                    found, truncated = page_candidates(row, cfg)
+                    found = read_page_texts(row, cfg, self.prepare)
             except PageRejected as rej:
                 ctx.reject(rej.rule, page_url=url, detail=rej.detail)
                 continue
@@ -264,17 +318,21 @@ class CleanStage(Stage):
                 log.warning("clean: %s: %r", url, exc)
                 ctx.reject("error", page_url=url, detail=f"{type(exc).__name__}: {exc}")
                 continue
-            if truncated:
+            if found.truncated:
                 ctx.count("truncated_pages")
             host = urlsplit(url).netloc.lower()
             site_pages[host] += 1
-            site_texts[host].update({t for _, texts in found for _, t in texts})
+            site_texts[host].update({t for _, texts in found.images for _, t in texts}
+                                    | {s.text for s in found.shared})
             pages.append((url, row.get("license"), found))
         for url, license_, found in pages:
             host = urlsplit(url).netloc.lower()
             limit = max(cfg.site_repeat_min_pages, cfg.site_repeat_share * site_pages[host])
-            for image_url, raw in found:
-                self._emit(ctx, url, image_url, raw, rules, site_texts[host], limit, license_)
+            for s in found.shared:
+                ctx.reject("page_text", image_url=s.image_url, page_url=url, text=s.text,
+                           detail=f"{s.source} text {s.detail}")
+            for image_url, raw in found.images:
+                self._emit(ctx, url, image_url, raw, rules, site_texts[host], limit, found.site_names, license_)
         if "list" in cfg.sources:
             self._list_captions(ctx, rules)
 
@@ -284,12 +342,12 @@ class CleanStage(Stage):
         column has the page URL '' (candidates need one)."""
         for row in ctx.work.iter_rows("url_list", ctx.partition, columns=["image_url", "caption", "page_url"]):
             ctx.count("list_rows_in")
-            raw = [("list", row["caption"])] if row["caption"] else []
+            raw = [("list", piece) for piece in self.prepare(row["caption"])] if row["caption"] else []
             self._emit(ctx, row["page_url"] or "", row["image_url"], raw, rules, Counter(), float("inf"))
 
     def _emit(self, ctx: PartContext, page_url: str, image_url: str, raw: list[tuple[str, str]],
-              rules: list, counts: Counter[str], limit: float, license_: str | None = None) -> None:
-        cfg = self.cfg
+              rules: list, counts: Counter[str], limit: float, names: frozenset[str] = frozenset(),
+              license_: str | None = None) -> None:
         seen: set[str] = set()
         texts: list[dict[str, Any]] = []
         for source, text in raw:
@@ -297,14 +355,13 @@ class CleanStage(Stage):
                 ctx.reject("site_boilerplate", image_url=image_url, page_url=page_url, text=text,
                            detail=f"{source} text on {counts[text]} pages of the site")
                 continue
-            fixed = self._repaired.get(text)
-            if fixed is None:  # one text often goes with several image URLs (srcset) and pages
-                if len(self._repaired) > 100_000:
-                    self._repaired.clear()
-                fixed = self._repaired[text] = repair(text)
-            text = fixed
-            pieces = [text] if len(text.split()) <= cfg.max_words else split_sentences(text)
-            cands = [Candidate(p, source, image_url, page_url) for p in pieces if p not in seen]
+            if text.casefold() in names:
+                ctx.reject("boilerplate", image_url=image_url, page_url=page_url, text=text,
+                           detail=f"{source} text is the site's name")
+                continue
+            if text in seen:
+                continue
+            cands = [Candidate(text, source, image_url, page_url)]
             for c in ctx.apply_filters(cands, rules, ids=lambda c: {"image_url": c.image_url,
                                                                     "page_url": c.page_url, "text": c.text}):
                 seen.add(c.text)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import difflib
 import types
 import typing
 from pathlib import Path
@@ -116,7 +117,7 @@ def _coerce(value: Any, tp: Any, where: str, path: str) -> Any:
             raise _error(where, path, f"expected a string, got {value!r}")
         try:
             out = base(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: int(.inf)
             raise _error(where, path, f"expected {base.__name__}, got {value!r}") from None
         if base is int and isinstance(value, float) and value != out:
             raise _error(where, path, f"expected an integer, got {value!r}")
@@ -133,7 +134,10 @@ def build(cls: type[C], data: Any, *, where: str = "config", path: str = "") -> 
     known = {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
     unknown = set(data) - set(known)
     if unknown:
-        raise _error(where, path, f"unknown settings {sorted(map(str, unknown))}; known: {sorted(known)}")
+        guesses = [f"{u}: did you mean {close[0]}" for u in sorted(map(str, unknown))
+                   for close in [difflib.get_close_matches(u, list(known), n=1, cutoff=0.75)] if close]
+        hint = f" ({'; '.join(guesses)}?)" if guesses else ""
+        raise _error(where, path, f"unknown settings {sorted(map(str, unknown))}; known: {sorted(known)}{hint}")
     return cls(**{k: _coerce(v, known[k], where, _join(path, k)) for k, v in data.items()})
 
 

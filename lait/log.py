@@ -21,7 +21,7 @@ def setup_logging(verbosity: int = 0) -> None:
     )
     # Third-party libraries are chatty at INFO; keep their warnings only unless -v.
     for name in ("scrapy", "twisted", "trafilatura", "htmldate", "PIL", "filelock", "urllib3",
-                 "botocore", "aiobotocore", "s3fs", "fsspec"):
+                 "botocore", "aiobotocore", "s3fs", "fsspec", "faiss"):
         logging.getLogger(name).setLevel(logging.DEBUG if verbosity > 0 else logging.WARNING)
 
 

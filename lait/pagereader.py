@@ -36,9 +36,13 @@ Licence: `page_license` is the licence a page declares: a ``rel="license"`` link
 else a link to a Creative Commons licence or public-domain deed anywhere on the page.
 
 Parsing is libxml2's (lxml), with its limits: a page nested deeper than 256 elements stops the
-parser there, so whatever follows is not read at all (stage 3 rejects such a page as
-``clean/too_deep``); and libxml2 does not know ``<source>`` is void, so it nests the
-following siblings inside it: the ``<img>`` of a ``<picture>`` is found below its sources.
+parser there, so whatever follows is not read at all. `parse_page` and `PageRead.too_deep` say
+so, and the crawl and the WARC ingest record such a page in ``rejected/`` (``crawl/too_deep``,
+``ingest/too_deep``: the images and links below were never seen); stage 3 rejects it as
+``clean/too_deep``. lxml's ``huge_tree`` would read to 2048 levels, but it also lifts libxml2's
+other limits, which a hostile page should meet. And libxml2 does not know ``<source>`` is void,
+so it nests the following siblings inside it: the ``<img>`` of a ``<picture>`` is found below
+its sources.
 """
 
 from __future__ import annotations
@@ -213,8 +217,14 @@ def parse_html(html: bytes | str, encoding: str | None = None) -> etree._Element
     stray byte would show nothing: such a page is decoded here with replacement characters,
     as stage 3 and browsers do, and parsed again.
     """
+    return parse_page(html, encoding)[0]
+
+
+def parse_page(html: bytes | str, encoding: str | None = None) -> tuple[etree._Element | None, bool]:
+    """`parse_html`, and whether the page nests deeper than libxml2 reads: what lies below that
+    depth, and after it, is not in the tree."""
     if not html:
-        return None
+        return None, False
     try:
         if isinstance(html, bytes):
             try:
@@ -225,12 +235,15 @@ def parse_html(html: bytes | str, encoding: str | None = None) -> etree._Element
                 tree = lxml.html.document_fromstring(html, parser=parser)
             if any(e.type_name == "ERR_INVALID_ENCODING" for e in parser.error_log.filter_from_fatals()):
                 text = _decode(html, encoding or _declared_charset(html))
-                tree = lxml.html.document_fromstring(_XML_DECL.sub("", text, count=1))
-            return tree
-        return lxml.html.document_fromstring(html)
+                parser = lxml.html.HTMLParser()
+                tree = lxml.html.document_fromstring(_XML_DECL.sub("", text, count=1), parser=parser)
+        else:
+            parser = lxml.html.HTMLParser()
+            tree = lxml.html.document_fromstring(html, parser=parser)
+        return tree, any("Excessive depth" in e.message for e in parser.error_log)
     except (etree.ParserError, ValueError) as exc:
         log.debug("unparsable page: %s", exc)
-        return None
+        return None, False
 
 
 _XML_DECL = re.compile(r"^\s*<\?xml[^>]*\?>")
@@ -529,6 +542,7 @@ class PageRead:
     tdm_reservation: bool | None = None
     tdm_policy: str | None = None
     license: str | None = None
+    too_deep: bool = False  # nested deeper than libxml2 reads: images and links below were not read
 
 
 def read_tree(tree: etree._Element, page_url: str) -> PageRead:
@@ -541,5 +555,9 @@ def read_tree(tree: etree._Element, page_url: str) -> PageRead:
 
 def read_page(html: bytes | str, page_url: str, encoding: str | None = None) -> PageRead:
     """Links, image URLs, robots and TDMRep meta and the licence of a page, from one parse."""
-    tree = parse_html(html, encoding)
-    return PageRead() if tree is None else read_tree(tree, page_url)
+    tree, too_deep = parse_page(html, encoding)
+    if tree is None:
+        return PageRead()
+    read = read_tree(tree, page_url)
+    read.too_deep = too_deep
+    return read

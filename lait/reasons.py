@@ -31,16 +31,30 @@ REASONS: dict[str, str] = {
                        "was marked down; this request to it was never sent.",
     "crawl/tdm_reserved": "the origin's /.well-known/tdmrep.json reserves text and data mining rights "
                           "for the path (W3C TDMRep); the request was never sent.",
-    "crawl/refused_loopback": "the host resolves to a loopback address; the request was never sent "
-                              "(allow with --allow-loopback).",
+    "crawl/decompression_bomb": "the response's body grew past the size limit while being decompressed "
+                                "(gzip, deflate or brotli bomb); nothing stored.",
+    "crawl/redirect_loop": "a redirect points back at a URL of its own chain (a -> b -> a); nothing "
+                           "stored.",
+    "crawl/too_many_redirects": "more redirects than the limit (5): a redirect loop or a chain too long; "
+                                "nothing stored.",
+    "crawl/url_too_long": "the URL is longer than Scrapy's URLLENGTH_LIMIT (2,083 characters); never "
+                          "requested.",
+    "crawl/ignored": "dropped inside Scrapy for a reason lait has no rule of its own for (an "
+                     "offsite redirect, say); the detail holds Scrapy's message.",
+    "crawl/refused_loopback": "the host resolves to an address that reaches this machine (loopback, "
+                              "0.0.0.0/8, ::, broadcast, this machine's own interfaces, or one of "
+                              "these wrapped in IPv6); the request was never sent (allow with "
+                              "--allow-loopback).",
     "crawl/refused_private": "the host resolves to a private or carrier-grade NAT address; the request "
                              "was never sent (allow with --allow-private).",
     "crawl/refused_link_local": "the host resolves to a link-local address; the request was never sent "
                                 "(allow with --allow-private).",
     "crawl/refused_metadata": "the host resolves to a cloud instance metadata address; the request was "
                               "never sent.",
-    "crawl/refused_reserved": "the host resolves to an unspecified, multicast or reserved address; the "
-                              "request was never sent.",
+    "crawl/refused_reserved": "the host resolves to a multicast or reserved address; the request was "
+                              "never sent (allow with --allow-private).",
+    "crawl/too_deep": "the page nests elements deeper than libxml2 reads (256 levels): it was stored, "
+                      "but the images and links below that depth were never seen, so not fetched.",
     # Stage 1 from archives (`lait ingest-warc`): records not stored, and damage notes.
     "ingest/noai_page": "a WAT record of a page whose X-Robots-Tag says noai or noimageai: its image "
                         "links are not stored (a WARC page with noai is a pages/ row with error noai).",
@@ -51,6 +65,8 @@ REASONS: dict[str, str] = {
     "ingest/bad_http": "a response record whose HTTP status line or headers cannot be parsed.",
     "ingest/content_encoding": "a response whose Content-Encoding is unsupported or cannot be undone "
                                "(damaged or mislabelled); not stored.",
+    "ingest/too_deep": "the page nests elements deeper than libxml2 reads (256 levels): it was stored, "
+                       "but the images below that depth were never seen, so not linked.",
     "ingest/bad_wat": "a WAT metadata record whose JSON cannot be read.",
     "ingest/not_warc": "the file is not a WARC or ARC archive, or not one record of it is readable.",
     "ingest/read_error": "the archive cannot be read past a record; the records before it were ingested.",
@@ -115,6 +131,17 @@ REASONS: dict[str, str] = {
     "clean/word_count": "the text has fewer than min_words or, as a sentence, more than max_words words.",
     "clean/letters": "less than min_letter_share of the text's non-space characters are letters.",
     "clean/repetition": "the text repeats a character or words over and over.",
+    "clean/credit": "a credit, byline or licence attribution standing alone (Photo: Reuters, By Jane "
+                    "Doe, [CC BY 2.0] via Wikimedia Commons).",
+    "clean/social": "a share, follow or like button, or a social network's name (Share on Facebook).",
+    "clean/promo": "cookie, newsletter, subscription, advertising or legal text (Sign up for our newsletter).",
+    "clean/navigation": "navigation or interface text (Read more, See also, You may also like, [edit]).",
+    "clean/contact": "a postal address, phone number, e-mail address or contact line.",
+    "clean/date": "a date or timestamp standing alone, or a teaser ending in one (... 2 hours ago).",
+    "clean/markup": "markup (TeX, HTML tags) or lorem-ipsum placeholder text.",
+    "clean/page_text": "a text the page gives several of its images (its og description, a headline "
+                       "used as every alt, a paragraph between images): kept for the image it belongs "
+                       "to, dropped for the others.",
     "clean/language": "the text is not in one of the configured languages.",
     "clean/site_boilerplate": "the text is on most pages of its site (site_repeat_min_pages, "
                               "site_repeat_share).",
@@ -125,7 +152,8 @@ REASONS: dict[str, str] = {
     "build/no_image": "scored texts of an image URL that has no images_ok/ row.",
     "build/duplicate_sha256": "the same bytes as the image its group keeps (a copy under another URL).",
     "build/duplicate_phash": "a perceptual hash within phash_threshold bits of the image its group keeps.",
-    "build/near_duplicate": "stage 4's embeddings put it next to the image its group keeps.",
+    "build/near_duplicate": "stage 4's embeddings put it next to the image its group keeps, and its "
+                            "perceptual hash agrees (within near_dup_max_phash bits).",
     "build/too_many_texts": "the picture carries more than max_texts_per_image distinct texts.",
     "build/too_many_pages": "the picture is on more than max_pages_per_image pages (a logo, site chrome).",
     "build/generic_texts": "every text of the picture is on more than max_images_per_text pictures.",

@@ -208,10 +208,11 @@ class RunReport:
         return not self.failed
 
     def finish(self) -> RunReport:
-        """Order the results by partition and log the summary; every executor ends with this."""
+        """Order the results by partition; every executor ends with this. The summary is logged
+        at debug level only: the command that ran the stage prints it, once."""
         self.done.sort()
         self.stats.sort(key=lambda s: s["partition"])
-        log.info(self.summary())
+        log.debug(self.summary())
         return self
 
     def summary(self) -> str:

@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import random
+import re
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from lait.config import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +102,57 @@ def find_latest(ckpt_dir: Path) -> Path | None:
     return None
 
 
+# What every lait checkpoint holds (`make_payload`), as far as loading a model goes.
+CHECKPOINT_KEYS = ("model", "model_config")
+
+
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    return torch.load(path, map_location="cpu", weights_only=True)
+    """A lait checkpoint, loaded with ``weights_only=True`` (tensors and plain data, never code).
+
+    A file that is missing, damaged, hostile or not a lait checkpoint is a ConfigError of one
+    line that says which and why."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"checkpoint {path}: " + ("is a folder; give the .pt file" if p.is_dir() else "not found"))
+    if p.stat().st_size == 0:
+        raise ConfigError(f"checkpoint {path}: the file is empty")
+    try:
+        with warnings.catch_warnings():  # the safe loader's remarks on pickle protocols
+            warnings.simplefilter("ignore", UserWarning)
+            ck = torch.load(p, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise ConfigError(f"checkpoint {path}: refused by the safe loader (weights_only): {_cause(exc)}; "
+                          "a lait checkpoint holds tensors and plain data only, so this file is damaged "
+                          "or was not written by lait") from None
+    except (RuntimeError, EOFError, OSError, ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        # what torch.load raises on truncated zips, empty files and other bytes
+        raise ConfigError(f"checkpoint {path}: not a readable PyTorch checkpoint "
+                          f"({type(exc).__name__}: {_cause(exc)})") from None
+    missing = [k for k in CHECKPOINT_KEYS if not isinstance(ck, dict) or k not in ck]
+    if missing:
+        raise ConfigError(f"checkpoint {path}: not a lait checkpoint (it has no {', '.join(missing)})")
+    return ck
+
+
+def load_weights(model: torch.nn.Module, state: Any, path: str | Path) -> None:
+    """``model.load_state_dict(state)``; a checkpoint of another shape is a ConfigError."""
+    try:
+        model.load_state_dict(state)
+    except (RuntimeError, TypeError, AttributeError) as exc:
+        first = str(exc).strip().splitlines()
+        raise ConfigError(f"checkpoint {path}: its weights do not fit the model "
+                          f"({first[1].strip() if len(first) > 1 else first[0] if first else type(exc).__name__})") from None
+
+
+def _cause(exc: BaseException) -> str:
+    """The line of an exception's message that says what went wrong, without torch's advice."""
+    advice = ("Weights only load failed", "Please file an issue", "Check the documentation", "Re-running",
+              "In PyTorch")
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    useful = [line for line in lines if not line.startswith(advice)]
+    text = (useful or lines or [repr(exc)])[-1]
+    text = re.split(r"\.? (?:Please|If you|This is an internal)", text)[0].removeprefix("WeightsUnpickler error: ")
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 def prune(ckpt_dir: Path, keep: int) -> None:

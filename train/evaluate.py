@@ -184,20 +184,23 @@ def run_eval(cfg: EvalConfig) -> dict:
     """Evaluate a checkpoint; returns (and optionally writes) the metrics with their mode."""
     from .data import Decoder, default_tokenizer, expand_shards
     from .finetune import load_trained
-    from .pretrain import region_setup
+    from .pretrain import check_shard_regions, region_setup
     from .runtime import setup_runtime
 
     cfg.validate()
+    urls = None if cfg.karpathy_json else expand_shards(cfg.shards, "shards")
     rt = setup_runtime(cfg.device, cfg.precision, cfg.cpu_threads)
     model, run_cfg = load_trained(cfg.checkpoint)
     data_cfg = cfg.data or build(DataConfig, run_cfg.get("data") or {}, where=str(cfg.checkpoint), path="data")
     tok = default_tokenizer(data_cfg.tokenizer, run_cfg.get("init_from") if not str(run_cfg.get("init_from", "")).endswith(".pt") else None)
+    if urls:
+        check_shard_regions(data_cfg.regions, urls)
     regions = region_setup(data_cfg.regions, rt.device)
     decoder = Decoder(tok, data_cfg.regions.source, data_cfg.regions.image_size, regions.patches)
     if cfg.karpathy_json:
         data = load_karpathy_set(cfg.karpathy_json, cfg.image_root or str(Path(cfg.karpathy_json).parent), cfg.split, decoder, cfg.limit)
     else:
-        data = load_shard_set(expand_shards(cfg.shards), decoder, cfg.limit)
+        data = load_shard_set(urls, decoder, cfg.limit)
     t0 = time.perf_counter()
     scorer = RetrievalScorer(model, data, tok.special, data_cfg.max_text_len, data_cfg.regions.max_regions, regions.online,
                              rt.device, rt.autocast, cfg.batch_size)

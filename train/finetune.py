@@ -26,15 +26,17 @@ log = logging.getLogger(__name__)
 
 def load_trained(path: str | Path) -> tuple[ImageBert, dict]:
     """An ImageBERT and its run config from a lait checkpoint (weights_only load)."""
-    from .checkpoint import load_checkpoint
+    from lait.config import ConfigError, build
 
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"checkpoint {path} not found")
-    ck = load_checkpoint(p)
-    model = ImageBert(ImageBertConfig(**ck["model_config"]))
-    model.load_state_dict(ck["model"])
-    return model, ck.get("config") or {}
+    from .checkpoint import load_checkpoint, load_weights
+
+    ck = load_checkpoint(path)
+    config = ck.get("config") or {}
+    if not isinstance(ck["model_config"], dict) or not isinstance(config, dict):
+        raise ConfigError(f"checkpoint {path}: not a lait checkpoint (its model_config or config is no mapping)")
+    model = ImageBert(build(ImageBertConfig, ck["model_config"], where=f"checkpoint {path}", path="model_config"))
+    load_weights(model, ck["model"], path)
+    return model, config
 
 
 def text_embeddings(model: ImageBert, batch: Batch) -> torch.Tensor:
@@ -113,12 +115,17 @@ def run_finetune(cfg: FinetuneConfig) -> list[dict]:
     """Finetune for retrieval; returns the per-step log records."""
     from .data import default_tokenizer, check_enough_shards, expand_shards
     from .loop import StagePlan, Trainer
-    from .pretrain import build_model, make_prepare, region_setup, stage_steps, stream_factory, Decoder
+    from .pretrain import (Decoder, build_model, check_shard_regions, make_prepare, region_setup, stage_steps,
+                           stream_factory)
     from .runtime import seed_everything, setup_runtime
 
     cfg.validate()
     rt = setup_runtime(cfg.device, cfg.precision, cfg.cpu_threads)
     seed_everything(cfg.seed + rt.rank)
+    urls = expand_shards(cfg.stage.shards, "stage.shards")  # checked before any model loads
+    check_enough_shards(urls, rt.world_size, cfg.data.num_workers, "stage.shards")
+    check_shard_regions(cfg.data.regions, urls)
+    steps = stage_steps(cfg.stage, urls, rt.world_size, "stage.shards")
     regions = region_setup(cfg.data.regions, rt.device)
     if cfg.init_from and str(cfg.init_from).endswith(".pt"):
         model, src_cfg = load_trained(cfg.init_from)
@@ -133,12 +140,10 @@ def run_finetune(cfg: FinetuneConfig) -> list[dict]:
         cfg.write_resolved(out)
     if cfg.stage.name == "stage":
         cfg.stage.name = "finetune"
-    urls = expand_shards(cfg.stage.shards)
-    check_enough_shards(urls, rt.world_size, cfg.data.num_workers, "finetune shards")
     collate_kwargs = dict(special=tok.special, max_text_len=cfg.data.max_text_len, max_regions=cfg.data.regions.max_regions,
                           mask_prob=0.0, region_mask_prob=0.0, itm_negative_prob=0.0)
     decoder = Decoder(tok, cfg.data.regions.source, cfg.data.regions.image_size, regions.patches)
-    plan = StagePlan(0, cfg.stage, stage_steps(cfg.stage, urls, rt.world_size),
+    plan = StagePlan(0, cfg.stage, steps,
                      stream_factory(urls, decoder, cfg.stage.batch_size, cfg.seed * 1000 + 17, collate_kwargs, rt, cfg.data),
                      make_prepare(model, regions, 0.0))
     task = FinetuneTask(model, cfg.loss, cfg.num_negatives, cfg.hard_negatives, cfg.margin, cfg.contrastive_weight)

@@ -19,8 +19,11 @@ from typing import Callable, Iterator
 import torch
 from tqdm import tqdm
 
+from lait.config import ConfigError
+
 from .batch import Batch
-from .checkpoint import Position, find_latest, load_checkpoint, make_payload, prune, rng_state, save_checkpoint, set_rng_state, write_latest
+from .checkpoint import (Position, find_latest, load_checkpoint, load_weights, make_payload, prune, rng_state,
+                         save_checkpoint, set_rng_state, write_latest)
 from .config import TrainStageConfig
 from .model import ImageBert, flops_per_token
 from .runtime import MetricLogger, Runtime, make_optimizer, make_scheduler
@@ -98,13 +101,17 @@ class Trainer:
             log.info("checkpoint/none_found starting fresh in %s", self.ckpt_dir)
             return None
         ck = load_checkpoint(path)
-        pos = Position(**ck["position"])
+        try:
+            pos = Position(**ck["position"])
+        except (KeyError, TypeError):
+            raise ConfigError(f"resume: {path} holds no training position (a model-only checkpoint?); "
+                              "start a new run with init_from instead") from None
         if pos.num_workers != self.num_workers or pos.world_size != self.rt.world_size:
-            raise ValueError(
+            raise ConfigError(
                 f"{path} was written with {pos.world_size} process(es) x {pos.num_workers} data worker(s); "
                 f"resume with the same numbers (the data order depends on them)"
             )
-        self.model.load_state_dict(ck["model"])
+        load_weights(self.model, ck["model"], path)
         log.info("checkpoint/resumed %s at stage %d step %d", path, pos.stage, pos.step)
         return ck
 

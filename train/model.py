@@ -12,8 +12,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-import yaml
 from torch import nn
+
+from lait.config import ConfigError, build, read_yaml_mapping
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -50,12 +51,8 @@ class ImageBertConfig:
             path = CONFIG_DIR / f"{name_or_path}.yaml"
         if not path.is_file():
             known = sorted(p.stem for p in CONFIG_DIR.glob("imagebert-*.yaml"))
-            raise FileNotFoundError(f"model config {name_or_path!r} not found (known: {known})")
-        data = yaml.safe_load(path.read_text()) or {}
-        unknown = set(data) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"{path}: unknown model config keys {sorted(unknown)}")
-        return cls(**data)
+            raise ConfigError(f"model: {name_or_path!r} is no model name ({', '.join(known)}) nor a model YAML file")
+        return build(cls, read_yaml_mapping(path), where=str(path))
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -17,8 +17,11 @@ from typing import Callable
 import torch
 
 from .batch import Batch
-from .config import DataConfig, PretrainConfig, RegionConfig, TrainStageConfig
-from .data import Decoder, ShardStream, check_enough_shards, count_samples, default_tokenizer, expand_shards, make_loader
+from lait.config import ConfigError
+
+from .config import DataConfig, PretrainConfig, RegionConfig, TaskWeights, TrainStageConfig
+from .data import (Decoder, ShardStream, check_enough_shards, count_samples, default_tokenizer, expand_shards,
+                   first_sample_keys, make_loader)
 from .loop import StagePlan, Trainer
 from .model import ImageBert, ImageBertConfig
 from .regions import PatchPooling, build_online_regions, fill_regions
@@ -41,9 +44,13 @@ def region_setup(cfg: RegionConfig, device: torch.device) -> RegionSetup:
     if cfg.source == "patches":
         p = PatchPooling(cfg.patch_grid[0], cfg.patch_grid[1], cfg.patch_pixels)
         if p.rows * p.cols > cfg.max_regions:
-            raise ValueError(f"regions.patch_grid {cfg.patch_grid} gives more cells than max_regions={cfg.max_regions}")
+            raise ConfigError(f"data.regions.patch_grid {cfg.patch_grid} gives more cells than "
+                              f"data.regions.max_regions={cfg.max_regions}")
         return RegionSetup(p, None, p.feature_dim, None)
-    online = build_online_regions(cfg)
+    try:
+        online = build_online_regions(cfg)
+    except ValueError as exc:  # a required weight or setting of the region model is missing
+        raise ConfigError(f"data.regions: {exc}") from None
     if online is None:
         return RegionSetup(None, None, None, None)
     return RegionSetup(None, online.to(device), online.feature_dim, online.num_classes or None)
@@ -60,7 +67,10 @@ def build_model(model: str, regions: RegionSetup, init_from: str | None) -> Imag
     if init_from:
         from .bert_init import load_bert_weights
 
-        load_bert_weights(m, init_from)  # raises when missing or mismatched: never a silent random init
+        try:  # raises when missing or mismatched: never a silent random init
+            load_bert_weights(m, init_from)
+        except (OSError, KeyError, ValueError, ImportError) as exc:
+            raise ConfigError(f"init_from: {exc.args[0] if exc.args else exc}") from None
     return m
 
 
@@ -87,11 +97,52 @@ def stream_factory(urls: list[str], decoder: Decoder, batch_size: int, seed: int
     return open_stream
 
 
-def stage_steps(stage: TrainStageConfig, urls: list[str], world: int) -> int:
+def stage_steps(stage: TrainStageConfig, urls: list[str], world: int, what: str = "shards") -> int:
     if stage.steps is not None:
         return stage.steps
     per_step = stage.batch_size * world * max(1, stage.optim.accum_steps)
-    return max(1, math.floor(stage.epochs * count_samples(urls) / per_step))
+    return max(1, math.floor(stage.epochs * count_samples(urls, what) / per_step))
+
+
+def check_shard_regions(regions: RegionConfig, urls: list[str]) -> None:
+    """A ConfigError when the first shard is no readable tar with a sample, or, with
+    ``regions.source: shard``, when its sample holds no region features (every sample would
+    fail to decode)."""
+    keys = first_sample_keys(urls[0])
+    if regions.source == "shard" and keys is not None and not {"regions.npy", "boxes.npy"} <= keys:
+        raise ConfigError(f"data.regions.source is shard, but the first sample of {urls[0]} has no "
+                          "regions.npy/boxes.npy (shards built without region features); set "
+                          "data.regions.source to patches, clip or detector")
+
+
+def check_tasks(tasks: TaskWeights, regions: RegionConfig, urls: list[str], path: str) -> None:
+    """A ConfigError when a task the stage weighs cannot run with its region source: MOC needs
+    region classes, which a detector gives and shards may (labels.npy), and which pixel patches
+    and CLIP patch tokens do not. Better than a task silently dropped from every step."""
+    if not tasks.moc:
+        return
+    if regions.source in ("patches", "clip"):
+        raise ConfigError(f"{path}.tasks.moc: masked object classification needs region classes, which "
+                          f"data.regions.source={regions.source} does not give; set {path}.tasks.moc: 0, "
+                          "or use regions from a detector or shards with labels.npy")
+    keys = first_sample_keys(urls[0]) if regions.source == "shard" else None
+    if keys is not None and "labels.npy" not in keys:
+        raise ConfigError(f"{path}.tasks.moc: masked object classification needs region classes, but the "
+                          f"first sample of {urls[0]} has no labels.npy; set {path}.tasks.moc: 0")
+
+
+def stage_shards(cfg: PretrainConfig, world_size: int) -> list[tuple[list[str], int]]:
+    """(shard URLs, steps) of every stage, checked before any model loads or worker starts: a
+    shard pattern that matches nothing, a missing sizes.json, a task the regions cannot feed."""
+    out = []
+    for i, stage in enumerate(cfg.stages):
+        where = f"stages.{i}.shards"
+        urls = expand_shards(stage.shards, where)
+        check_enough_shards(urls, world_size, cfg.data.num_workers, where)
+        check_shard_regions(cfg.data.regions, urls)
+        check_tasks(stage.tasks, cfg.data.regions, urls, f"stages.{i}")
+        out.append((urls, stage_steps(stage, urls, world_size, where)))
+    return out
 
 
 def run_pretrain(cfg: PretrainConfig) -> list[dict]:
@@ -99,26 +150,25 @@ def run_pretrain(cfg: PretrainConfig) -> list[dict]:
     cfg.validate()
     rt = setup_runtime(cfg.device, cfg.precision, cfg.cpu_threads)
     seed_everything(cfg.seed + rt.rank)
+    shards = stage_shards(cfg, rt.world_size)
     out = Path(cfg.output_dir)
     tok = default_tokenizer(cfg.data.tokenizer, cfg.init_from)
     cfg.data.tokenizer = tok.path  # resolved, so finetune and eval find it in the checkpoint
-    if rt.is_main:
-        cfg.write_resolved(out)
     regions = region_setup(cfg.data.regions, rt.device)
     model = build_model(cfg.model, regions, cfg.init_from)
     if tok.special.vocab_size > model.config.vocab_size:
-        raise ValueError(f"tokenizer {tok.path} has {tok.special.vocab_size} tokens, model vocab is {model.config.vocab_size}")
+        raise ConfigError(f"data.tokenizer: {tok.path} has {tok.special.vocab_size} tokens, but the model's "
+                          f"vocabulary has {model.config.vocab_size}")
+    if rt.is_main:
+        cfg.write_resolved(out)
     decoder = Decoder(tok, cfg.data.regions.source, cfg.data.regions.image_size, regions.patches)
     plans = []
-    for i, stage in enumerate(cfg.stages):
-        urls = expand_shards(stage.shards)
-        check_enough_shards(urls, rt.world_size, cfg.data.num_workers, f"stage {stage.name!r}")
+    for i, (stage, (urls, steps)) in enumerate(zip(cfg.stages, shards)):
         collate_kwargs = dict(
             special=tok.special, max_text_len=cfg.data.max_text_len, max_regions=cfg.data.regions.max_regions,
             mask_prob=cfg.mask_prob, region_mask_prob=cfg.region_mask_prob,
             itm_negative_prob=cfg.itm_negative_prob if stage.tasks.itm else 0.0, itm_negative=cfg.itm_negative,
         )
-        steps = stage_steps(stage, urls, rt.world_size)
         log.info("stage/%s %d shards, %d steps", stage.name, len(urls), steps)
         plans.append(StagePlan(
             i, stage, steps,

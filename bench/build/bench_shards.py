@@ -10,6 +10,9 @@ alternating, median of R rounds:
             write tars + sidecars), one worker, then two.
 - build:    the whole `lait build` (pick, global plan, shards), one worker.
 
+Targets (issue 23): the whole build at 0.8 of tarfile, the shard pass at 1.0. `pairs()` yields
+both for `bench/all.py`.
+
     .venv/bin/python bench/build/bench_shards.py [--n 2000] [--rounds 3]
 """
 
@@ -24,19 +27,24 @@ import sys
 import tarfile
 import tempfile
 import time
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
 from lait.build.config import BuildConfig  # noqa: E402
 from lait.build.pipeline import build  # noqa: E402
 from lait.build.shards import ShardStage  # noqa: E402
 from lait.executor import LocalExecutor  # noqa: E402
 from lait.parts import WorkDir, partition_of  # noqa: E402
+from pairs import Pair  # noqa: E402
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+BUILD_TARGET = 0.8   # whole build / tarfile
+SHARDS_TARGET = 1.0  # shard pass / tarfile
 
 
 def make_work(root: Path, photos: list[Path], n: int) -> WorkDir:
@@ -118,27 +126,68 @@ def full_build(root: Path) -> float:
     return time.perf_counter() - start
 
 
+def photos() -> list[Path]:
+    return sorted((REPO.parent / "shared" / "data" / "photos").rglob("*.jpg"))
+
+
+class BuildBench:
+    """A work directory of n samples, built once (warm-up), and the tars that build wrote."""
+
+    def __init__(self, tmp: Path, n: int):
+        self.tmp, self.n = tmp, n
+        self.root = tmp / "work"
+        make_work(self.root, photos(), n)
+        full_build(self.root)  # warm-up, and the plan the shard pass rewrites
+        self.shards = final_samples(self.root)
+        self.total = sum(len(d) for members in self.shards for _, d in members)
+
+    def tarfile_seconds(self) -> float:
+        out = self.tmp / "base"
+        try:
+            return tarfile_baseline(self.shards, out)
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+
+    def mb_per_s(self, seconds: float) -> float:
+        return self.total / seconds / 1e6
+
+
+@contextmanager
+def pairs(quick: bool = False, n: int | None = None):
+    """The whole build and the shard pass, each beside tarfile writing the same bytes."""
+    if not photos():
+        sys.exit("../shared/data/photos is absent")
+    tmp = Path(tempfile.mkdtemp(prefix="lait-bench-build-"))
+    try:
+        b = BuildBench(tmp, n or (200 if quick else 2000))
+
+        def peer() -> float:
+            return b.mb_per_s(b.tarfile_seconds())
+
+        yield [Pair("build", f"whole lait build, 1 worker, {b.n} samples", "tarfile, same bytes", "MB/s",
+                    BUILD_TARGET, lambda: b.mb_per_s(full_build(b.root)), peer),
+               Pair("shards", f"lait build shard pass, 1 worker, {b.n} samples", "tarfile, same bytes", "MB/s",
+                    SHARDS_TARGET, lambda: b.mb_per_s(shard_pass(b.root, 1)), peer)]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    photos = sorted((REPO.parent / "shared" / "data" / "photos").rglob("*.jpg"))
-    if not photos:
+    if not photos():
         print("bench/build: ../shared/data/photos is not present; nothing to measure")
         return 0
     tmp = Path(tempfile.mkdtemp(prefix="lait-bench-build-"))
     try:
-        root = tmp / "work"
-        make_work(root, photos, args.n)
-        full_build(root)  # warm-up, and the plan the shard pass rewrites
-        shards = final_samples(root)
-        total = sum(len(d) for members in shards for _, d in members)
+        b = BuildBench(tmp, args.n)
+        shards, total, root = b.shards, b.total, b.root
         times: dict[str, list[float]] = {"tarfile": [], "shards, 1 worker": [], "shards, 2 workers": [],
                                          "whole build, 1 worker": []}
-        for r in range(args.rounds):
-            times["tarfile"].append(tarfile_baseline(shards, tmp / f"base{r}"))
-            shutil.rmtree(tmp / f"base{r}")
+        for _ in range(args.rounds):
+            times["tarfile"].append(b.tarfile_seconds())
             times["shards, 1 worker"].append(shard_pass(root, 1))
             times["shards, 2 workers"].append(shard_pass(root, 2))
             times["whole build, 1 worker"].append(full_build(root))

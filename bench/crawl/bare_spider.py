@@ -1,7 +1,8 @@
 """The baseline of `bench/crawl`: a bare Scrapy spider that only follows links (LinkExtractor).
 
-Run by `bench_crawl.py` in its own process, with the lait project settings and the same
-overrides as the lait spider: ``python bench/crawl/bare_spider.py URL STATS_JSON NAME=VALUE...``.
+Run by `bench_crawl.py` in its own process with Scrapy's stock settings (its own scheduler,
+queue, downloader and robots.txt middleware, none of lait's) and the same overrides as the lait
+spider: ``python bench/crawl/bare_spider.py URL STATS_JSON NAME=VALUE...``.
 """
 
 from __future__ import annotations
@@ -44,11 +45,12 @@ class BareSpider(scrapy.Spider):
 
 def main(argv: list[str]) -> int:
     seed, stats_path, *overrides = argv
-    os.environ.setdefault("SCRAPY_SETTINGS_MODULE", "lait.crawler.settings")
     from scrapy.crawler import CrawlerProcess
-    from scrapy.utils.project import get_project_settings
+    from scrapy.settings import Settings
 
-    settings = get_project_settings()
+    os.environ.pop("SCRAPY_SETTINGS_MODULE", None)
+    settings = Settings()  # stock Scrapy: the peer, not lait's project settings
+    settings.setdict({"ROBOTSTXT_OBEY": True, "TELNETCONSOLE_ENABLED": False}, priority="project")
     settings.setdict(dict(o.split("=", 1) for o in overrides), priority="cmdline")
     settings.set("ITEM_PIPELINES", {}, priority="cmdline")  # it yields no items
     process = CrawlerProcess(settings)

@@ -8,9 +8,11 @@ read and write. All on one process, median of R rounds, measured in this run:
 
 - full decode:       Image.open + convert("RGB")
 - reduced decode:    Image.open + draft (1/8 scale) + convert("RGB")
-- reduced + phash:   the above + imagehash.phash  (the reference: target stage2 >= 0.7 of it)
+- reduced + phash:   the above + imagehash.phash  (the reference: target stage 2 >= 0.8 of it)
 - stage 2:           ImageFilterStage over a work directory, one worker
 - img2dataset resizer (256, keep_ratio) when img2dataset is importable (the `bench` extra)
+
+`pairs()` yields stage 2 beside reduced + phash for `bench/all.py`.
 
     .venv/bin/python bench/filter/bench_filter.py [--n 2000] [--rounds 3]
 """
@@ -24,11 +26,20 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "filters"))
+sys.path.insert(0, str(REPO / "bench"))
+
+import imagehash  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from pairs import Pair  # noqa: E402
+
+TARGET = 0.8  # stage 2 / (reduced decode + phash)
 
 
 def load_images(n: int) -> list[bytes]:
@@ -51,54 +62,79 @@ def timed(fn, items) -> float:
     return len(items) / (time.perf_counter() - start)
 
 
+def full(b: bytes) -> None:
+    Image.open(io.BytesIO(b)).convert("RGB")
+
+
+def reduced(b: bytes):
+    im = Image.open(io.BytesIO(b))
+    im.draft("RGB", (32, 32))
+    return im.convert("RGB")
+
+
+def reduced_phash(b: bytes) -> None:
+    imagehash.phash(reduced(b))
+
+
+class FilterBench:
+    """n distinct images as an `images/` table; each stage round runs on a fresh copy of it."""
+
+    def __init__(self, tmp: Path, n: int):
+        from lait.parts import WorkDir
+        import conftest as td  # tests/filters helpers: rows and table writing
+
+        self.tmp = tmp
+        self.images = load_images(n)
+        self.src = WorkDir(tmp / "src", n_partitions=4).init()
+        td.write_table(self.src, "images",
+                       [td.image_row(f"http://bench.test/{i}.jpg", b) for i, b in enumerate(self.images)],
+                       "image_url")
+        self.kept: list[int] = []
+
+    def stage_rate(self) -> float:
+        from lait.filters.image_stage import FilterConfig, ImageFilterStage
+        from lait.executor import LocalExecutor
+        from lait.parts import WorkDir
+
+        work_root = self.tmp / "work"
+        shutil.rmtree(work_root, ignore_errors=True)
+        shutil.copytree(self.src.root, work_root)
+        work = WorkDir(work_root)
+        cfg = FilterConfig(work=str(work_root), dedup=False, progress=False)
+        start = time.perf_counter()
+        report = LocalExecutor(workers=1, show_progress=False).run(ImageFilterStage(cfg), work)
+        rate = len(self.images) / (time.perf_counter() - start)
+        assert report.ok and work.count("images_ok") + work.count("rejected") == len(self.images), report.summary()
+        self.kept.append(work.count("images_ok"))
+        return rate
+
+    def reduced_phash_rate(self) -> float:
+        return timed(reduced_phash, self.images)
+
+
+@contextmanager
+def pairs(quick: bool = False, n: int | None = None):
+    """Stage 2 beside reduced decode + phash of the same images, both on one process."""
+    tmp = Path(tempfile.mkdtemp(prefix="bench-filter-"))
+    try:
+        b = FilterBench(tmp, n or (100 if quick else 2000))
+        yield [Pair("filter", f"lait filter (stage 2), 1 worker, {len(b.images)} images",
+                    "Pillow draft decode + imagehash.phash", "img/s", TARGET, b.stage_rate, b.reduced_phash_rate)]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
 
-    import imagehash
-    from PIL import Image
-
-    from lait.filters.image_stage import FilterConfig, ImageFilterStage
-    from lait.executor import LocalExecutor
-    from lait.parts import WorkDir
-    import conftest as td  # tests/filters helpers: rows and table writing
-
-    images = load_images(args.n)
-    print(f"{len(images)} images, {sum(map(len, images)) / len(images) / 1e3:.0f} KB on average, 1 process")
-
-    def full(b):
-        Image.open(io.BytesIO(b)).convert("RGB")
-
-    def reduced(b):
-        im = Image.open(io.BytesIO(b))
-        im.draft("RGB", (32, 32))
-        return im.convert("RGB")
-
-    def reduced_phash(b):
-        imagehash.phash(reduced(b))
-
     tmp = Path(tempfile.mkdtemp(prefix="bench-filter-"))
     try:
-        src = WorkDir(tmp / "src", n_partitions=4).init()
-        td.write_table(src, "images", [td.image_row(f"http://bench.test/{i}.jpg", b) for i, b in enumerate(images)],
-                       "image_url")
-
-        kept: list[int] = []
-
-        def stage_rate() -> float:
-            work_root = tmp / "work"
-            shutil.rmtree(work_root, ignore_errors=True)
-            shutil.copytree(src.root, work_root)
-            work = WorkDir(work_root)
-            cfg = FilterConfig(work=str(work_root), dedup=False, progress=False)
-            start = time.perf_counter()
-            report = LocalExecutor(workers=1, show_progress=False).run(ImageFilterStage(cfg), work)
-            rate = len(images) / (time.perf_counter() - start)
-            assert report.ok and work.count("images_ok") + work.count("rejected") == len(images), report.summary()
-            kept.append(work.count("images_ok"))
-            return rate
+        b = FilterBench(tmp, args.n)
+        images = b.images
+        print(f"{len(images)} images, {sum(map(len, images)) / len(images) / 1e3:.0f} KB on average, 1 process")
 
         resizer = None
         try:
@@ -114,19 +150,19 @@ def main() -> None:
         for _ in range(args.rounds):
             figures["full decode"].append(timed(full, images))
             figures["reduced decode"].append(timed(reduced, images))
-            figures["reduced + phash"].append(timed(reduced_phash, images))
-            figures["stage 2"].append(stage_rate())
+            figures["reduced + phash"].append(b.reduced_phash_rate())
+            figures["stage 2"].append(b.stage_rate())
             if resizer:
-                figures["img2dataset resizer"].append(timed(lambda b: resizer(io.BytesIO(b)), images))
+                figures["img2dataset resizer"].append(timed(lambda x: resizer(io.BytesIO(x)), images))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-    print(f"stage 2 kept {kept[-1]} of {len(images)} (the odd-sized photos of misc/ fail min_side)")
+    print(f"stage 2 kept {b.kept[-1]} of {len(images)} (the odd-sized photos of misc/ fail min_side)")
     med = {k: statistics.median(v) for k, v in figures.items()}
     for k, v in med.items():
         print(f"{k:22s} {v:8.1f} img/s   (rounds: {', '.join(f'{x:.0f}' for x in figures[k])})")
     ref = med["reduced + phash"]
-    print(f"ratio stage 2 / (reduced decode + phash) = {med['stage 2'] / ref:.2f}   (target >= 0.70)")
+    print(f"ratio stage 2 / (reduced decode + phash) = {med['stage 2'] / ref:.2f}   (target >= {TARGET:.2f})")
     print(f"ratio stage 2 / full decode             = {med['stage 2'] / med['full decode']:.2f}")
     print(f"ratio stage 2 / reduced decode          = {med['stage 2'] / med['reduced decode']:.2f}")
     if resizer:

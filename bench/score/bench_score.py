@@ -13,6 +13,8 @@ Prints:
   the same distinct texts), and their ratio (target >= 0.9);
 - the text-encoding time with and without de-duplication, and the time de-duplication saves;
 - on CUDA: ViT-B-32 images/s in bf16 beside LAION's published anchor (~1,800/s on one A100).
+
+`pairs()` yields the stage beside the model alone for `bench/all.py`.
 """
 
 from __future__ import annotations
@@ -24,19 +26,23 @@ import shutil
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "scoring"))
+sys.path.insert(0, str(REPO / "bench"))
 
-from scoring_testdata import write_work  # noqa: E402
+from pairs import Pair  # noqa: E402
+from scoring_testdata import tiny_config_file, write_work  # noqa: E402
 
 from lait.scoring.config import ScoreConfig  # noqa: E402
 from lait.scoring.decode import ImageDecoder  # noqa: E402
 from lait.scoring.model import get_scorer  # noqa: E402
 from lait.scoring.pipeline import score_work  # noqa: E402
 
+TARGET = 0.9  # whole stage / model alone
 JUNK = ["image", "photo", "click here", "IMG_2041.JPG", "logo", "untitled", "DSC01234.jpg", "picture"]
 
 
@@ -71,6 +77,55 @@ def time_model_alone(scorer, cfg, pixels_batches, distinct_texts):
     return time.perf_counter() - start
 
 
+class ScoreBench:
+    """One scorer loaded once, the images decoded once for the model alone, a work dir per round."""
+
+    def __init__(self, tmp: Path, n_images: int, cfg: ScoreConfig):
+        self.tmp, self.cfg = tmp, cfg
+        self.images, self.cands = load_data(n_images)
+        self.pair_texts = [t for _, _, ts in self.cands for t, _ in ts]
+        self.distinct = list(dict.fromkeys(self.pair_texts))
+        self.n_pairs = len(self.pair_texts)
+        self.scorer = get_scorer(cfg)  # loaded once; the stage reuses this process's cached model
+        decoder = ImageDecoder(self.scorer.preprocess_cfg, cfg.fast_decode)
+        urls, batch = list(self.images), cfg.batch_size
+        self.pixels = [decoder([(u, self.images[u]) for u in urls[i: i + batch]]).pixels
+                       for i in range(0, len(urls), batch)]
+        # Warm-up (first calls allocate); not timed.
+        time_model_alone(self.scorer, cfg, self.pixels[:1], self.distinct[:8])
+        self.rounds = 0
+
+    def model_alone_seconds(self) -> float:
+        return time_model_alone(self.scorer, self.cfg, self.pixels, self.distinct)
+
+    def stage_seconds(self) -> float:
+        self.rounds += 1
+        root = self.tmp / f"work{self.rounds}"
+        work = write_work(root, self.images, self.cands, n_partitions=1)
+        start = time.perf_counter()
+        report = score_work(self.cfg.replace(work=str(work.root)))
+        seconds = time.perf_counter() - start
+        assert report.ok and work.count("scored") == self.n_pairs, report.summary()
+        shutil.rmtree(root)
+        return seconds
+
+
+@contextmanager
+def pairs(quick: bool = False, n_images: int | None = None):
+    """The whole stage beside the model alone; quick: a tiny open_clip config and 16 images."""
+    tmp = Path(tempfile.mkdtemp(prefix="bench-score-"))
+    try:
+        model = {"model_config": str(tiny_config_file(tmp, "lait-bench-tiny"))} if quick else {"model": "ViT-B-32"}
+        cfg = ScoreConfig(work="", allow_random_init=True, batch_size=32, progress=False, loader_workers=2, **model)
+        b = ScoreBench(tmp, n_images or (16 if quick else 128), cfg)
+        label = "tiny config" if quick else "ViT-B-32"
+        yield [Pair("score", f"lait score (stage 4), {label} random init, batch 32, 2 decode workers, "
+                    f"{len(b.images)} images", "the same model alone on pre-decoded pixels", "pairs/s", TARGET,
+                    lambda: b.n_pairs / b.stage_seconds(), lambda: b.n_pairs / b.model_alone_seconds())]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", type=int, default=128)
@@ -83,36 +138,22 @@ def main() -> None:
 
     import torch
 
-    images, cands = load_data(args.images)
-    pair_texts = [t for _, _, ts in cands for t, _ in ts]
-    distinct = list(dict.fromkeys(pair_texts))
-    n_pairs = len(pair_texts)
     tmp = Path(tempfile.mkdtemp(prefix="bench-score-"))
     base = ScoreConfig(work="", model=args.model, allow_random_init=True, batch_size=args.batch, progress=False,
                        loader_workers=args.loader_workers, device=args.device)
-    scorer = get_scorer(base)  # loaded once; the stage below reuses this process's cached model
-    decoder = ImageDecoder(scorer.preprocess_cfg, base.fast_decode)
-    urls = list(images)
-    pixels = [decoder([(u, images[u]) for u in urls[i: i + args.batch]]).pixels for i in range(0, len(urls), args.batch)]
+    b = ScoreBench(tmp, args.images, base)
+    scorer, pair_texts, distinct, n_pairs = b.scorer, b.pair_texts, b.distinct, b.n_pairs
     print(f"device {scorer.device}, torch threads {torch.get_num_threads()}, model {args.model} (random init), "
-          f"{len(images)} images, {n_pairs} pairs, {len(distinct)} distinct texts, batch {args.batch}")
+          f"{len(b.images)} images, {n_pairs} pairs, {len(distinct)} distinct texts, batch {args.batch}")
 
-    # Warm-up (first calls allocate); not timed.
-    time_model_alone(scorer, base, pixels[:1], distinct[:8])
     alone, stage = [], []
-    for r in range(args.rounds):
-        alone.append(time_model_alone(scorer, base, pixels, distinct))
-        root = tmp / f"work{r}"
-        work = write_work(root, images, cands, n_partitions=1)
-        start = time.perf_counter()
-        report = score_work(base.replace(work=str(work.root)))
-        stage.append(time.perf_counter() - start)
-        assert report.ok and work.count("scored") == n_pairs, report.summary()
-        shutil.rmtree(root)
+    for _ in range(args.rounds):
+        alone.append(b.model_alone_seconds())
+        stage.append(b.stage_seconds())
     a, s = min(alone), min(stage)
     print(f"model alone (pre-decoded pixels, distinct texts): {n_pairs / a:8.1f} pairs/s  ({a:.2f} s)  runs {['%.2f' % x for x in alone]}")
     print(f"whole stage (lait score, {args.loader_workers} decode workers):      {n_pairs / s:8.1f} pairs/s  ({s:.2f} s)  runs {['%.2f' % x for x in stage]}")
-    print(f"ratio stage / model alone: {a / s:.2f}  (target >= 0.9)")
+    print(f"ratio stage / model alone: {a / s:.2f}  (target >= {TARGET})")
 
     start = time.perf_counter()
     scorer.encode_texts(pair_texts, base.text_batch_size)

@@ -20,7 +20,9 @@ What it writes (through `lait.crawler.pipelines.PartsPipeline`):
   ``crawl/robots_unreachable`` (robots.txt, `lait.crawler.robots`), ``crawl/tdm_reserved``
   (the origin's tdmrep.json, `lait.crawler.tdmrep`), ``crawl/host_down`` (`lait.crawler.hosts`)
   and ``crawl/refused_<kind>`` (the host resolves to a loopback, private, link_local, metadata
-  or reserved address; see `lait.crawler.middlewares`).
+  or reserved address; see `lait.crawler.middlewares`);
+  and ``crawl/too_deep``, a stored page nested deeper than the page reader reads, whose images
+  and links below were never seen.
 
 Frontier: links found wait in a compact `lait.crawler.frontier.Frontier` (URLs, breadth-first), and
 become Scrapy Requests only as Scrapy's scheduler runs low (`LaitSpider.top_up`), so a crawl
@@ -66,6 +68,7 @@ log = logging.getLogger(__name__)
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 IMAGE_PRIORITY = 10  # images of a parsed page go before more pages: rows stay close together
 RUNNING_MARKER = "lait.running"
+DEPTH_DETAIL = "nested deeper than 256 elements: the images and links below were not read"
 
 
 def _header(response, name: str) -> str:
@@ -132,8 +135,9 @@ class LaitSpider(scrapy.Spider):
         for request in self.top_up():
             yield request
 
-    def _load_done(self) -> list[scrapy.Request]:
-        """Read what the work directory already holds; return the requests it still implies."""
+    def _load_done(self) -> list:
+        """Read what the work directory already holds; return the requests it still implies (and
+        the rows of URLs it cannot request: Scrapy 2.13+ takes items from `start`)."""
         from lait import storage
         from lait.parts import WorkDir
 
@@ -143,7 +147,7 @@ class LaitSpider(scrapy.Spider):
         for row in work.iter_rows("images", columns=["image_url"]):
             self.done_images.add(row["image_url"])
         for row in work.iter_rows("rejected", columns=["reason", "page_url", "image_url"]):
-            if row["reason"].startswith("crawl/"):
+            if row["reason"].startswith("crawl/") and row["reason"] != "crawl/too_deep":  # not sent
                 if row["image_url"]:
                     self.done_images.add(row["image_url"])
                 elif row["page_url"]:
@@ -153,7 +157,7 @@ class LaitSpider(scrapy.Spider):
             self.done_pages.add(row["url"])
             stored.append((row["url"], row["status"], row["html"], row["encoding"], row["depth"] or 0))
         self.pages_seen = len({u for u, *_ in stored})
-        requests: list[scrapy.Request] = []
+        requests: list = []
         for url, status, html, encoding, depth in stored:
             if html is not None:
                 links = read_page(html, url, encoding)
@@ -191,11 +195,17 @@ class LaitSpider(scrapy.Spider):
         return any(host == d or host.endswith("." + d) for d in self.allowed_domains)
 
     def _follow(self, page, url: str, depth: int, noai: bool):
-        """Requests for a parsed page's links (within limits) and, unless noai, its images."""
+        """Requests for a parsed page's links (within limits) and, unless noai, its images; a URL
+        longer than Scrapy's URLLENGTH_LIMIT becomes a `crawl/url_too_long` row instead."""
         out = []
+        limit = self.settings.getint("URLLENGTH_LIMIT") or 0
         if not noai and self.cfg.fetch_images:
             for img in page.images:
-                if img not in self.done_images:
+                if img in self.done_images:
+                    continue
+                if limit and len(img) > limit:
+                    out.append(self._too_long("image", img, url, limit))
+                else:
                     out.append(self._image_request(img, url, depth + 1))
         if "nofollow" in page.robots:
             return out
@@ -205,11 +215,17 @@ class LaitSpider(scrapy.Spider):
             return out
         for link in page.links:
             if link not in self.done_pages and self._allowed(link):
-                if self.frontier is None:
+                if limit and len(link) > limit:
+                    out.append(self._too_long("page", link, url, limit))
+                elif self.frontier is None:
                     out.append(self._page_request(link, depth + 1, url))
                 else:
                     self.frontier.add(link, depth + 1, url)
         return out
+
+    def _too_long(self, kind: str, url: str, referer: str, limit: int) -> RejectedItem:
+        self._count("url_too_long")
+        return self._rejected("crawl/url_too_long", kind, url, referer, f"{len(url)} characters, over {limit}")
 
     def _max_pages_reached(self) -> bool:
         return bool(self.cfg.max_pages) and self.pages_seen >= self.cfg.max_pages
@@ -292,6 +308,10 @@ class LaitSpider(scrapy.Spider):
             item.encoding = response.encoding
             self._count("page_ok")
         yield from self._emit(item, replay)
+        if page.too_deep and not (noai or reserved):
+            self._count("page_too_deep")
+            yield from self._emit(RejectedItem("crawl/too_deep", page_url=response.url,
+                                               detail=DEPTH_DETAIL), replay)
         yield from self._follow(page, response.url, depth, noai or reserved)
 
     def _emit(self, item: PageItem, replay: bool):
@@ -348,7 +368,11 @@ class LaitSpider(scrapy.Spider):
             yield self._rejected(reason, kind, request.url, referer, str(exc))
             return
         if isinstance(exc, IgnoreRequest):
-            self._count("ignored")
+            # Dropped inside Scrapy's own middlewares: still a row, with the rule that dropped it.
+            rule = _ignored_rule(str(exc))
+            self._count(rule.split("/", 1)[1])
+            first = request.meta.get("redirect_urls", [request.url])[0]  # the URL the page linked
+            yield self._rejected(rule, kind, first, referer, str(exc))
             return
         error = f"download/{type(exc).__name__}"
         self._count(f"{kind}_download_error")
@@ -413,6 +437,19 @@ class LaitSpider(scrapy.Spider):
             if start is not None:  # Scrapy sets elapsed_time_seconds only after this signal
                 stats["elapsed_time_seconds"] = (datetime.now(timezone.utc) - start).total_seconds()
             Path(self.stats_json).write_text(json.dumps(stats, default=str, indent=1, sort_keys=True))
+
+
+def _ignored_rule(message: str) -> str:
+    """The reason of a request Scrapy's middlewares dropped (IgnoreRequest), by its message."""
+    if "during decompression" in message:  # HttpCompressionMiddleware: a gzip/deflate/br bomb
+        rule = "crawl/decompression_bomb"
+    elif message.startswith("redirect loop"):  # lait.crawler.redirects
+        rule = "crawl/redirect_loop"
+    elif "max redirections" in message:  # RedirectMiddleware: a loop, or a chain too long
+        rule = "crawl/too_many_redirects"
+    else:  # an offsite redirect, say: Scrapy's message says which
+        rule = "crawl/ignored"
+    return rule
 
 
 def _config_from_args(config, kwargs: dict) -> CrawlConfig:

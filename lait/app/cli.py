@@ -12,6 +12,7 @@ import logging
 import sys
 
 from lait import __version__
+from lait.app.commands import Parser, add_global_flags, finish_sub_commands
 from lait.config import ConfigError
 from lait.log import setup_logging
 from lait.memory import apply_memory_settings
@@ -52,18 +53,18 @@ the pipeline (LAIT, ImageBERT paper):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="lait",
         description="Build image-text pretraining datasets from the web (LAIT) and train ImageBERT on them.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"lait {__version__}")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (debug)")
-    parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+    add_global_flags(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    finish_sub_commands(parser)
     return parser
 
 
@@ -83,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"lait {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `lait stats work/ | head`: the reader has what it wanted
+        sys.stderr.close()
+        return 141
 
 
 if __name__ == "__main__":

@@ -4,12 +4,74 @@ exit code of a stage run."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from lait.config import Config
 from lait.stage import RunReport
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser that takes no abbreviations: `--min-sid 200` is an error, never a
+    silent `--min-side 200`. Sub-command parsers are made of the same class."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):  # type: ignore[override]
+        """One line, exit status 2: what is wrong and where the options are listed (argparse
+        would print the whole usage first)."""
+        self.exit(2, f"{self.prog}: {message} (`{self.prog} --help` lists the options)\n")
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        """As argparse's, but an unknown argument is reported by the sub-command it was given
+        to, with the closest option it has (`--min-sid`: did you mean --min-side?)."""
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            parser = getattr(parsed, "_parser", None) or self
+            parser.error(unknown_arguments(parser, extra))
+        return parsed
+
+
+def unknown_arguments(parser: argparse.ArgumentParser, extra: list[str]) -> str:
+    message = "unrecognized arguments: " + " ".join(extra)
+    options = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    for arg in extra:
+        close = difflib.get_close_matches(arg.split("=", 1)[0], options, n=1, cutoff=0.75) if arg.startswith("--") else []
+        if close:
+            return f"{message}; did you mean {close[0]}?"
+    return message
+
+
+def sub_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every sub-command parser below `parser`, nested ones included (`lait train pretrain`)."""
+    out = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):  # aliases share one parser
+                out += [child, *sub_parsers(child)]
+    return out
+
+
+def finish_sub_commands(parser: argparse.ArgumentParser) -> None:
+    """Give every sub-command (nested ones too) the global flags, and let it report the
+    arguments it does not know itself (see `Parser.parse_args`)."""
+    for child in sub_parsers(parser):
+        add_global_flags(child, default=argparse.SUPPRESS)
+        child.set_defaults(_parser=child)
+
+
+def add_global_flags(parser: argparse.ArgumentParser, default: object = 0) -> None:
+    """-v and -q. The top-level parser has them with their defaults; every sub-command has them
+    too, defaulting to SUPPRESS so that `lait filter work/ -q` works and an absent flag there
+    leaves the value given before the command alone."""
+    quiet_default = False if default == 0 else default
+    parser.add_argument("-v", "--verbose", action="count", default=default, help="more logging (debug)")
+    parser.add_argument("-q", "--quiet", action="store_true", default=quiet_default,
+                        help="warnings and errors only")
 
 
 def add_config_command(sub: argparse._SubParsersAction, name: str, config_cls: type[Config],

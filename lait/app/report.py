@@ -1,11 +1,15 @@
 """`lait stats`: the dataset report of a work directory, as one offline HTML page and as text.
 
-The page embeds everything (plots as PNG data URIs drawn with matplotlib's Agg backend, sample
-thumbnails as JPEG data URIs), so it opens from a file, with no network and no server.
+The page embeds everything (plots as PNG data URIs and the score histogram as inline SVG, drawn
+with matplotlib's Agg backend; thumbnails as JPEG data URIs), so it opens from a file, with no
+network and no server.
 
-Sections: the funnel of every stage with counts per rejection reason; distributions (image
-sizes, aspect ratios, scores, caption lengths, languages, domains, caption sources); a grid of
-sample images with captions and scores; the best and the worst kept pairs.
+Sections: the funnel, one unit per row (pages, images, image-page pairs, image-text pairs,
+samples) with shares and what each row counts (`lait.app.funnel`); every rejection reason,
+sorted, with what a row of it is and examples of what it dropped (`lait.app.examples`); the
+score histogram with stage 5's thresholds drawn on it; distributions (image sizes, aspect
+ratios, caption lengths, languages, domains, caption sources); a grid of samples and the best
+and worst kept pairs, each linked to the page it came from.
 """
 
 from __future__ import annotations
@@ -22,6 +26,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import yaml
+
+from lait.app.examples import EXAMPLES_PER_REASON, Example, reject_examples
+from lait.app.funnel import FunnelRow, funnel, reason_unit
+from lait.app.plots import THRESHOLD_COLOR, Threshold, plots, score_histogram_svg
 from lait.build.shards import shard_files
 from lait import storage
 from lait.parts import WorkDir
@@ -30,12 +39,10 @@ from lait.storage import Location
 
 log = logging.getLogger(__name__)
 
-FUNNEL = (("pages", "pages fetched"), ("images", "images fetched"), ("images_ok", "images kept by filter"),
-          ("candidates", "image-page pairs with texts"), ("scored", "scored image-text pairs"),
-          ("build_images", "images with scored texts"))
 GRID_SAMPLES = 24
 EXTREMES = 8
 THUMB = 192
+STAGE_ORDER = ("crawl", "ingest", "filter", "clean", "score", "build")
 
 
 @dataclass
@@ -43,11 +50,16 @@ class DatasetStats:
     """Everything the report shows, gathered from the work directory's tables and shards."""
 
     root: str
-    funnel: list[tuple[str, int]] = field(default_factory=list)
+    funnel: list[FunnelRow] = field(default_factory=list)
     rejects: Counter = field(default_factory=Counter)
+    reject_units: dict[str, str] = field(default_factory=dict)  # reason -> what one of its rows is
+    examples: dict[str, list[Example]] = field(default_factory=dict)
     widths: list[int] = field(default_factory=list)
     heights: list[int] = field(default_factory=list)
     scored_scores: list[float] = field(default_factory=list)
+    best_scores: list[float] = field(default_factory=list)  # each image's best text: what thresholds cut
+    thresholds: list[Threshold] = field(default_factory=list)
+    build_settings: dict[str, Any] = field(default_factory=dict)
     samples: list[dict[str, Any]] = field(default_factory=list)  # sidecar rows of kept samples
     shards: int = 0
     shard_bytes: int = 0
@@ -61,6 +73,13 @@ class DatasetStats:
             return Counter(urlsplit(s["page_url"] or s["url"]).hostname or "?" for s in self.samples)
         return Counter(s[what] or "unknown" for s in self.samples)
 
+    def sorted_rejects(self) -> list[tuple[str, int]]:
+        """Reasons in pipeline order (crawl first), the most frequent first within a stage."""
+        def key(item: tuple[str, int]) -> tuple:
+            stage = item[0].split("/", 1)[0]
+            return (STAGE_ORDER.index(stage) if stage in STAGE_ORDER else len(STAGE_ORDER), -item[1], item[0])
+        return sorted(self.rejects.items(), key=key)
+
 
 def _column(work: WorkDir, table: str, column: str) -> list[Any]:
     out: list[Any] = []
@@ -71,17 +90,57 @@ def _column(work: WorkDir, table: str, column: str) -> list[Any]:
     return out
 
 
-def gather(work_root: str | Path) -> DatasetStats:
-    """Read the counts, distributions and kept samples of a work directory (never image bytes)."""
+def _best_scores(work: WorkDir) -> list[float]:
+    """Each scored image's best score, partition by partition (scored/ is partitioned by image)."""
+    import pyarrow as pa
+
+    out: list[float] = []
+    for p in work.partitions("scored"):
+        t = work.read("scored", p, columns=["image_url", "score"])
+        best = pa.TableGroupBy(t, "image_url").aggregate([("score", "max")])
+        out += [float(x) for x in best.column("score_max").to_pylist()]
+    return out
+
+
+def _build_settings(work: WorkDir) -> dict[str, Any]:
+    """The settings the shards were built with: shards/stats.json, else _configs/build.yaml."""
+    for path, load in ((work.root / "shards" / "stats.json", json.loads), (work.root / "_configs" / "build.yaml",
+                                                                           yaml.safe_load)):
+        try:
+            if storage.exists(path):
+                data = load(storage.read_text(path)) or {}
+                settings = data.get("config", data) if isinstance(data, dict) else {}
+                if isinstance(settings, dict):
+                    return settings
+        except (ValueError, yaml.YAMLError, OSError) as exc:
+            log.warning("stats: cannot read %s: %s", path, exc)
+    return {}
+
+
+def thresholds(settings: dict[str, Any], kept_scores: list[float]) -> list[Threshold]:
+    """Stage 5's score cuts: min_score, and where top_fraction cut (the lowest kept score)."""
+    out = []
+    if settings.get("min_score") is not None:
+        out.append(Threshold(float(settings["min_score"]), f"min_score {float(settings['min_score']):g}"))
+    fraction = settings.get("top_fraction")
+    if fraction is not None and float(fraction) < 1.0 and kept_scores:
+        cut = min(kept_scores)
+        out.append(Threshold(cut, f"top_fraction {float(fraction):g}: lowest kept {cut:.3f}"))
+    return out
+
+
+def gather(work_root: str | Path, *, examples_per_reason: int = 1, thumbnails: bool = False) -> DatasetStats:
+    """Read the counts, distributions, kept samples and examples of every rejection reason of a
+    work directory (image bytes only for the thumbnails of examples, when asked)."""
     work = WorkDir(work_root)
     st = DatasetStats(work.url)
-    for table, label in FUNNEL:
-        if work.part_files(table):
-            st.funnel.append((label, work.count(table)))
     st.rejects = Counter(_column(work, "rejected", "reason"))
+    st.examples = reject_examples(work, st.rejects, max(1, examples_per_reason), thumbnails)
+    st.reject_units = {r: reason_unit(r, vars(es[0])) if es else "rows" for r, es in st.examples.items()}
     st.widths = _column(work, "images_ok", "width")
     st.heights = _column(work, "images_ok", "height")
     st.scored_scores = [float(s) for s in _column(work, "scored", "score")]
+    st.best_scores = _best_scores(work)
     for tar in shard_files(work):
         side = tar.with_suffix(".parquet")
         if storage.exists(side):
@@ -89,97 +148,33 @@ def gather(work_root: str | Path) -> DatasetStats:
             st.samples += [dict(r, tar=tar.name) for r in rows if r["status"] == "success"]
         st.shards += 1
         st.shard_bytes += storage.size(tar)
-    if st.samples:
-        st.funnel.append(("samples in shards", len(st.samples)))
+    st.funnel = funnel(work, st.rejects, st.reject_units, len(st.samples) if st.shards else None)
+    st.build_settings = _build_settings(work)
+    st.thresholds = thresholds(st.build_settings, st.kept_scores)
     return st
 
 
 # -- terminal -------------------------------------------------------------------------------
 def summary_text(st: DatasetStats) -> str:
-    """The plain-text report: funnel, rejection reasons, shards and the main distributions."""
-    lines = [f"lait dataset report: {st.root}", "", "funnel:"]
-    width = max([len(label) for label, _ in st.funnel] + [10])
-    lines += [f"  {label:<{width}}  {n:>10,}" for label, n in st.funnel]
-    by_stage: dict[str, list[tuple[str, int]]] = defaultdict(list)
-    for reason, n in st.rejects.items():
-        by_stage[reason.split("/", 1)[0]].append((reason, n))
-    if by_stage:
+    """The plain-text report: funnel with shares, rejection reasons with their units, shards and
+    the main distributions."""
+    lines = [f"lait dataset report: {st.root}", "", "funnel (one unit per row; shares of the unit's first row):"]
+    width = max([len(r.label) for r in st.funnel] + [10])
+    lines += [f"  {r.label:<{width}}  {r.count:>10,}  {r.share()}".rstrip() for r in st.funnel]
+    if st.rejects:
         lines += ["", "rejected, by reason:"]
-        for stage in sorted(by_stage):
-            for reason, n in sorted(by_stage[stage], key=lambda x: (-x[1], x[0])):
-                lines.append(f"  {reason:<40} {n:>10,}")
+        for reason, n in st.sorted_rejects():
+            lines.append(f"  {reason:<40} {n:>10,}  {st.reject_units.get(reason, 'rows')}")
     lines += ["", f"shards: {st.shards} tars, {len(st.samples):,} samples, {st.shard_bytes / 1e6:.1f} MB"]
     if st.samples:
         ks = sorted(st.kept_scores)
         lines.append(f"kept scores: min {ks[0]:.3f}  median {ks[len(ks) // 2]:.3f}  max {ks[-1]:.3f}")
+        if st.thresholds:
+            lines.append("thresholds: " + ", ".join(t.label for t in st.thresholds))
         for what in ("lang", "source"):
             top = ", ".join(f"{k} {v}" for k, v in st.counter(what).most_common(6))
             lines.append(f"{what}: {top}")
     return "\n".join(lines)
-
-
-# -- plots ----------------------------------------------------------------------------------
-def _png(fig) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
-
-
-def _barh(title: str, items: list[tuple[str, int]], color: str = "#4472c4") -> str | None:
-    import matplotlib.pyplot as plt
-
-    if not items:
-        return None
-    fig, ax = plt.subplots(figsize=(7, 0.35 * len(items) + 1))
-    labels = [k for k, _ in items][::-1]
-    values = [v for _, v in items][::-1]
-    ax.barh(labels, values, color=color)
-    for y, v in enumerate(values):
-        ax.text(v, y, f" {v:,}", va="center", fontsize=8)
-    ax.set_title(title)
-    ax.margins(x=0.15)
-    return _png(fig)
-
-
-def _hist(title: str, series: dict[str, list[float]], bins: int = 40, xlabel: str = "") -> str | None:
-    import matplotlib.pyplot as plt
-
-    series = {k: v for k, v in series.items() if v}
-    if not series:
-        return None
-    fig, ax = plt.subplots(figsize=(7, 3))
-    for label, values in series.items():
-        ax.hist(values, bins=bins, alpha=0.6, label=f"{label} ({len(values):,})")
-    ax.set_title(title)
-    ax.set_xlabel(xlabel)
-    ax.legend(fontsize=8)
-    return _png(fig)
-
-
-def plots(st: DatasetStats) -> list[tuple[str, str]]:
-    """(title, data URI) of every plot that has data."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    caption_lengths = [len(s["caption"].split()) for s in st.samples]
-    aspects = [w / h for w, h in zip(st.widths, st.heights) if h]
-    out = [
-        ("Funnel", _barh("Rows at each stage", st.funnel)),
-        ("Rejections", _barh("Rejected, by reason", st.rejects.most_common(30), "#c0504d")),
-        ("Image sizes", _hist("Image sides (images kept by filter)", {"width": st.widths, "height": st.heights},
-                              xlabel="pixels")),
-        ("Aspect ratios", _hist("Aspect ratio (width / height)", {"images": aspects})),
-        ("Scores", _hist("Image-text scores", {"all scored pairs": st.scored_scores, "kept captions": st.kept_scores},
-                         xlabel="score")),
-        ("Caption lengths", _hist("Caption length (kept)", {"words": caption_lengths}, bins=30, xlabel="words")),
-        ("Languages", _barh("Caption languages", st.counter("lang").most_common(15))),
-        ("Domains", _barh("Page domains", st.counter("domains").most_common(15))),
-        ("Caption sources", _barh("Where captions come from", st.counter("source").most_common())),
-    ]
-    return [(t, uri) for t, uri in out if uri]
 
 
 # -- samples --------------------------------------------------------------------------------
@@ -216,30 +211,105 @@ def _picked(st: DatasetStats) -> tuple[list[dict], list[dict], list[dict]]:
 # -- HTML -----------------------------------------------------------------------------------
 CSS = """
 body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1280px}
-h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;font-size:13px}td,th{padding:2px 10px;text-align:left}
-td.n{text-align:right;font-variant-numeric:tabular-nums}
+h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd}h3{font-size:15px;margin:18px 0 4px}
+table{border-collapse:collapse;font-size:13px}td,th{padding:2px 10px;text-align:left;vertical-align:top}
+td.n,td.pct{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+tr.first td{border-top:1px solid #ddd}td.meaning{color:#555;max-width:560px}
 .plots{display:flex;flex-wrap:wrap;gap:12px}.plot img{max-width:620px;border:1px solid #eee}
 .grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(200px,1fr));gap:10px}
 figure.sample{margin:0;border:1px solid #ddd;padding:4px;font-size:12px;background:#fafafa}
 figure.sample img{width:100%;height:160px;object-fit:contain;background:#fff}
-.score{color:#666}pre{background:#f4f4f4;padding:8px;font-size:12px}
+.examples{display:flex;flex-wrap:wrap;gap:8px}
+figure.example{margin:0;border:1px solid #e3c4c4;padding:4px;font-size:12px;background:#fdf8f8;width:180px;
+ overflow-wrap:anywhere}
+figure.example img{width:100%;height:120px;object-fit:contain;background:#fff}
+figure.example blockquote{margin:0 0 4px;font-style:italic}
+.score{color:#666}pre{background:#f4f4f4;padding:8px;font-size:12px}.threshold{color:""" + THRESHOLD_COLOR + """}
+#score-histogram svg{max-width:700px;height:auto}
 """
+
+
+def _page_link(url: str | None) -> str:
+    """A link to the page a row came from, shown as its host and path."""
+    if not url:
+        return "no page"
+    parts = urlsplit(url)
+    shown = parts.netloc + (parts.path if len(parts.path) <= 48 else parts.path[:45] + "...")
+    return f'<a class="page" href="{html.escape(url)}" title="{html.escape(url)}">{html.escape(shown or url)}</a>'
 
 
 def _figure(s: dict, thumbs: dict[str, str]) -> str:
     src = thumbs.get(s["key"], "")
     return (f'<figure class="sample"><img alt="sample {html.escape(s["key"])}" src="{src}">'
             f'<figcaption>{html.escape(s["caption"])}<br><span class="score">score {s["score"]:.3f} · '
-            f'{html.escape(s["source"])} · <a href="{html.escape(s["url"])}">image</a></span></figcaption></figure>')
+            f'{html.escape(s["source"])} · {_page_link(s.get("page_url") or s["url"])}</span></figcaption></figure>')
+
+
+def _example(e: Example) -> str:
+    shown = (f'<img alt="{html.escape(e.image_url or "")}" src="{e.thumb}">' if e.thumb else "")
+    if e.text is not None:
+        shown += f"<blockquote>{html.escape(e.text)}</blockquote>"
+    elif not e.thumb and e.image_url:
+        shown += f'<div class="url">{html.escape(e.image_url)}</div>'
+    detail = html.escape(e.detail or "")
+    return f'<figure class="example">{shown}<figcaption>{detail}<br>from {_page_link(e.page_url)}</figcaption></figure>'
+
+
+def _units(unit: str, n: int) -> str:
+    """`1 image`, `2 images`: the unit names are plurals."""
+    return unit[:-1] if n == 1 and unit.endswith("s") else unit
+
+
+def _anchor(reason: str) -> str:
+    return "reason-" + reason.replace("/", "-")
+
+
+def _funnel_html(st: DatasetStats) -> str:
+    rows, unit = [], None
+    for r in st.funnel:
+        first = r.unit != unit
+        unit = r.unit
+        pct = "" if r.percent is None else f"{r.percent:.1f}%"
+        of = f' title="of {html.escape(r.base_label)}"' if r.base_label else ""
+        rows.append(f'<tr class="{"first" if first else "step"}" data-unit="{html.escape(r.unit)}">'
+                    f'<td>{html.escape(r.unit) if first else ""}</td><td>{html.escape(r.step)}</td>'
+                    f'<td class=n>{r.count:,}</td><td class=pct{of}>{pct}</td>'
+                    f'<td class=meaning>{html.escape(r.meaning)}'
+                    f'{f" (share of {html.escape(r.base_label)})" if r.base_label and not first else ""}</td></tr>')
+    return ('<table id="funnel"><tr><th>unit</th><th>step</th><th>count</th><th>share</th><th>what it counts</th>'
+            "</tr>" + "".join(rows) + "</table>")
+
+
+def _rejects_html(st: DatasetStats) -> str:
+    table = "".join(f'<tr data-reason="{html.escape(k)}"><td><a href="#{_anchor(k)}">{html.escape(k)}</a></td>'
+                    f"<td class=n>{n:,}</td><td>{html.escape(st.reject_units.get(k, 'rows'))}</td>"
+                    f"<td class=meaning>{html.escape(REASONS.get(k, ''))}</td></tr>"
+                    for k, n in st.sorted_rejects())
+    sections = "".join(
+        f'<section class="reason" id="{_anchor(k)}" data-reason="{html.escape(k)}">'
+        f"<h3>{html.escape(k)} · {n:,} {html.escape(_units(st.reject_units.get(k, 'rows'), n))}</h3>"
+        f'<div class="examples">{"".join(_example(e) for e in st.examples.get(k, []))}</div></section>'
+        for k, n in st.sorted_rejects())
+    return (f'<table id="rejects"><tr><th>reason</th><th>rows</th><th>a row is</th><th>meaning</th></tr>{table}'
+            f"</table><h3>Examples of what each reason dropped</h3>{sections}")
+
+
+def _scores_html(st: DatasetStats) -> str:
+    svg = score_histogram_svg({"all scored pairs": st.scored_scores, "best text per image": st.best_scores,
+                               "kept captions": st.kept_scores}, st.thresholds)
+    if svg is None:
+        return "<p>No scores yet (stage 4 has not run).</p>"
+    if st.thresholds:
+        note = ("Dashed red line: stage 5's score threshold, compared with each image's best text: "
+                + ", ".join(f'<span class="threshold">{html.escape(t.label)}</span>' for t in st.thresholds) + ".")
+    else:
+        note = ("No score threshold is set (build: min_score unset, top_fraction 1.0): every image with a scored "
+                "text was kept, whatever its score.")
+    return f'<div id="score-histogram">{svg}</div><p class="note">{note}</p>'
 
 
 def render_html(st: DatasetStats, plot_uris: list[tuple[str, str]], thumbs: dict[str, str]) -> str:
     grid, best, worst = _picked(st)
-    rows = "".join(f"<tr><td>{html.escape(k)}</td><td class=n>{n:,}</td></tr>" for k, n in st.funnel)
-    rej = "".join(f"<tr><td>{html.escape(k)}</td><td class=n>{n:,}</td>"
-                  f"<td>{html.escape(REASONS.get(k, ''))}</td></tr>"
-                  for k, n in sorted(st.rejects.items(), key=lambda x: (x[0].split("/")[0], -x[1], x[0])))
     figs = "".join(f'<div class="plot"><img alt="{html.escape(t)}" src="{u}"></div>' for t, u in plot_uris)
 
     def section(title: str, items: list[dict], cls: str) -> str:
@@ -253,8 +323,16 @@ def render_html(st: DatasetStats, plot_uris: list[tuple[str, str]], thumbs: dict
 <body>
 <h1>lait dataset report</h1>
 <p>{html.escape(st.root)} · {st.shards} shards · {len(st.samples):,} samples · {st.shard_bytes / 1e6:.1f} MB</p>
-<h2>Funnel</h2><table id="funnel"><tr><th>stage</th><th>rows</th></tr>{rows}</table>
-<h2>Rejected, by reason</h2><table id="rejects"><tr><th>reason</th><th>rows</th><th>meaning</th></tr>{rej}</table>
+<h2>Funnel</h2>
+<p>Each row counts one unit, and a unit's counts only go down; the share is of the unit's first row.
+An image shown on three pages is one image but three image-page pairs.</p>
+{_funnel_html(st)}
+<h2>Rejected, by reason</h2>
+<p>Every row a stage dropped, by the rule that dropped it; the count is of the unit in the third
+column. Below, a few examples of each: what to look at when tuning a rule.</p>
+{_rejects_html(st)}
+<h2>Scores</h2>
+{_scores_html(st)}
 <h2>Distributions</h2><div class="plots" id="plots">{figs}</div>
 {section("Samples", grid, "samples")}
 {section("Best pairs", best, "best")}
@@ -266,15 +344,16 @@ def render_html(st: DatasetStats, plot_uris: list[tuple[str, str]], thumbs: dict
 
 def write_report(work_root: str | Path, out: str | Path | None = None) -> tuple[DatasetStats, Path | None]:
     """Gather the stats and write the HTML page to `out` (when given); returns both."""
-    st = gather(work_root)
     if out is None:
-        return st, None
+        return gather(work_root), None
+    st = gather(work_root, examples_per_reason=EXAMPLES_PER_REASON, thumbnails=True)
     grid, best, worst = _picked(st)
     wanted: dict[str, set[str]] = defaultdict(set)
     for s in grid + best + worst:
         wanted[s["tar"]].add(s["key"])
     thumbs = thumbnails(storage.location(work_root) / "shards", wanted)
-    page = render_html(st, plots(st), thumbs)
+    page = render_html(st, plots(st.funnel, st.sorted_rejects(), st.widths, st.heights, st.samples, st.counter),
+                       thumbs)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page, encoding="utf-8")
@@ -282,5 +361,7 @@ def write_report(work_root: str | Path, out: str | Path | None = None) -> tuple[
 
 
 def stats_json(st: DatasetStats) -> str:
-    return json.dumps({"funnel": st.funnel, "rejects": dict(st.rejects), "samples": len(st.samples),
-                       "shards": st.shards}, indent=1)
+    return json.dumps({"funnel": [r.to_json() for r in st.funnel],
+                       "rejects": {r: {"rows": n, "unit": st.reject_units.get(r)} for r, n in st.sorted_rejects()},
+                       "thresholds": [{"value": t.value, "label": t.label} for t in st.thresholds],
+                       "samples": len(st.samples), "shards": st.shards}, indent=1)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from lait.app.commands import add_config_command
 from lait.config import Config, ConfigError, setting
@@ -23,12 +25,31 @@ class StatsConfig(Config):
             raise ConfigError("a work directory is required")
 
 
+def check_writable(html: str) -> None:
+    """A ConfigError, naming the cause, when the report cannot be written to `html`."""
+    path = Path(html)
+    if path.is_dir():
+        raise ConfigError(f"--html {html} is a folder; give the file to write, e.g. {path / 'report.html'}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--html {html}: cannot create the folder {path.parent}: "
+                          f"{exc.strerror or exc}") from None
+    if not os.access(path.parent, os.W_OK):
+        raise ConfigError(f"--html {html}: the folder {path.parent} is not writable")
+
+
 def run_stats(cfg: StatsConfig) -> int:
     from lait.app.report import stats_json, summary_text, write_report
     from lait.drivers import open_work_dir
 
     open_work_dir(cfg.work, initialized=True)
-    st, page = write_report(cfg.work, cfg.html or None)
+    if cfg.html:
+        check_writable(cfg.html)  # before reading the tables and drawing the plots
+    try:
+        st, page = write_report(cfg.work, cfg.html or None)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the report to {cfg.html}: {exc.strerror or exc}") from None
     print(stats_json(st) if cfg.json else summary_text(st))
     if page is not None:
         print(f"report: {page}", file=sys.stderr)

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from lait.app.commands import Parser, finish_sub_commands
 from lait.config import Config, ConfigError
 from lait.train.config import EvalConfig, FinetuneConfig, PretrainConfig
 
@@ -107,9 +108,10 @@ def register(subparsers) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """The training commands from a list of arguments (``["pretrain", "--config", ...]``): what
     tests and torchrun scripts call; ``torchrun ... -m lait train pretrain ...`` works as well."""
-    parser = argparse.ArgumentParser(prog="lait")
+    parser = Parser(prog="lait")
     subs = parser.add_subparsers(dest="command", required=True)
     register(subs)
+    finish_sub_commands(parser)
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] != "train":
         argv = ["train", *argv]

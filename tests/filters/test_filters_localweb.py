@@ -47,7 +47,7 @@ def site_work(tmp_path_factory):
 
 def test_stage2_matches_ground_truth(site_work):
     site, gt, work = site_work
-    cfg = FilterConfig(work=str(work.root), progress=False)
+    cfg = FilterConfig(work=str(work.root), progress=False, dedup=True)  # the ground truth's stage 2 verdicts
     assert LocalExecutor(workers=1, show_progress=False).run(ImageFilterStage(cfg), work).ok
     kept = {r["image_url"][len(BASE):] for r in work.iter_rows("images_ok", columns=["image_url"])}
     rejected = {r["image_url"][len(BASE):]: r["reason"] for r in work.iter_rows("rejected")

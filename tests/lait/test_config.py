@@ -117,7 +117,7 @@ def test_nested_settings_and_lists_of_them_are_built_and_coerced():
 
 @pytest.mark.parametrize("data, message", [
     ({"steps": [{}, {"optim": {"lr": "fast"}}]}, r"^config: steps\.1\.optim\.lr: expected float, got 'fast'$"),
-    ({"optim": {"lrr": 1}}, r"^config: optim: unknown settings \['lrr'\]; known: \['betas', 'lr', 'schedule'\]$"),
+    ({"optim": {"lrr": 1}}, r"^config: optim: unknown settings \['lrr'\]; known: \['betas', 'lr', 'schedule'\] \(lrr: did you mean lr\?\)$"),
     ({"optim": {"betas": [0.9, "x"]}}, r"^config: optim\.betas\.1: expected float, got 'x'$"),
     ({"steps": {"name": "a"}}, r"^config: steps: expected a list"),
     ({"steps": ["a"]}, r"^config: steps\.0: expected a mapping of settings, got 'a'$"),

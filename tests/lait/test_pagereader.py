@@ -171,12 +171,14 @@ def test_a_picture_without_img_is_no_image():
 
 def test_what_lies_deeper_than_libxml2_reads_is_not_read():
     """libxml2 stops at 256 levels of nesting: the reader sees what comes before (the crawler
-    fetches it, the WARC ingest records it), nothing after; stage 3 rejects such a page as
-    clean/too_deep rather than give texts to half a page."""
+    fetches it, the WARC ingest records it), nothing after, and says so (the crawl and the ingest
+    record crawl/too_deep, ingest/too_deep); stage 3 rejects such a page as clean/too_deep rather
+    than give texts to half a page."""
     html = page('<img src="/before.jpg">' + "<div>" * 300 + '<img src="/deep.jpg">' + "</div>" * 300
                 + '<img src="/after.jpg"><a href="/next">n</a>')
     assert read_page(html, PAGE).images == ["https://news.example.org/before.jpg"]
     assert read_page(html, PAGE).links == []
+    assert read_page(html, PAGE).too_deep and not read_page(page('<img src="/a.jpg">'), PAGE).too_deep
     assert warc_urls(html) == {"https://news.example.org/before.jpg"}
     from lait.filters.text_stage import PageRejected
 

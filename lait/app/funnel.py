@@ -1,0 +1,157 @@
+"""The funnel of a work directory: rows grouped by what they count, one unit per row.
+
+Units: pages, images, image-page pairs (an image shown on a page: one per page it is on),
+image-text pairs (a candidate text of such a pair) and samples. Within a unit the counts only go
+down, and each row's share is of the unit's first row; a row says in one sentence what it counts.
+Rejection reasons get their unit the same way (`reason_unit`), so `clean/no_text` reads as
+image-page pairs, never against the images fetched.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from lait import storage
+from lait.parts import WorkDir
+
+PAGES, IMAGES, PAGE_PAIRS, TEXT_PAIRS, SAMPLES = ("pages", "images", "image-page pairs",
+                                                  "image-text pairs", "samples")
+UNITS = (PAGES, IMAGES, PAGE_PAIRS, TEXT_PAIRS, SAMPLES)
+
+
+@dataclass
+class FunnelRow:
+    """One step of one unit: how many there are, and of how many (the unit's first row)."""
+
+    unit: str
+    step: str
+    count: int
+    meaning: str
+    base: int | None = None  # the count the share is of; None for a unit's first row
+    base_label: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.unit} {self.step}"
+
+    @property
+    def percent(self) -> float | None:
+        if self.base is None:
+            return None
+        return 100.0 * self.count / self.base if self.base else 0.0
+
+    def share(self) -> str:
+        """`46.1% of images fetched`, or "" for a unit's first row."""
+        p = self.percent
+        return "" if p is None else f"{p:.1f}% of {self.base_label}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"unit": self.unit, "step": self.step, "count": self.count,
+                "percent": None if self.percent is None else round(self.percent, 2), "of": self.base_label or None}
+
+
+def _null_count(work: WorkDir, table: str, column: str) -> int:
+    """Rows of `table` whose `column` is null (the stored ones, for `error`)."""
+    n = 0
+    for f in work.part_files(table):
+        pf = storage.parquet_file(f)
+        if column in pf.schema_arrow.names:
+            n += pf.read(columns=[column]).column(0).null_count
+        else:
+            n += pf.metadata.num_rows
+    return n
+
+
+def _list_lengths(work: WorkDir, table: str, column: str) -> int:
+    """The sum of the lengths of a list column."""
+    import pyarrow.compute as pc
+
+    n = 0
+    for f in work.part_files(table):
+        lengths = pc.list_value_length(storage.parquet_file(f).read(columns=[column]).column(0))
+        n += int(pc.sum(lengths).as_py() or 0)
+    return n
+
+
+def reason_unit(reason: str, row: dict[str, Any]) -> str:
+    """What one row of a reason counts, from the row (a text: an image-text pair; an image
+    without a page context: an image; ...)."""
+    if reason == "clean/no_text":
+        return PAGE_PAIRS
+    if row.get("text") is not None:
+        return TEXT_PAIRS
+    if row.get("image_url"):
+        return IMAGES
+    if row.get("page_url"):
+        return PAGES
+    return "records"
+
+
+def _unit_rows(unit: str, steps: list[tuple[str, int | None, str]]) -> list[FunnelRow]:
+    """The rows of one unit that have a count (a stage that has not run has none)."""
+    rows = [FunnelRow(unit, step, n, meaning) for step, n, meaning in steps if n is not None]
+    for row in rows[1:]:
+        row.base, row.base_label = rows[0].count, rows[0].label
+    return rows
+
+
+def funnel(work: WorkDir, rejects: Counter, units: dict[str, str], samples: int | None) -> list[FunnelRow]:
+    """The funnel rows of a work directory, unit by unit: `rejects` counts the rows of each
+    reason, `units` says what each reason counts, `samples` is None without shards."""
+    has = {t: bool(work.part_files(t)) for t in ("pages", "images", "images_ok", "candidates", "scored",
+                                                  "build_images")}
+    count = {t: work.count(t) if present else None for t, present in has.items()}
+    # Stage 3 rejects a page at most once, whatever the cause (no HTML, unparsable, too deep, ...).
+    page_rejects = sum(n for r, n in rejects.items() if r.startswith("clean/") and units.get(r) == PAGES)
+    no_text = rejects.get("clean/no_text", 0)
+    out: list[FunnelRow] = []
+    out += _unit_rows(PAGES, [
+        ("fetched", count["pages"], "pages/ rows: every page URL the crawl or the archive ingest fetched, "
+                                    "whatever it answered."),
+        ("stored", _null_count(work, "pages", "error") if has["pages"] else None,
+         "pages whose HTML was stored: an HTML answer with status 2xx and no noai opt-out."),
+        ("read", count["pages"] - page_rejects if has["candidates"] and has["pages"] else None,
+         "pages stage 3 read whole: the stored ones, less those it could not parse, read in time or "
+         "read to the end."),
+    ])
+    out += _unit_rows(IMAGES, [
+        ("fetched", count["images"], "images/ rows: every image URL requested (once, whatever the number of "
+                                     "pages showing it), whatever it answered."),
+        ("downloaded", _null_count(work, "images", "error") if has["images"] else None,
+         "images whose bytes were stored: status 2xx, an image content type, no noai opt-out."),
+        ("kept by filter", count["images_ok"], "images that decoded and passed stage 2: size, aspect ratio, "
+                                               "format, exact and perceptual duplicates."),
+        ("with scored texts", count["build_images"], "images with at least one scored text, as stage 5 "
+                                                     "starts grouping them."),
+        ("in shards", samples, "images written to the shards, after grouping, deduplication and score "
+                               "thresholds: one per sample."),
+    ])
+    out += _unit_rows(PAGE_PAIRS, [
+        ("found", count["candidates"] + no_text if has["candidates"] else None,
+         "(page, image) pairs stage 3 found: an image shown on a page, once per page it is on, whether or "
+         "not the image passed stage 2."),
+        ("with texts", count["candidates"], "pairs that kept at least one candidate text after cleaning "
+                                            "(candidates/ rows)."),
+    ])
+    kept_texts = _list_lengths(work, "candidates", "texts") if has["candidates"] else None
+    text_rejects = sum(n for r, n in rejects.items() if r.startswith("clean/") and units.get(r) == TEXT_PAIRS)
+    out += _unit_rows(TEXT_PAIRS, [
+        ("offered", None if kept_texts is None else kept_texts + text_rejects,
+         "texts stage 3 found for an image on a page (alt, title, figcaption, og, context), before its "
+         "rules: one per page, image and text."),
+        ("kept by clean", kept_texts, "those texts that passed stage 3's rules (language, length, "
+                                      "boilerplate, file names, ...)."),
+        ("scored", count["scored"], "texts scored against their image by stage 4 (scored/ rows); only "
+                                    "images kept by the filter have bytes to score."),
+        ("kept as captions", samples, "the texts that became the captions of the samples: one per sample."),
+    ])
+    if samples is not None:
+        base = count["images"]
+        out.append(FunnelRow(SAMPLES, "in shards", samples, "samples in the shards (WebDataset tars): an image, "
+                             "its caption and its metadata.", base, "images fetched" if base is not None else ""))
+        if base is None:
+            out[-1].base = None
+    return out
+

@@ -1,0 +1,191 @@
+"""The dataset report a builder tunes with (`lait stats --html`, `lait demo`'s report.html), on a
+real demo run: the funnel counts one unit per row with shares, every rejection reason shows
+examples of what it dropped and the page each came from, stage 5's score threshold is drawn on
+the histogram, samples link to their pages; and `lait demo` prints each summary once."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+import subprocess
+from collections import Counter
+
+import pytest
+
+from lait.app.funnel import IMAGES, PAGE_PAIRS, PAGES, TEXT_PAIRS, UNITS, FunnelRow, reason_unit
+from lait.app.plots import Threshold
+from lait.app.report import gather, thresholds
+from lait.parts import WorkDir
+
+CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def test_a_reason_counts_the_unit_its_rows_are():
+    assert reason_unit("clean/no_text", {"page_url": "p", "image_url": "i"}) == PAGE_PAIRS
+    assert reason_unit("clean/boilerplate", {"page_url": "p", "image_url": "i", "text": "click"}) == TEXT_PAIRS
+    assert reason_unit("filter/min_side", {"page_url": "p", "image_url": "i"}) == IMAGES
+    assert reason_unit("clean/status", {"page_url": "p", "image_url": None}) == PAGES
+
+
+def test_shares_are_of_the_units_first_row():
+    row = FunnelRow(IMAGES, "kept by filter", 25, "", base=200, base_label="images fetched")
+    assert row.share() == "12.5% of images fetched" and FunnelRow(IMAGES, "fetched", 200, "").share() == ""
+
+
+def test_the_thresholds_drawn_are_the_ones_stage_5_applied():
+    assert thresholds({"min_score": None, "top_fraction": 1.0}, [0.5, 0.9]) == []
+    assert thresholds({"min_score": 0.28, "top_fraction": 1.0}, [0.5]) == [Threshold(0.28, "min_score 0.28")]
+    (cut,) = thresholds({"min_score": None, "top_fraction": 0.3}, [0.7, 0.5, 0.9])
+    assert cut.value == 0.5 and cut.label.startswith("top_fraction 0.3")
+
+
+# -- on a demo run ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def demo(demo_run):
+    out, proc = demo_run
+    work = WorkDir(out / "work")
+    return out, work, gather(out / "work", examples_per_reason=4), (out / "report.html").read_text()
+
+
+@pytest.mark.slow
+def test_demo_prints_each_stage_summary_once_and_no_third_party_info(demo_run):
+    _, proc = demo_run
+    err = proc.stderr
+    for stage in ("filter", "clean", "score", "build_pick", "build_plan", "build_shards"):
+        assert len(re.findall(rf"^{stage}: \d+ done", err, re.M)) == 1, (stage, err)
+    loggers = set(re.findall(r"^\S+ (?:INFO|DEBUG) (\S+):", err, re.M))
+    assert loggers and all(name.startswith("lait") for name in loggers), loggers
+    assert "faiss" not in err
+
+
+@pytest.mark.slow
+def test_the_funnel_counts_one_unit_per_row_and_only_goes_down(demo):
+    _, work, st, _ = demo
+    assert [u for u in UNITS if any(r.unit == u for r in st.funnel)] == list(UNITS)
+    for unit in UNITS:
+        rows = [r for r in st.funnel if r.unit == unit]
+        counts = [r.count for r in rows]
+        assert counts == sorted(counts, reverse=True), (unit, counts)
+        for r in rows[1:]:
+            assert r.base == rows[0].count and r.percent == pytest.approx(100 * r.count / rows[0].count)
+    row = {r.label: r.count for r in st.funnel}
+    assert row["images fetched"] == work.count("images") and row["images kept by filter"] == work.count("images_ok")
+    assert row["image-page pairs found"] == work.count("candidates") + st.rejects["clean/no_text"]
+    assert row["samples in shards"] == len(st.samples) == row["images in shards"]
+    # What the issue saw: no_text counted against images. It is its own unit now.
+    assert st.reject_units["clean/no_text"] == PAGE_PAIRS and st.reject_units["filter/min_side"] == IMAGES
+    assert st.reject_units["clean/boilerplate"] == TEXT_PAIRS
+
+
+@pytest.mark.slow
+def test_every_reason_shows_examples_with_the_page_they_came_from(demo):
+    _, work, st, page = demo
+    rejected = work.read("rejected").to_pylist()
+    pages_of = Counter((r["reason"], r["page_url"]) for r in rejected)
+    sections = dict(re.findall(r'<section class="reason" id="[^"]+" data-reason="([^"]+)">(.*?)</section>', page, re.S))
+    assert set(sections) == set(st.rejects)
+    for reason, body in sections.items():
+        figures = re.findall(r'<figure class="example">(.*?)</figure>', body, re.S)
+        assert 1 <= len(figures) <= 4 and len(figures) == min(4, st.rejects[reason]), reason
+        for fig in figures:
+            links = [html.unescape(u) for u in re.findall(r'<a class="page" href="([^"]+)"', fig)]
+            assert len(links) == 1 and (reason, links[0]) in pages_of, (reason, fig[:300])
+    assert "data:image/jpeg;base64," in sections["filter/min_side"]  # an image rule: what the image looked like
+    text_rules = [r for r in sections if st.reject_units[r] == TEXT_PAIRS]
+    assert text_rules
+    for reason in text_rules:  # a text rule: the texts it dropped
+        texts = {r["text"] for r in rejected if r["reason"] == reason}
+        quoted = {html.unescape(t) for t in re.findall(r"<blockquote>(.*?)</blockquote>", sections[reason])}
+        assert quoted and quoted <= texts
+    order = [html.unescape(r) for r in re.findall(r'<tr data-reason="([^"]+)">', page)]
+    assert order == [r for r, _ in st.sorted_rejects()]
+
+
+@pytest.mark.slow
+def test_the_score_threshold_is_drawn_on_the_histogram(demo):
+    _, _, st, page = demo
+    assert [t.label for t in st.thresholds] == ["min_score 0.6"]
+    histogram = re.search(r'<div id="score-histogram">(<svg.*?</svg>)\s*</div>', page, re.S).group(1)
+    assert re.search(r'<g id="threshold-0">', histogram)
+    assert "min_score 0.6" in page and min(st.kept_scores) >= 0.6
+
+
+@pytest.mark.slow
+def test_samples_link_to_their_pages_not_to_the_image_host(demo):
+    _, _, st, page = demo
+    by_key = {s["key"]: s for s in st.samples}
+    figures = re.findall(r'<figure class="sample"><img alt="sample ([^"]+)".*?</figure>', page, re.S)
+    assert figures
+    for key, body in re.findall(r'<figure class="sample"><img alt="sample ([^"]+)"(.*?)</figure>', page, re.S):
+        (href,) = re.findall(r'<a class="page" href="([^"]+)"', body)
+        assert html.unescape(href) == by_key[key]["page_url"] != by_key[key]["url"]
+
+
+def chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if exe is None:
+        pytest.skip("no chromium on PATH (scripts/system-deps.sh installs it; make test runs it)")
+    return exe
+
+
+# Runs in the page after load: what a reader sees, as JSON on <body data-probe="...">.
+PROBE = r"""<script>
+window.addEventListener('load', () => {
+  const visible = e => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0; };
+  const funnel = [...document.querySelectorAll('#funnel tr[data-unit]')].map(tr => ({
+    unit: tr.dataset.unit, cells: [...tr.cells].map(td => td.textContent.trim()), shown: visible(tr)}));
+  const reasons = [...document.querySelectorAll('section.reason')].map(s => ({
+    reason: s.dataset.reason,
+    examples: [...s.querySelectorAll('figure.example')].map(f => ({
+      image: [...f.querySelectorAll('img')].some(i => i.complete && i.naturalWidth > 0 && visible(i)),
+      text: [...f.querySelectorAll('blockquote')].some(b => b.textContent.trim() && visible(b)),
+      detail: (f.querySelector('figcaption') || {textContent: ''}).textContent.replace(/from\s.*$/s, '').trim(),
+      page: [...f.querySelectorAll('a.page')].map(a => a.href)})),
+  }));
+  const svg = document.querySelector('#score-histogram svg');
+  const line = document.querySelector('#score-histogram [id^="threshold-"]');
+  const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; };
+  document.body.setAttribute('data-probe', JSON.stringify({
+    funnel, reasons, svg: svg ? box(svg) : null, line: line ? box(line) : null}));
+});
+</script>"""
+
+
+@pytest.mark.slow
+def test_the_report_in_headless_chromium_shows_funnel_examples_and_threshold(demo, tmp_path):
+    exe = chromium()
+    out, _, st, page = demo
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.replace("</body>", PROBE + "</body>"))
+    dom = subprocess.run([exe, *CHROME_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1280,4000",
+                          "--virtual-time-budget=10000", "--dump-dom", probe.as_uri()],
+                         capture_output=True, text=True, timeout=180).stdout
+    seen = json.loads(html.unescape(re.search(r'data-probe="([^"]*)"', dom).group(1)))
+    # The funnel: every unit, each row shown with its count, and a share on all but a unit's first row.
+    assert [r["unit"] for r in seen["funnel"]] == [r.unit for r in st.funnel]
+    for row, expected in zip(seen["funnel"], st.funnel):
+        assert row["shown"] and row["cells"][2] == f"{expected.count:,}"
+        if expected.base is None:
+            assert row["cells"][3] == ""
+        else:
+            assert re.fullmatch(r"\d{1,3}\.\d%", row["cells"][3]), row
+    # Every reason, with examples a reader can see: a decoded thumbnail or a text, and its page.
+    assert {r["reason"] for r in seen["reasons"]} == set(st.rejects)
+    for r in seen["reasons"]:
+        # a page-level reason (crawl/robots, clean/status) or an image without stored bytes has
+        # neither thumbnail nor text: its detail says what happened
+        assert r["examples"] and all(e["image"] or e["text"] or e["detail"] for e in r["examples"]), r
+        assert all(len(e["page"]) == 1 and e["page"][0].startswith("http") for e in r["examples"]), r
+    shown = {r["reason"]: r for r in seen["reasons"]}
+    assert all(e["image"] for e in shown["filter/min_side"]["examples"])
+    assert all(e["text"] for r, seen_r in shown.items() if st.reject_units[r] == TEXT_PAIRS
+               for e in seen_r["examples"])
+    # The threshold: a vertical line inside the histogram.
+    assert seen["line"] is not None, "no threshold line"
+    lx, ly, lw, lh = seen["line"]
+    sx, sy, sw, sh = seen["svg"]
+    assert lh > 5 * max(lw, 1) and sx <= lx <= sx + sw and sy <= ly and ly + lh <= sy + sh
