@@ -26,6 +26,7 @@ Without --img2dataset-python, img2dataset is installed once from PyPI into
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -38,6 +39,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from pairs import Pair  # noqa: E402
 
 IMG2DATASET = "img2dataset==1.47.0"
 DEFAULT_VENV = Path.home() / ".cache" / "lait" / "bench-img2dataset"
@@ -91,6 +95,62 @@ def run_lait(listing: Path, out: Path, processes: int, concurrency: int, per_dom
     return stored / seconds, stored
 
 
+TARGET = 1.0
+
+
+@contextlib.contextmanager
+def photo_list(n: int, hosts: int):
+    """Serve the photos repeated to `n` URLs from `hosts` loopback hosts; yield (list, tmp, MB)."""
+    from lait.testkit.photos import PhotoServer, PhotoSite
+
+    data = photos()
+    per_host = [dict() for _ in range(hosts)]
+    for i in range(n):
+        per_host[i % hosts][f"/photo/{i:06d}.jpg"] = data[i % len(data)]
+    servers = [PhotoServer(PhotoSite(files), host=f"127.0.20.{h + 1}").start() for h, files in enumerate(per_host)]
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            listing = Path(tmp) / "list.csv"
+            with open(listing, "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(["url", "caption"])
+                for h, files in enumerate(per_host):
+                    for path in files:
+                        w.writerow([servers[h].url + path, f"photo {path}"])
+            yield listing, Path(tmp), sum(len(b) for files in per_host for b in files.values()) / 1e6
+    finally:
+        for s in servers:
+            s.close()
+
+
+def rounds(listing: Path, tmp: Path, python: str, processes: int, concurrency: int, hosts: int):
+    """(lait round, img2dataset round): each downloads the whole list into a new folder."""
+    def lait_round() -> float:
+        return run_lait(listing, Path(tempfile.mkdtemp(dir=tmp)), processes, concurrency,
+                        max(1, concurrency // hosts))[0]
+
+    def peer_round() -> float:
+        return run_img2dataset(python, listing, Path(tempfile.mkdtemp(dir=tmp)), processes,
+                               max(1, concurrency // processes))[0]
+
+    return lait_round, peer_round
+
+
+@contextlib.contextmanager
+def pairs(quick: bool = False):
+    """`lait download` beside img2dataset on one list (bench/all.py)."""
+    n, hosts, concurrency, processes = (400 if quick else 2000), 4, 32, 2
+    try:
+        python = img2dataset_python(None)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        sys.exit(f"img2dataset cannot be installed here: {exc}")
+    with photo_list(n, hosts) as (listing, tmp, _):
+        lait_round, peer_round = rounds(listing, tmp, python, processes, concurrency, hosts)
+        yield [Pair("download", f"lait download, {n} photos from {hosts} loopback hosts",
+                    f"{IMG2DATASET}, {processes} x {concurrency // processes} threads, no resize",
+                    "img/s", TARGET, lait_round, peer_round)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=2000, help="URLs in the list")
@@ -102,51 +162,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--img2dataset-python", help="python of an environment with img2dataset")
     args = parser.parse_args(argv)
 
-    from lait.testkit.photos import PhotoServer, PhotoSite
-
     python = img2dataset_python(args.img2dataset_python)
-    data = photos()
-    per_host = [dict() for _ in range(args.hosts)]
-    for i in range(args.n):
-        per_host[i % args.hosts][f"/photo/{i:06d}.jpg"] = data[i % len(data)]
-    servers = [PhotoServer(PhotoSite(files), host=f"127.0.20.{h + 1}").start() for h, files in enumerate(per_host)]
-    for s in servers:
-        s.request_queue_size = 256
     results: dict[str, list[float]] = {"img2dataset": [], "lait": []}
-    counts: dict[str, int] = {}
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            listing = Path(tmp) / "list.csv"
-            with open(listing, "w", newline="") as f:
-                w = csv.writer(f)
-                w.writerow(["url", "caption"])
-                for h, files in enumerate(per_host):
-                    for path in files:
-                        w.writerow([servers[h].url + path, f"photo {path}"])
-            mb = sum(len(b) for files in per_host for b in files.values()) / 1e6
-            print(f"{args.n} photos ({mb:.0f} MB) on {args.hosts} loopback hosts; concurrency "
-                  f"{args.concurrency} (img2dataset {args.processes} x {args.concurrency // args.processes} "
-                  f"threads; lait {args.processes} processes, {args.concurrency // args.hosts} per host); "
-                  "no resizing", flush=True)
-            for r in range(args.repeats):
-                for name in (("img2dataset", "lait") if r % 2 == 0 else ("lait", "img2dataset")):
-                    out = Path(tempfile.mkdtemp(dir=tmp))
-                    if name == "lait":
-                        rate, n = run_lait(listing, out, args.processes, args.concurrency,
-                                           max(1, args.concurrency // args.hosts))
-                    else:
-                        rate, n = run_img2dataset(python, listing, out, args.processes,
-                                                  max(1, args.concurrency // args.processes))
-                    results[name].append(rate)
-                    counts[name] = n
-                    print(f"  round {r + 1}: {name:12s} {rate:7.1f} images/s ({n} stored)", flush=True)
-    finally:
-        for s in servers:
-            s.close()
+    with photo_list(args.n, args.hosts) as (listing, tmp, mb):
+        lait_round, peer_round = rounds(listing, tmp, python, args.processes, args.concurrency, args.hosts)
+        print(f"{args.n} photos ({mb:.0f} MB) on {args.hosts} loopback hosts; concurrency "
+              f"{args.concurrency} (img2dataset {args.processes} x {args.concurrency // args.processes} "
+              f"threads; lait {args.processes} processes, {args.concurrency // args.hosts} per host); "
+              "no resizing", flush=True)
+        for r in range(args.repeats):
+            for name in (("img2dataset", "lait") if r % 2 == 0 else ("lait", "img2dataset")):
+                rate = lait_round() if name == "lait" else peer_round()
+                results[name].append(rate)
+                print(f"  round {r + 1}: {name:12s} {rate:7.1f} images/s", flush=True)
     i2d, lait_rate = statistics.median(results["img2dataset"]), statistics.median(results["lait"])
-    print(f"img2dataset: {i2d:.1f} images/s ({counts['img2dataset']} stored)")
-    print(f"lait download: {lait_rate:.1f} images/s ({counts['lait']} stored)")
-    print(f"ratio lait / img2dataset: {lait_rate / i2d:.2f} (target >= 1.0)")
+    print(f"img2dataset: {i2d:.1f} images/s")
+    print(f"lait download: {lait_rate:.1f} images/s")
+    print(f"ratio lait / img2dataset: {lait_rate / i2d:.2f} (target >= {TARGET})")
     return 0
 
 
