@@ -2,33 +2,29 @@
 
 `lait crawl` and `scrapy crawl lait -a NAME=VALUE` both resolve one of these; the spider lays
 `scrapy_settings(cfg)` over the project settings (`lait.crawler.settings`) at "spider" priority.
+The settings of the fetcher itself (politeness, limits, addresses, the resolver override, the
+output parts) are a `FetchConfig`, which `lait download` and `lait ingest-warc` share: their
+images go through the same fetcher (`ImageFetchConfig`, `lait.crawler.spiders.images`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from lait.config import Config, ConfigError, setting
 from lait.crawler.dns import parse_resolve
 
 
 @dataclass
-class CrawlConfig(Config):
-    """Settings of one crawl (`lait crawl`, `scrapy crawl lait -a NAME=VALUE`)."""
+class FetchConfig(Config):
+    """Settings of the crawler's fetcher: what every command that fetches shares."""
 
-    section = "crawl"
-
-    seeds: list[str] = setting([], "seed URLs, or files with one URL per line (# comments)",
-                               metavar="URL_OR_FILE")
     out: str = setting("", "work directory that receives pages/ and images/ (created if missing)")
-    allowed_domains: list[str] = setting([], "only follow links to these domains (and their "
-                                         "subdomains); images may come from anywhere")
-    same_site: bool = setting(True, "without --allowed-domains, follow links only to the seeds' hosts")
-    max_depth: int = setting(0, "follow links at most this many hops from a seed (0: no limit)")
-    max_pages: int = setting(0, "stop after this many pages (0: no limit)")
-    fetch_images: bool = setting(True, "request the images pages show (the images/ table)")
     concurrency: int = setting(32, "concurrent requests in total")
     per_domain: int = setting(8, "concurrent requests per domain")
     autothrottle: bool = setting(True, "adapt the request rate to each server's latency")
@@ -51,25 +47,16 @@ class CrawlConfig(Config):
     allow_loopback: bool = setting(False, "allow requests to addresses that reach this machine: "
                                    "loopback, 0.0.0.0, its own interfaces (demo, tests)")
     allow_private: bool = setting(False, "allow requests to private, link-local and reserved addresses")
-    redis_url: str = setting("", "share the frontier and duplicate filter through Redis "
-                             "(scrapy-redis), e.g. redis://host:6379/0, so several crawler "
-                             "processes share one crawl")
-    redis_key: str = setting("lait", "prefix of the Redis keys of this crawl")
-    idle_seconds: float = setting(0.0, "wait this long for new requests before closing when idle "
-                                  "(default: 0, or 5 s with --redis-url)")
-    jobdir: str = setting("", "Scrapy JOBDIR: queue and seen-requests state, for pause/resume")
-    n_partitions: int = setting(0, "partitions of a new work directory (0: 16)")
     part_rows: int = setting(2000, "commit a part file after this many rows")
     part_seconds: float = setting(30.0, "commit open part files at least this often (seconds)")
     scrapy_settings: list[str] = setting([], "extra Scrapy settings as NAME=VALUE", metavar="NAME=VALUE")
     log_level: str = setting("INFO", "Scrapy's log level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
-    def validate(self) -> None:
-        if not self.seeds:
-            raise ConfigError("at least one seed URL or seeds file is required (--seeds)")
+    def validate_fetch(self) -> None:
+        """Check the fetcher's settings (subclasses call it from `validate`)."""
         if not self.out:
             raise ConfigError("an output work directory is required (--out)")
-        for name in ("max_depth", "max_pages", "n_partitions", "retries", "host_down_after"):
+        for name in ("retries", "host_down_after"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0")
         for name in ("concurrency", "per_domain", "part_rows", "max_page_bytes", "max_image_bytes"):
@@ -82,6 +69,69 @@ class CrawlConfig(Config):
             parse_resolve(self.resolve)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+
+    def validate(self) -> None:
+        self.validate_fetch()
+
+    def fetch_settings(self) -> dict[str, Any]:
+        """The values of this config's `FetchConfig` fields."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(FetchConfig)}
+
+
+@dataclass
+class ImageFetchConfig(FetchConfig):
+    """What the image fetcher (`lait-images` spider) does: fetch every image URL the work
+    directory's `tables` reference and does not hold yet (`lait download`, `lait ingest-warc`)."""
+
+    tables: list[str] = setting(["url_list"], "tables whose image_url column lists the images to fetch")
+    share: list[int] = setting([0, 1], "[I, N]: fetch only the hosts whose hash modulo N is I (one "
+                               "of N fetcher processes side by side)")
+
+    def validate(self) -> None:
+        self.validate_fetch()
+        unknown = set(self.tables) - {"url_list", "warc_links"}
+        if not self.tables or unknown:
+            raise ConfigError(f"tables: expected url_list and/or warc_links, got {self.tables}")
+        if len(self.share) != 2 or not 0 <= self.share[0] < self.share[1]:
+            raise ConfigError(f"share: expected [I, N] with 0 <= I < N, got {self.share}")
+
+
+def host_share(url: str, n: int) -> int:
+    """Which of `n` fetcher processes fetches `url`: a stable hash of its host, modulo n."""
+    host = (urlsplit(url).hostname or "").encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(host, digest_size=8).digest(), "big") % n
+
+
+@dataclass
+class CrawlConfig(FetchConfig):
+    """Settings of one crawl (`lait crawl`, `scrapy crawl lait -a NAME=VALUE`)."""
+
+    section = "crawl"
+
+    seeds: list[str] = setting([], "seed URLs, or files with one URL per line (# comments)",
+                               metavar="URL_OR_FILE")
+    allowed_domains: list[str] = setting([], "only follow links to these domains (and their "
+                                         "subdomains); images may come from anywhere")
+    same_site: bool = setting(True, "without --allowed-domains, follow links only to the seeds' hosts")
+    max_depth: int = setting(0, "follow links at most this many hops from a seed (0: no limit)")
+    max_pages: int = setting(0, "stop after this many pages (0: no limit)")
+    fetch_images: bool = setting(True, "request the images pages show (the images/ table)")
+    redis_url: str = setting("", "share the frontier and duplicate filter through Redis "
+                             "(scrapy-redis), e.g. redis://host:6379/0, so several crawler "
+                             "processes share one crawl")
+    redis_key: str = setting("lait", "prefix of the Redis keys of this crawl")
+    idle_seconds: float = setting(0.0, "wait this long for new requests before closing when idle "
+                                  "(default: 0, or 5 s with --redis-url)")
+    jobdir: str = setting("", "Scrapy JOBDIR: queue and seen-requests state, for pause/resume")
+    n_partitions: int = setting(0, "partitions of a new work directory (0: 16)")
+
+    def validate(self) -> None:
+        if not self.seeds:
+            raise ConfigError("at least one seed URL or seeds file is required (--seeds)")
+        self.validate_fetch()
+        for name in ("max_depth", "max_pages", "n_partitions"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0")
         if self.redis_url and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
             raise ConfigError(f"redis_url must start with redis://, rediss:// or unix://, got {self.redis_url!r}")
 
@@ -114,11 +164,10 @@ class CrawlConfig(Config):
         return urls
 
 
-def scrapy_settings(cfg: CrawlConfig) -> dict[str, Any]:
+def scrapy_settings(cfg: FetchConfig) -> dict[str, Any]:
     """The Scrapy settings a config implies (laid over `lait.crawler.settings`)."""
     s: dict[str, Any] = {
         "LAIT_OUT": cfg.out,
-        "LAIT_PARTITIONS": cfg.n_partitions or None,
         "LAIT_PART_ROWS": cfg.part_rows,
         "LAIT_PART_SECONDS": cfg.part_seconds,
         "LAIT_IMAGE_MAXSIZE": cfg.max_image_bytes,
@@ -139,6 +188,17 @@ def scrapy_settings(cfg: CrawlConfig) -> dict[str, Any]:
     }
     if cfg.user_agent:
         s["USER_AGENT"] = cfg.user_agent
+    if isinstance(cfg, CrawlConfig):
+        s.update(_crawl_settings(cfg))
+    for item in cfg.scrapy_settings:
+        name, value = item.split("=", 1)
+        s[name.strip()] = value.strip()
+    return s
+
+
+def _crawl_settings(cfg: CrawlConfig) -> dict[str, Any]:
+    """The Scrapy settings of a crawl's own options (partitions, JOBDIR, a Redis frontier)."""
+    s: dict[str, Any] = {"LAIT_PARTITIONS": cfg.n_partitions or None}
     if cfg.jobdir:
         s["JOBDIR"] = cfg.jobdir
     if cfg.redis_url:
@@ -153,7 +213,4 @@ def scrapy_settings(cfg: CrawlConfig) -> dict[str, Any]:
             # Requests travel through Redis as JSON, never pickle.
             "SCHEDULER_SERIALIZER": "lait.crawler.jsonqueue",
         })
-    for item in cfg.scrapy_settings:
-        name, value = item.split("=", 1)
-        s[name.strip()] = value.strip()
     return s

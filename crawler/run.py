@@ -26,12 +26,13 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 from lait.config import ConfigError
 from lait.lock import child_env
-from lait.crawler.config import CrawlConfig, scrapy_settings
+from lait.crawler.config import CrawlConfig, FetchConfig, ImageFetchConfig, scrapy_settings
 
 log = logging.getLogger(__name__)
 
@@ -73,40 +74,105 @@ def crawl(cfg: CrawlConfig, *, timeout: float | None = None, quiet: bool = False
         return _crawl_subprocess(cfg, work, timeout=timeout, quiet=quiet)
 
 
-def _crawl_subprocess(cfg: CrawlConfig, work: Any, *, timeout: float | None, quiet: bool) -> dict[str, Any]:
+def fetch_images(cfg: ImageFetchConfig, *, processes: int = 1, timeout: float | None = None,
+                 quiet: bool = False) -> dict[str, Any]:
+    """Fetch the images the work directory's `cfg.tables` reference and `images/` lacks, with
+    the crawl's fetcher (the `lait-images` spider) in `processes` subprocesses; returns their
+    stats, added up (`merge_stats`).
+
+    The hosts are split among the processes (`ImageFetchConfig.share`), so each host's
+    requests, robots.txt, TDMRep and health stay in one process with its whole per-host
+    share, and the total concurrency is split evenly. The caller holds the work directory's
+    lock (`lait download`, `lait ingest-warc`)."""
+    from lait.parts import WorkDir
+
+    cfg.validate()
+    n = max(1, processes)
+    shares = [cfg.replace(share=[i, n], concurrency=max(1, -(-cfg.concurrency // n))) for i in range(n)] \
+        if n > 1 else [cfg]
+    return merge_stats(_crawl_subprocesses(shares, WorkDir(cfg.out), timeout=timeout, quiet=quiet,
+                                           spider="images"))
+
+
+def default_processes(processes: int) -> int:
+    """Fetcher processes for a `processes` setting: itself, or for 0 one per CPU core, at most 4."""
+    return processes if processes > 0 else max(1, min(4, os.cpu_count() or 1))
+
+
+def merge_stats(all_stats: list[dict[str, Any]]) -> dict[str, Any]:
+    """The stats of crawler processes that worked side by side, as one: counters added up,
+    the longest elapsed time and peak memory, and the finish reason that matters most (a
+    failure, else a stop, else the first)."""
+    if len(all_stats) == 1:
+        return all_stats[0]
+    out: dict[str, Any] = {}
+    for stats in all_stats:
+        for key, value in stats.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            if key == "elapsed_time_seconds" or key.startswith("memusage/"):
+                out[key] = max(out.get(key, 0), value)
+            else:
+                out[key] = out.get(key, 0) + value
+    reasons = [s.get("finish_reason") for s in all_stats]
+    out["finish_reason"] = (next((r for r in reasons if not (crawl_succeeded(r) or crawl_stopped(r))), None)
+                            or next((r for r in reasons if crawl_stopped(r)), None) or reasons[0])
+    return out
+
+
+def _crawl_subprocess(cfg: FetchConfig, work: Any, *, timeout: float | None, quiet: bool,
+                      spider: str = "lait") -> dict[str, Any]:
+    return _crawl_subprocesses([cfg], work, timeout=timeout, quiet=quiet, spider=spider)[0]
+
+
+def _crawl_subprocesses(cfgs: list[FetchConfig], work: Any, *, timeout: float | None, quiet: bool,
+                        spider: str = "lait") -> list[dict[str, Any]]:
     # The subprocess's config and stats are local files even when the work directory is remote
     # (as Scrapy's JOBDIR is); it inherits this environment, storage settings included, and the
     # right to write into the work directory whose lock this process holds.
     with tempfile.TemporaryDirectory(prefix="lait-crawl-") as tmp:
-        config_path, stats_path = Path(tmp) / "crawl.yaml", Path(tmp) / "stats.json"
-        config_path.write_text(cfg.to_yaml())
-        cmd = [sys.executable, "-m", "lait.crawler.run", str(config_path), "--stats-json", str(stats_path)]
+        cmds, stats_paths = [], []
+        for i, cfg in enumerate(cfgs):
+            config_path, stats_path = Path(tmp) / f"crawl-{i}.yaml", Path(tmp) / f"stats-{i}.json"
+            config_path.write_text(cfg.to_yaml())
+            cmds.append([sys.executable, "-m", "lait.crawler.run", str(config_path), "--stats-json",
+                         str(stats_path), "--spider", spider])
+            stats_paths.append(stats_path)
         env = child_env(work)
         repo = str(Path(__file__).resolve().parents[1])
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [repo, env.get("PYTHONPATH")]))
-        log.info("crawling %d seed(s) into %s", len(cfg.seed_urls()), work.url)
-        returncode = _run_crawler(cmd, env, timeout, quiet)
-        if returncode != 0:
-            raise RuntimeError(f"crawler process exited with status {returncode}")
-        text = stats_path.read_text() if stats_path.exists() else ""
-        return json.loads(text) if text.strip() else {}
+        if isinstance(cfgs[0], CrawlConfig):
+            log.info("crawling %d seed(s) into %s", len(cfgs[0].seed_urls()), work.url)
+        returncodes = _run_crawlers(cmds, env, timeout, quiet)
+        failed = [rc for rc in returncodes if rc != 0]
+        if failed:
+            raise RuntimeError(f"crawler process exited with status {failed[0]}")
+        texts = [p.read_text() if p.exists() else "" for p in stats_paths]
+        return [json.loads(t) if t.strip() else {} for t in texts]
 
 
-def _run_crawler(cmd: list[str], env: dict, timeout: float | None, quiet: bool) -> int:
-    """Run the crawler process in its own session, passing SIGINT/SIGTERM on to it."""
+def _run_crawlers(cmds: list[list[str]], env: dict, timeout: float | None, quiet: bool) -> list[int]:
+    """Run crawler processes side by side, each in its own session, passing SIGINT/SIGTERM on
+    to every one; their exit statuses."""
     out = subprocess.DEVNULL if quiet else None
-    proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=out, start_new_session=True)
+    procs = [subprocess.Popen(cmd, env=env, stdout=out, stderr=out, start_new_session=True) for cmd in cmds]
     previous = {}
     if threading.current_thread() is threading.main_thread():
         def forward(signum, frame):
-            proc.send_signal(signum)
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.send_signal(signum)
 
         previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
+    deadline = None if timeout is None else time.monotonic() + timeout
     try:
-        return proc.wait(timeout=timeout)
+        return [proc.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+                for proc in procs]
     except BaseException:
-        proc.kill()
-        proc.wait()
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait()
         raise
     finally:
         for sig, handler in previous.items():
@@ -155,15 +221,20 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config", help="CrawlConfig YAML")
     parser.add_argument("--stats-json", help="write the final crawl stats here")
+    parser.add_argument("--spider", choices=["lait", "images"], default="lait",
+                        help="lait: a crawl (CrawlConfig); images: the images a work directory "
+                             "references (ImageFetchConfig)")
     args = parser.parse_args(argv)
     os.environ.setdefault("SCRAPY_SETTINGS_MODULE", "lait.crawler.settings")
     from scrapy.crawler import CrawlerProcess
     from scrapy.utils.project import get_project_settings
 
+    from lait.crawler.spiders.images import ImageSpider
     from lait.crawler.spiders.lait import LaitSpider
 
+    spider_cls, config_cls = (ImageSpider, ImageFetchConfig) if args.spider == "images" else (LaitSpider, CrawlConfig)
     try:
-        cfg = CrawlConfig.from_dict(CrawlConfig.load_yaml(args.config), where=args.config)
+        cfg = config_cls.from_dict(config_cls.load_yaml(args.config), where=args.config)
         cfg.validate()
     except ConfigError as exc:
         print(f"crawler: {exc}", file=sys.stderr)
@@ -172,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     # The process-wide parts (logging, DNS resolver) read these before the spider applies them.
     settings.setdict(scrapy_settings(cfg), priority="spider")
     process = CrawlerProcess(settings)
-    crawler = process.create_crawler(LaitSpider)
+    crawler = process.create_crawler(spider_cls)
     # A dict: under `python -m`, this module's CrawlConfig is not the spider's class.
     process.crawl(crawler, config=cfg.to_dict(), stats_json=args.stats_json)
     stopper = _Stopper(process, crawler)

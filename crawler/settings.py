@@ -88,6 +88,10 @@ LAIT_PART_SECONDS = 60.0
 LAIT_PART_BUFFER_BYTES = 32 * 1024 * 1024  # rows waiting in all open parts together
 
 LOG_LEVEL = "INFO"
+# Scrapy checks every generator callback for `return value` by parsing its source, and its
+# cache holds the bound method weakly, so the check reruns on every response (~1 ms each, a
+# tenth of an image download's CPU). lait's callbacks are fixed: no check.
+WARN_ON_GENERATOR_RETURN_VALUE = False
 TELNETCONSOLE_ENABLED = False
 REQUEST_FINGERPRINTER_IMPLEMENTATION = "2.7"
 # A page request and an image request of one URL are two requests (lait.crawler.fingerprints).

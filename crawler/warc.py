@@ -251,7 +251,7 @@ def scan_gzip_members(path: str | Path, chunk: int = 1 << 20) -> tuple[list[int]
                 starts.append(pos)
                 d = zlib.decompressobj(16 + zlib.MAX_WBITS)
             try:
-                d.decompress(buf, 0)
+                _discard_output(d, buf)
             except zlib.error as exc:
                 return starts, f"corrupt gzip member at offset {starts[-1]}: {exc}"
             if d.eof:
@@ -265,6 +265,16 @@ def scan_gzip_members(path: str | Path, chunk: int = 1 << 20) -> tuple[list[int]
         if d is not None:
             return starts, f"truncated gzip member at offset {starts[-1]}"
     return starts, None
+
+
+def _discard_output(d, data: bytes, out_chunk: int = 1 << 20) -> None:
+    """Feed `data` to the decompressor `d`, throwing the output away `out_chunk` bytes at a
+    time: a gzip bomb member (1 MiB in, 1 GiB out) costs no more memory than a chunk."""
+    while True:
+        d.decompress(data, out_chunk)
+        data = d.unconsumed_tail
+        if d.eof or not data:
+            return
 
 
 _ARC_LINE_RE = re.compile(rb"^(?:filedesc|https?|ftp|dns)://\S+ \S+ \d{12,}")
@@ -368,11 +378,85 @@ def dechunk(body: bytes) -> bytes | None:
     return None  # no terminating zero-size chunk: not chunked after all, or cut short
 
 
-def decode_body(resp: HttpResponse) -> tuple[bytes, str | None]:
+class BodyTooLarge(ValueError):
+    """A payload that decodes to more bytes than allowed (a compression bomb, or just too big)."""
+
+
+DECODE_CHUNK = 1 << 20  # bytes of output a decoder makes per step
+
+
+def _inflate(data: bytes, wbits: int, limit: int | None) -> bytes:
+    """`data` inflated (zlib, gzip or raw deflate by `wbits`), `DECODE_CHUNK` bytes at a time,
+    stopping with BodyTooLarge as soon as the output passes `limit`: a gzip bomb costs at
+    most `limit` bytes, never what it expands to. Concatenated gzip members are all read."""
+    out: list[bytes] = []
+    size = 0
+    while True:
+        d = zlib.decompressobj(wbits)
+        tail = data
+        while not d.eof:
+            piece = d.decompress(tail, DECODE_CHUNK)
+            tail = d.unconsumed_tail
+            size += len(piece)
+            if limit is not None and size > limit:
+                raise BodyTooLarge(f"decodes to more than {limit} bytes")
+            out.append(piece)
+            if not piece and not tail:
+                break
+        if not d.eof:
+            raise zlib.error("incomplete or truncated stream")
+        data = d.unused_data
+        if wbits & 16 and data[:2] == GZIP_MAGIC:
+            continue  # another gzip member
+        return b"".join(out)
+
+
+def _unbrotli(data: bytes, limit: int | None) -> bytes:
+    """`data` decoded as brotli, bounded by `limit` like `_inflate`."""
+    import brotli
+
+    d = brotli.Decompressor()
+    out: list[bytes] = []
+    size = 0
+    piece = d.process(data, output_buffer_limit=DECODE_CHUNK)
+    while True:
+        size += len(piece)
+        if limit is not None and size > limit:
+            raise BodyTooLarge(f"decodes to more than {limit} bytes")
+        out.append(piece)
+        if d.is_finished() or d.can_accept_more_data():
+            break
+        piece = d.process(b"", output_buffer_limit=DECODE_CHUNK)
+    if not d.is_finished():
+        raise ValueError("incomplete brotli stream")
+    return b"".join(out)
+
+
+def decode_coding(body: bytes, coding: str, limit: int | None = None) -> bytes:
+    """`body` with one content coding undone, its output bounded by `limit`.
+
+    Raises BodyTooLarge past the limit, LookupError for a coding lait does not know, and the
+    decoder's error (zlib.error, brotli.error) for a damaged body."""
+    if coding in ("gzip", "x-gzip"):
+        return _inflate(body, 16 + zlib.MAX_WBITS, limit)
+    if coding == "deflate":
+        try:
+            return _inflate(body, zlib.MAX_WBITS, limit)
+        except zlib.error:  # raw deflate without the zlib wrapper, as some servers send
+            return _inflate(body, -zlib.MAX_WBITS, limit)
+    if coding == "br":
+        return _unbrotli(body, limit)
+    raise LookupError(coding)
+
+
+def decode_body(resp: HttpResponse, max_bytes: int | None = None) -> tuple[bytes, str | None]:
     """The payload with transfer and content encodings undone, and a problem note if any.
 
     Returns (body, None) on success; (body_as_stored, "rule: detail") when an encoding named
-    in the headers could not be undone.
+    in the headers could not be undone (`content_encoding`), or when a coding decodes to more
+    than `max_bytes` (`body_too_large`; decoding stops there, so a compression bomb costs at
+    most `max_bytes` per layer of coding). A payload stored without coding is the caller's to
+    measure.
     """
     body = resp.body
     te = (resp.header("Transfer-Encoding") or "").lower()
@@ -385,19 +469,11 @@ def decode_body(resp: HttpResponse) -> tuple[bytes, str | None]:
         if coding in ("identity", "none"):
             continue
         try:
-            if coding in ("gzip", "x-gzip"):
-                body = zlib.decompress(body, 16 + zlib.MAX_WBITS)
-            elif coding == "deflate":
-                try:
-                    body = zlib.decompress(body)
-                except zlib.error:  # raw deflate without the zlib wrapper, as some servers send
-                    body = zlib.decompress(body, -zlib.MAX_WBITS)
-            elif coding == "br":
-                import brotli
-
-                body = brotli.decompress(body)
-            else:
-                return resp.body, f"content_encoding: unsupported {coding!r}"
+            body = decode_coding(body, coding, max_bytes)
+        except BodyTooLarge as exc:
+            return resp.body, f"body_too_large: {coding!r} body {exc}"
+        except LookupError:
+            return resp.body, f"content_encoding: unsupported {coding!r}"
         except Exception as exc:  # zlib.error, brotli.error: a damaged or mislabelled body
             return resp.body, f"content_encoding: cannot undo {coding!r}: {_one_line(exc)}"
     return body, None

@@ -16,7 +16,12 @@ What goes where:
   None. Otherwise `error` says why, in the crawl's vocabulary (`lait.reasons`): `http_404`
   (any non-2xx), `noai` (`noai` / `noimageai` in the captured `X-Robots-Tag` or, for a page,
   its robots meta tag, read by `lait.pagereader` as the crawler reads them; no links are kept
-  from such a page), `empty` (an image with no bytes).
+  from such a page), `tdm_reserved` (a `tdm-reservation: 1` header or, for a page, meta tag:
+  W3C TDMRep, as the crawler honours it), `empty` (an image with no bytes). A page row keeps
+  the licence the page declares (`license`), as the crawl's do.
+- payloads are decoded (chunked, gzip, deflate, br) within the crawler's size limits
+  (`max_page_bytes`, `max_image_bytes`): decoding stops at the limit, so a compression bomb
+  costs at most that much memory, and the record is an `ingest/body_too_large` reject.
 - WAT `metadata` records (JSON) -> `warc_links/` from their `IMG@` links; a WAT record with
   noai has no page body to keep as a pages/ row: it is a reject `ingest/noai_page`.
 - damage (truncated, malformed records, broken gzip, unreadable files) -> `ingest/RULE`
@@ -40,7 +45,9 @@ from typing import Any
 from lait.crawler.warc import HttpError, WarcReader, WarcRecord, decode_body, parse_http
 from lait.crawler.warc_links import image_links, iter_link_rows, wat_image_links
 from lait import storage
-from lait.pagereader import is_noai, meta_robots, parse_page, robots_directives
+from lait.crawler.reasons import ERROR_TDM_RESERVED
+from lait.pagereader import (is_noai, is_tdm_reserved, page_license, page_meta, parse_page, robots_directives,
+                             tdm_reservation)
 from lait.reasons import http_error
 from lait.lock import locked
 from lait.parts import PartitionedWriter, WorkDir, atomic_write_json
@@ -63,6 +70,11 @@ class IngestOptions:
 
     links: bool = True
     max_record_bytes: int = 64 << 20
+    # The crawler's size limits (`lait crawl --max-page-bytes/--max-image-bytes`): a payload
+    # larger, or decoding to more, is rejected as ingest/body_too_large.
+    max_page_bytes: int = 10 << 20
+    max_image_bytes: int = 20 << 20
+    obey_tdmrep: bool = True
     check_gzip: bool = True
     force: bool = False
 
@@ -165,6 +177,7 @@ class _FileIngest:
         self.work, self.path, self.tag, self.opts = work, path, tag, opts
         self.name = path.name
         self.counters: Counter[str] = Counter()
+        self.max_body = max(opts.max_page_bytes, opts.max_image_bytes)
         # Small row groups: up to partitions x tables parts are open at once.
         self.parts = PartitionedWriter(work, tag, row_group_bytes=8 << 20,
                                        extra_stats={"stage": STAGE, "warc_file": str(path)})
@@ -207,9 +220,11 @@ class _FileIngest:
             status, headers = resp.status, resp.headers
             content_type = resp.header("Content-Type")
             robots = resp.header("X-Robots-Tag")
-            body, problem = decode_body(resp) if 200 <= status < 300 else (resp.body, None)
+            tdm = tdm_reservation(resp.header("tdm-reservation"))
+            # Decoded within the crawler's size limits: a compression bomb stops there.
+            body, problem = decode_body(resp, self.max_body) if 200 <= status < 300 else (resp.body, None)
         else:  # a resource record (or a response without HTTP): the block is the payload
-            status, headers, content_type, robots = 200, [], rec.content_type, None
+            status, headers, content_type, robots, tdm = 200, [], rec.content_type, None, None
             body, problem = rec.block, None
         mime, charset = _mime(content_type)
         if mime not in HTML_MIMES and not (mime or "").startswith("image/"):
@@ -220,17 +235,24 @@ class _FileIngest:
         if not (is_page or is_image):
             self.counters["ingest/skipped_other_type"] += 1
             return
-        # The crawl's order and vocabulary (lait.reasons): a non-2xx status first, then noai.
+        limit = self.opts.max_page_bytes if is_page else self.opts.max_image_bytes
+        if problem is None and 200 <= status < 300 and len(body) > limit:
+            problem = f"body_too_large: {len(body)} bytes > {limit}"
+        # The crawl's order and vocabulary (lait.reasons): a non-2xx status first, then the
+        # opt-outs (noai, then TDMRep), then what cannot be stored.
         error = http_error(status)
         if error is None and is_noai(robots_directives(robots)):
             error = "noai"
-        elif problem:  # an encoding that cannot be undone: nothing usable to store
-            _, _, detail = problem.partition(": ")
+        elif error is None and self.opts.obey_tdmrep and tdm:
+            error = ERROR_TDM_RESERVED
+        elif problem:  # an encoding that cannot be undone, or a body over the size limit
+            rule = "body_too_large" if problem.startswith("body_too_large:") else "content_encoding"
+            detail = problem.partition(": ")[2]
             kw = {"page_url": url} if is_page else {"image_url": url}
-            self.reject("content_encoding", key=url, detail=detail, **kw)
+            self.reject(rule, key=url, detail=detail, **kw)
             return
         if is_page:
-            self._page(url, status, headers, content_type, charset, body, error, fetched_at)
+            self._page(url, status, headers, content_type, charset, body, error, fetched_at, tdm)
         else:
             if error is None and not body:
                 error = "empty"
@@ -241,11 +263,19 @@ class _FileIngest:
                 "status": status, "fetched_at": fetched_at, "error": error})
 
     def _page(self, url: str, status: int, headers: list[tuple[str, str]], content_type: str | None,
-              charset: str | None, body: bytes, error: str | None, fetched_at: datetime) -> None:
-        """A pages row; with noai (header or robots meta) the row without its HTML or links."""
+              charset: str | None, body: bytes, error: str | None, fetched_at: datetime,
+              tdm_header: bool | None = None) -> None:
+        """A pages row with the licence the page declares; with noai (header or robots meta)
+        or a TDM reservation (header or meta) the row without its HTML or links."""
         tree, too_deep = parse_page(body, charset) if error is None else (None, False)
-        if tree is not None and is_noai(meta_robots(tree)):
-            error, tree = "noai", None
+        license_ = None
+        if tree is not None:
+            robots, reservation, _ = page_meta(tree)
+            license_ = page_license(tree, url)
+            if is_noai(robots):
+                error, tree = "noai", None
+            elif self.opts.obey_tdmrep and is_tdm_reserved(tdm_header, reservation):
+                error, tree = ERROR_TDM_RESERVED, None
         if tree is not None and too_deep:
             self.reject("too_deep", key=url, page_url=url,
                         detail="nested deeper than 256 elements: the images below were not read")
@@ -259,7 +289,8 @@ class _FileIngest:
         self.write("pages", url, {
             "url": url, "status": status, "fetched_at": fetched_at, "headers": merged,
             "content_type": content_type, "html": body if stored else None,
-            "encoding": charset if stored else None, "depth": None, "referer": None, "error": error})
+            "encoding": charset if stored else None, "depth": None, "referer": None, "error": error,
+            "license": license_})
         if tree is not None and self.opts.links:
             self._links(url, image_links(tree, url), fetched_at)
 

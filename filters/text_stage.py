@@ -8,7 +8,8 @@ main content on the same tree and take the main-content sentences nearest to eac
 through the rules of `lait.filters.text_rules`; texts repeated on most pages of a site are dropped
 as `clean/site_boilerplate`. Each (page, image) pair with at least one text goes to the
 candidates partition of its image URL. A page that breaks the parser or runs past the time
-limit is rejected with its reason; the partition goes on.
+limit is rejected with its reason; the partition goes on. The rows of URL lists (`url_list/`,
+`lait download`) add their captions as candidates with source `list`, under the same rules.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from lait.filters.text_rules import Candidate, repair, split_sentences, text_fil
 
 log = logging.getLogger(__name__)
 
-SOURCES = ("alt", "title", "aria", "figcaption", "og", "context")
+SOURCES = ("alt", "title", "aria", "figcaption", "og", "context", "list")
 BIG_PAGE = 1 << 20  # bytes of HTML after which the heap is trimmed (see lait.memory)
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([\w.:-]+)""", re.I)
 _XML_DECL = re.compile(r"^\s*<\?xml[^>]*\?>")
@@ -261,6 +262,8 @@ class CleanStage(Stage):
 
     name = "clean"
     input_table = "pages"
+    # URL lists (`lait download`): each row's caption, partitioned by image URL already.
+    extra_inputs = ("url_list",)
     output_tables = ("candidates",)
     version = 2  # 2: junk rules, page texts with one owner, language ID over all languages
 
@@ -271,6 +274,10 @@ class CleanStage(Stage):
 
     def __getstate__(self) -> dict[str, Any]:  # sent to worker processes without the caches
         return {**self.__dict__, "_rules": None, "_repaired": {}}
+
+    def partitions(self, work) -> list[int]:
+        """Partitions with pages or list rows (a work directory of `lait download` has no pages)."""
+        return sorted(set(work.partitions("pages")) | set(work.partitions("url_list")))
 
     def prepare(self, text: str) -> list[str]:
         """A raw text as candidates: repaired (ftfy), and split into sentences when longer than
@@ -326,6 +333,17 @@ class CleanStage(Stage):
                            detail=f"{s.source} text {s.detail}")
             for image_url, raw in found.images:
                 self._emit(ctx, url, image_url, raw, rules, site_texts[host], limit, found.site_names, license_)
+        if "list" in cfg.sources:
+            self._list_captions(ctx, rules)
+
+    def _list_captions(self, ctx: PartContext, rules: list) -> None:
+        """Each URL list row's caption as a `list` candidate of its image (the same rules as
+        every text; site boilerplate does not apply: a list is no site). A row without a page
+        column has the page URL '' (candidates need one)."""
+        for row in ctx.work.iter_rows("url_list", ctx.partition, columns=["image_url", "caption", "page_url"]):
+            ctx.count("list_rows_in")
+            raw = [("list", piece) for piece in self.prepare(row["caption"])] if row["caption"] else []
+            self._emit(ctx, row["page_url"] or "", row["image_url"], raw, rules, Counter(), float("inf"))
 
     def _emit(self, ctx: PartContext, page_url: str, image_url: str, raw: list[tuple[str, str]],
               rules: list, counts: Counter[str], limit: float, names: frozenset[str] = frozenset(),

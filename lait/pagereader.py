@@ -451,6 +451,12 @@ def meta_robots(tree: etree._Element) -> set[str]:
     return _read_meta(tree)[0]
 
 
+def page_meta(tree: etree._Element) -> tuple[set[str], bool | None, str | None]:
+    """Robots directives, TDMRep reservation and TDMRep policy of a parsed page's meta tags
+    (what `read_tree` reads of them, without the links and images)."""
+    return _read_meta(tree)
+
+
 def _read_meta(tree: etree._Element) -> tuple[set[str], bool | None, str | None]:
     """Robots directives, TDMRep reservation and TDMRep policy of the page's meta tags."""
     robots: set[str] = set()

@@ -59,6 +59,9 @@ REASONS: dict[str, str] = {
     "ingest/noai_page": "a WAT record of a page whose X-Robots-Tag says noai or noimageai: its image "
                         "links are not stored (a WARC page with noai is a pages/ row with error noai).",
     "ingest/too_large": "a record larger than --max-record-mb, skipped unread.",
+    "ingest/body_too_large": "a record whose payload is, or decodes to (a compression bomb), more than "
+                             "the crawler's size limit for its kind (--max-page-bytes, "
+                             "--max-image-bytes); decoding stopped there, nothing stored.",
     "ingest/bad_http": "a response record whose HTTP status line or headers cannot be parsed.",
     "ingest/content_encoding": "a response whose Content-Encoding is unsupported or cannot be undone "
                                "(damaged or mislabelled); not stored.",
@@ -77,6 +80,14 @@ REASONS: dict[str, str] = {
                              "Content-Length, say); the records were read.",
     "ingest/bad_target_uri": "note: WARC-Target-URIs with angle brackets or spaces were repaired "
                              "(recorded once per file); the records were read.",
+    # Stage 1 from URL lists (`lait download`): list rows that name no image to fetch.
+    "download/bad_url": "the row's URL is empty, not http(s), has no host or is longer than a request "
+                        "may be (2083 characters); nothing was fetched.",
+    "download/duplicate_url": "the row's URL is the URL of an earlier row (of this list or of one read "
+                              "before into the work directory); the image is fetched once, for the "
+                              "first row.",
+    "download/bad_row": "a line of the list that cannot be read (not JSON, a wrong number of fields, "
+                        "an unreadable CSV line).",
     # Stage 2 (`lait filter`): images/ -> images_ok/.
     "filter/noai": "the image was served with X-Robots-Tag noai or noimageai; its bytes were not stored.",
     "filter/status": "the image URL answered a status other than 200 (error http_N, or another 2xx).",

@@ -57,7 +57,7 @@ IMAGES_OK = pa.schema(
 TEXT = pa.struct(
     [
         pa.field("text", pa.string(), nullable=False),
-        # alt, title, figcaption, aria, og, context
+        # alt, title, figcaption, aria, og, context; list (a URL list's caption)
         pa.field("source", pa.string(), nullable=False),
         pa.field("lang", pa.string()),
     ]
@@ -114,6 +114,17 @@ WARC_LINKS = pa.schema([
     pa.field("source", pa.string(), nullable=False),
     pa.field("fetched_at", TIMESTAMP, nullable=False),
     pa.field("warc_file", pa.string()),
+])
+
+# url_list/ (download): the usable rows of URL lists, one per image URL, with their captions.
+URL_LIST = pa.schema([
+    pa.field("image_url", pa.string(), nullable=False),
+    pa.field("caption", pa.string()),
+    pa.field("page_url", pa.string()),
+    # The list's columns kept with --save-additional-columns, as a JSON object.
+    pa.field("extra", pa.string()),
+    pa.field("list_file", pa.string(), nullable=False),
+    pa.field("row", pa.int64(), nullable=False),
 ])
 
 # image_embs/ (score): one fp16 L2-normalised embedding per scored image.
@@ -232,6 +243,7 @@ TABLES: dict[str, Table] = {
         Table("scored", SCORED, "image_url"),
         Table("rejected", REJECTED, "reason"),
         Table("warc_links", WARC_LINKS, "image_url"),
+        Table("url_list", URL_LIST, "image_url"),
         Table("image_embs", IMAGE_EMBS, "image_url"),
         Table("text_embs", TEXT_EMBS, "image_url"),
         Table("regions", REGIONS, "image_url"),

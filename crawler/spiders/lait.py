@@ -419,10 +419,14 @@ class LaitSpider(scrapy.Spider):
         if hasattr(downloader, "interrupt"):
             downloader.interrupt()
 
+    def stored_text(self) -> str:
+        """What the work directory holds now, for the line a stopped crawl prints."""
+        return f"{self.pages_seen} pages"
+
     def closed(self, reason):
         if reason == "shutdown":
-            log.warning("crawl stopped: %d pages in %s; run the same command again to resume",
-                        self.pages_seen, self.cfg.out)
+            log.warning("crawl stopped: %s in %s; run the same command again to resume",
+                        self.stored_text(), self.cfg.out)
         jobdir = self.settings.get("JOBDIR")
         if jobdir:
             (Path(jobdir) / RUNNING_MARKER).unlink(missing_ok=True)

@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "lait.app.site",
     "lait.app.crawl",
     "lait.app.ingest",
+    "lait.app.download",
     "lait.app.stages",
     "lait.app.score",
     "lait.app.build",
@@ -40,6 +41,7 @@ EPILOG = """\
 the pipeline (LAIT, ImageBERT paper):
   lait crawl --seeds seeds.txt --out work/          1. collect pages and images (Scrapy)
   lait ingest-warc CC-MAIN-*.warc.gz --out work/    1. or read Common Crawl archives
+  lait download urls.parquet --out work/            1. or fetch a URL list with captions
   lait filter work/                                 2. image content filtering
   lait clean work/                                  3. sentence detection and cleaning
   lait score work/                                  4. image-text semantic scoring

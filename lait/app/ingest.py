@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 import os
 import sys
 from pathlib import Path
 
 from lait.app.commands import add_config_command
-from lait.config import Config, ConfigError, setting
+from lait.config import ConfigError, setting
+from lait.crawler.config import FetchConfig
 from lait.reasons import fetch_errors_help, reasons_help
 
 log = logging.getLogger(__name__)
@@ -18,14 +20,22 @@ log = logging.getLogger(__name__)
 EPILOG = f"""\
 what it writes (the same tables as `lait crawl`, partitioned the same way):
   pages/        HTML responses (html kept for 2xx; other statuses keep status and headers)
-  images/       image responses (bytes and mime; bytes for 2xx only)
+  images/       image responses (bytes and mime; bytes for 2xx only), then the images the
+                archived pages reference and the archives do not hold, fetched by the
+                crawler's fetcher with all of its rules (robots.txt of every host, TDMRep,
+                noai, the address guard, host limits and host-down); --no-fetch-images skips that
   warc_links/   image references with alt/title: <img>/og:image of archived pages and the
                 IMG@ links of WAT records (page_url, image_url, alt, title, source)
-  rejected/     records not stored and damage notes, see below
+  rejected/     records not stored and damage notes, see below; requests never sent (crawl/...)
+
+Record bodies are decoded (chunked, gzip, deflate, br) within the crawler's size limits
+(--max-page-bytes, --max-image-bytes): a compression bomb stops there and is rejected as
+ingest/body_too_large; the file's other records are kept. --resolve HOST:PORT:ADDRESS points
+an archived host at a mirror (curl's --resolve), e.g. a local copy of its images.
 
 {fetch_errors_help()}
 
-{reasons_help(["ingest"])}
+{reasons_help(["ingest", "crawl"])}
 
 
 damaged archives: the records readable before the damage are ingested, the damage is recorded
@@ -39,12 +49,15 @@ a finished, unchanged file is skipped, an interrupted or changed one is redone (
 examples:
   lait ingest-warc CC-MAIN-*.warc.gz --out work/ --workers 8
   lait ingest-warc CC-MAIN-*.warc.wat.gz --out work/      # references and alt texts only
+  lait ingest-warc page.warc.gz --out work/ --resolve upload.wikimedia.org:443:10.0.0.7 --allow-private
+  lait run work/                                           # stages 2-5 on what was ingested
 """
 
 
 @dataclasses.dataclass
-class WarcIngestConfig(Config):
-    """Settings of `lait ingest-warc`."""
+class WarcIngestConfig(FetchConfig):
+    """Settings of `lait ingest-warc`: the archives, then the fetcher's settings for the
+    images their pages reference."""
 
     section = "ingest_warc"
 
@@ -57,6 +70,10 @@ class WarcIngestConfig(Config):
     max_record_mb: int = setting(64, "skip (and record) records larger than this many MiB")
     check_gzip: bool = setting(True, "check that gzip members match records (one extra decompression)")
     force: bool = setting(False, "re-ingest files already ingested")
+    fetch_images: bool = setting(True, "fetch the images archived pages reference that the archives do "
+                                 "not hold, with the crawler's fetcher")
+    fetch_processes: int = setting(0, "fetcher processes side by side (0: one per CPU core, at most 4); "
+                                   "the hosts are split among them and --concurrency with them")
     strict: bool = setting(False, "exit 1 when any archive is damaged")
     progress: bool = setting(True, "show a progress bar on a terminal")
 
@@ -69,8 +86,9 @@ class WarcIngestConfig(Config):
         if missing:
             raise ConfigError(f"input files not found: {', '.join(missing[:5])}"
                               + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
-        if self.workers < 0 or self.max_record_mb <= 0:
-            raise ConfigError("workers must be >= 0 and max-record-mb > 0")
+        self.validate_fetch()
+        if self.workers < 0 or self.fetch_processes < 0 or self.max_record_mb <= 0:
+            raise ConfigError("workers and fetch-processes must be >= 0 and max-record-mb > 0")
         if self.partitions is not None and self.partitions <= 0:
             raise ConfigError("partitions must be > 0")
 
@@ -100,20 +118,35 @@ def format_summary(reports) -> str:
 
 
 def run(cfg: WarcIngestConfig) -> int:
+    from lait.crawler.config import ImageFetchConfig
+    from lait.crawler.run import crawl_stopped, crawl_succeeded, default_processes, fetch_images
     from lait.crawler.warc_ingest import IngestOptions, ingest_files
     from lait.drivers import open_work_dir
+    from lait.lock import locked
 
     work = open_work_dir(cfg.out, create=True, n_partitions=cfg.partitions)
-    work.write_config("ingest-warc", cfg.to_yaml())
     opts = IngestOptions(links=cfg.links, max_record_bytes=cfg.max_record_mb << 20,
-                         check_gzip=cfg.check_gzip, force=cfg.force)
-    reports = ingest_files(cfg.files, work.url, opts, workers=cfg.workers or os.cpu_count() or 1,
-                           show_progress=cfg.progress)
-    print(format_summary(reports), file=sys.stderr)
+                         check_gzip=cfg.check_gzip, force=cfg.force, max_page_bytes=cfg.max_page_bytes,
+                         max_image_bytes=cfg.max_image_bytes, obey_tdmrep=cfg.obey_tdmrep)
+    stats = None
+    with locked(work, "lait ingest-warc"):
+        work.write_config("ingest-warc", cfg.to_yaml())
+        reports = ingest_files(cfg.files, work.url, opts, workers=cfg.workers or os.cpu_count() or 1,
+                               show_progress=cfg.progress)
+        print(format_summary(reports), file=sys.stderr)
+        if cfg.fetch_images and cfg.links and work.partitions("warc_links"):
+            fetch = ImageFetchConfig(**cfg.fetch_settings(), tables=["warc_links"])
+            fetch.out = work.url
+            stats = fetch_images(fetch, processes=default_processes(cfg.fetch_processes))
+            crawl = {k: v for k, v in sorted(stats.items()) if k.startswith("crawl/")}
+            print("referenced images: " + json.dumps(crawl, sort_keys=True), file=sys.stderr)
     for r in reports:
         if r.damage:
             log.warning("%s: %d damage notes (recorded in rejected/ as ingest/...)", r.path, len(r.damage))
     if any(r.failed for r in reports):
+        return 1
+    if stats is not None and not (crawl_succeeded(stats.get("finish_reason"))
+                                  or crawl_stopped(stats.get("finish_reason"))):
         return 1
     if cfg.strict and any(r.damage for r in reports):
         return 1

@@ -19,8 +19,8 @@ from lait.config import Config, ConfigError
 
 # Which stages write the tables each stage reads (the crawl and ingest write pages/ and images/).
 UPSTREAM = {"filter": (), "clean": (), "score": ("filter", "clean"), "build": ("filter", "score")}
-TABLES = ("pages", "images", "images_ok", "candidates", "scored", "image_embs", "near_dups", "pool", "build_plan",
-          "rejected")
+TABLES = ("pages", "url_list", "warc_links", "images", "images_ok", "candidates", "scored", "image_embs",
+          "near_dups", "pool", "build_plan", "rejected")
 
 
 @dataclass

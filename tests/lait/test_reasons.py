@@ -19,7 +19,7 @@ import pytest
 from lait.reasons import FETCH_RULES, REASONS, check, fetch_rule, http_error, reasons_of
 
 REPO = Path(__file__).resolve().parents[2]
-STAGES = ("crawl", "ingest", "filter", "clean", "score", "build")
+STAGES = ("crawl", "ingest", "download", "filter", "clean", "score", "build")
 # Source file -> the stage prefix of the bare rules it writes (None: it writes whole reasons).
 SOURCES = {
     "crawler/spiders/lait.py": None,
@@ -28,6 +28,7 @@ SOURCES = {
     "crawler/tdmrep.py": None,
     "crawler/warc_ingest.py": "ingest",
     "crawler/warc.py": "ingest",
+    "crawler/url_list.py": "download",
     "filters/image_stage.py": "filter",
     "filters/image_decode.py": "filter",
     "filters/text_stage.py": "clean",
@@ -153,12 +154,13 @@ def test_each_command_help_lists_its_stage_reasons():
 
     parser = build_parser()
     commands = parser._subparsers._group_actions[0].choices
-    for command, stage in (("crawl", "crawl"), ("ingest-warc", "ingest"), ("filter", "filter"),
+    for command, stage in (("crawl", "crawl"), ("ingest-warc", "ingest"), ("download", "download"),
+                           ("download", "crawl"), ("ingest-warc", "crawl"), ("filter", "filter"),
                            ("clean", "clean"), ("score", "score"), ("build", "build")):
         text = commands[command].format_help()
         for reason in reasons_of(stage):
             assert reason in text, (command, reason)
-    for command in ("crawl", "ingest-warc"):
+    for command in ("crawl", "ingest-warc", "download"):
         assert "http_<N>" in commands[command].format_help()
 
 

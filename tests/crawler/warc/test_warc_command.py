@@ -12,11 +12,13 @@ from lait.config import ConfigError
 from lait.parts import WorkDir
 
 
-def run_cli(argv: list[str]) -> int:
+def run_cli(argv: list[str], fetch: bool = False) -> int:
+    """`lait ingest-warc ARGV`; the archives only unless `fetch` (their ex.test images do not
+    resolve: test_warc_fetch.py fetches from local mirrors)."""
     p = argparse.ArgumentParser()
     sub = p.add_subparsers()
     warc_command.register(sub)
-    args = p.parse_args(["ingest-warc", *argv])
+    args = p.parse_args(["ingest-warc", *argv, *([] if fetch else ["--no-fetch-images"])])
     return args.func(args)
 
 

@@ -1,0 +1,409 @@
+"""URL lists (img2dataset's input) into a work directory's `url_list/` table.
+
+A list names images, one row each: a URL, usually a caption, sometimes the page the image was
+found on and columns to keep (LAION, DataComp, CC3M/CC12M metadata). `read_lists` reads CSV,
+TSV, JSON lines, Parquet or plain text (one URL a line), local or on object storage,
+compressed or not, streaming, and writes
+
+- `url_list/`: one row per usable list row, partitioned by image URL like `images/`:
+  image_url (normalised as the crawler requests it), caption, page_url, extra (the kept
+  columns as a JSON object), list_file (its path or URL), row (1-based, header not counted);
+- `rejected/`: every other row with its reason: `download/bad_url` (empty, not http(s), no
+  host, longer than a request may be), `download/duplicate_url` (the URL of an earlier row,
+  in this list or one read before), `download/bad_row` (a line the reader cannot parse).
+
+The images are fetched afterwards by the crawler's fetcher (`lait.crawler.run.fetch_images`);
+stage 3 makes each caption a candidate text with source `list`.
+
+One list file is one unit of work, as one archive is for `ingest-warc`: its parts carry a tag
+derived from its path, and a marker `WORK/_done/download/TAG.json` (the file's size and
+modification time, and the column settings) is written last. A rerun skips a file whose
+marker matches and redoes a changed or interrupted one, replacing its parts.
+"""
+
+from __future__ import annotations
+
+import bz2
+import csv
+import glob
+import gzip
+import hashlib
+import io
+import json
+import logging
+import lzma
+import re
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from lait import storage
+from lait.config import ConfigError
+from lait.pagereader import resolve_slow
+from lait.parts import PartitionedWriter, WorkDir, atomic_write_json
+from lait.storage import Location
+
+log = logging.getLogger(__name__)
+
+STAGE = "download"
+FORMATS = ("txt", "csv", "tsv", "jsonl", "parquet")
+COMPRESSIONS = {".gz": lambda f: gzip.GzipFile(fileobj=f), ".bz2": bz2.BZ2File, ".xz": lzma.LZMAFile}
+SUFFIX_FORMATS = {".txt": "txt", ".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl",
+                  ".ndjson": "jsonl", ".parquet": "parquet"}
+# Scrapy drops requests for longer URLs (URLLENGTH_LIMIT) without a word: refused here instead.
+MAX_URL_LENGTH = 2083
+
+
+@dataclass
+class ListOptions:
+    """How list rows are read (img2dataset's names: url_col, caption_col, save_additional_columns)."""
+
+    input_format: str = "auto"
+    url_col: str = "url"
+    caption_col: str = "caption"  # "" for lists without captions
+    page_col: str = ""  # "" for lists without page URLs
+    extra_cols: list[str] = field(default_factory=list)
+    force: bool = False
+
+    def columns(self) -> list[str]:
+        return [c for c in dict.fromkeys([self.url_col, self.caption_col, self.page_col, *self.extra_cols]) if c]
+
+
+@dataclass
+class ListReport:
+    """What reading one list produced."""
+
+    path: str
+    tag: str
+    skipped: bool = False
+    rows: int = 0
+    kept: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# -- finding and opening lists -------------------------------------------------------------------
+
+def expand_lists(patterns: list[str]) -> list[str]:
+    """The list files `patterns` name: paths, URLs and globs of either (`s3://b/laion/*.parquet`);
+    each file once, in the order given (a glob's matches sorted). ConfigError for a pattern
+    that names nothing."""
+    out: list[str] = []
+    for pattern in patterns:
+        loc = storage.location(pattern)
+        has_glob = any(ch in pattern for ch in "*?[")
+        if isinstance(loc, storage.RemotePath):
+            fs = storage.filesystem(loc)
+            found = sorted(fs.glob(loc.url)) if has_glob else ([loc.url] if fs.exists(loc.url) else [])
+            found = [f if "://" in f else f"{loc.protocol}://{f}" for f in found]
+        else:
+            found = sorted(glob.glob(str(loc), recursive=True)) if has_glob else ([str(loc)] if loc.is_file() else [])
+        if not found:
+            raise ConfigError(f"list {pattern!r}: no such file" + (" (the pattern matches nothing)" if has_glob else ""))
+        out.extend(found)
+    return list(dict.fromkeys(out))
+
+
+def _suffixes(path: str) -> tuple[str, str | None]:
+    """(format suffix, compression suffix) of a file name: `a.csv.gz` -> (.csv, .gz)."""
+    name = path.rsplit("/", 1)[-1].lower()
+    comp = next((c for c in COMPRESSIONS if name.endswith(c)), None)
+    if comp:
+        name = name[: -len(comp)]
+    dot = name.rfind(".")
+    return (name[dot:] if dot >= 0 else ""), comp
+
+
+def list_format(path: str, input_format: str = "auto") -> str:
+    """The format of a list: `input_format` unless it is auto, else by the file's suffix."""
+    if input_format != "auto":
+        return input_format
+    suffix, _ = _suffixes(path)
+    fmt = SUFFIX_FORMATS.get(suffix)
+    if fmt is None:
+        raise ConfigError(f"list {path}: cannot tell its format from {suffix or 'no suffix'!r}; "
+                          f"give --input-format ({', '.join(FORMATS)})")
+    return fmt
+
+
+def _open_text(loc: Location, path: str) -> io.TextIOBase:
+    raw = storage.open_input(loc)
+    _, comp = _suffixes(path)
+    if comp:
+        raw = COMPRESSIONS[comp](raw)
+    return io.TextIOWrapper(raw, encoding="utf-8-sig", errors="replace", newline="")
+
+
+# -- reading rows ------------------------------------------------------------------------------
+
+@dataclass
+class RawRow:
+    """One row of a list: its number and the values of the wanted columns, or why not."""
+
+    number: int
+    values: dict[str, Any] | None = None
+    problem: str | None = None
+
+
+def read_rows(path: str, fmt: str, columns: list[str]) -> Iterator[RawRow]:
+    """The rows of a list, streaming; ConfigError when a wanted column is missing."""
+    loc = storage.location(path)
+    if fmt == "parquet":
+        yield from _parquet_rows(loc, path, columns)
+    elif fmt == "jsonl":
+        yield from _jsonl_rows(loc, path, columns)
+    elif fmt in ("csv", "tsv"):
+        yield from _csv_rows(loc, path, columns, "\t" if fmt == "tsv" else ",")
+    elif fmt == "txt":
+        if columns[1:]:
+            raise ConfigError(f"list {path}: a txt list holds URLs only, one a line; it has no "
+                              f"column {columns[1]!r} (set --caption-col '' or use csv)")
+        with _open_text(loc, path) as f:
+            n = 0
+            for line in f:
+                line = line.strip()
+                if line and not line.startswith("#"):
+                    n += 1
+                    yield RawRow(n, {columns[0]: line})
+    else:
+        raise ConfigError(f"unknown list format {fmt!r}; known: {', '.join(FORMATS)}")
+
+
+def _missing(path: str, wanted: list[str], have: list[str]) -> ConfigError:
+    missing = [c for c in wanted if c not in have]
+    return ConfigError(f"list {path}: no column {', '.join(map(repr, missing))}; its columns are "
+                       f"{', '.join(map(repr, have[:30]))} (name yours with --url-col, --caption-col, "
+                       "--page-col, --save-additional-columns; --caption-col '' for no captions)")
+
+
+def _csv_rows(loc: Location, path: str, columns: list[str], delimiter: str) -> Iterator[RawRow]:
+    csv.field_size_limit(1 << 24)
+    with _open_text(loc, path) as f:
+        reader = csv.reader(f, delimiter=delimiter)
+        header = next(reader, None)
+        if header is None:
+            return
+        header = [h.strip() for h in header]
+        if any(c not in header for c in columns):
+            raise _missing(path, columns, header)
+        index = {c: header.index(c) for c in columns}
+        n = 0
+        while True:
+            n += 1
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                yield RawRow(n, problem=f"unreadable line: {exc}")
+                continue
+            if not row or (len(row) == 1 and not row[0].strip()):
+                n -= 1  # a blank line is no row
+                continue
+            if len(row) != len(header):
+                yield RawRow(n, problem=f"{len(row)} fields where the header has {len(header)}")
+                continue
+            yield RawRow(n, {c: row[i] for c, i in index.items()})
+
+
+def _jsonl_rows(loc: Location, path: str, columns: list[str]) -> Iterator[RawRow]:
+    with _open_text(loc, path) as f:
+        n = 0
+        checked = False
+        for line in f:
+            if not line.strip():
+                continue
+            n += 1
+            try:
+                obj = json.loads(line)
+            except ValueError as exc:
+                yield RawRow(n, problem=f"not JSON: {exc}")
+                continue
+            if not isinstance(obj, dict):
+                yield RawRow(n, problem=f"a JSON {type(obj).__name__}, not an object")
+                continue
+            if not checked:  # JSON lines have no header: the first object names the columns
+                if any(c not in obj for c in columns):
+                    raise _missing(path, columns, list(obj))
+                checked = True
+            yield RawRow(n, {c: obj.get(c) for c in columns})
+
+
+def _parquet_rows(loc: Location, path: str, columns: list[str]) -> Iterator[RawRow]:
+    pf = storage.parquet_file(loc)
+    have = pf.schema_arrow.names
+    if any(c not in have for c in columns):
+        raise _missing(path, columns, have)
+    n = 0
+    for batch in pf.iter_batches(batch_size=8192, columns=columns):
+        for values in batch.to_pylist():
+            n += 1
+            yield RawRow(n, values)
+
+
+# -- list rows into tables ---------------------------------------------------------------------
+
+def normalise_url(raw: Any) -> tuple[str | None, str | None]:
+    """(the URL as the crawler requests it, None) or (None, why it cannot be fetched)."""
+    if raw is None or not str(raw).strip():
+        return None, "empty URL"
+    text = str(raw).strip()
+    if len(text) > MAX_URL_LENGTH:
+        return None, f"longer than {MAX_URL_LENGTH} characters"
+    url = resolve_slow(text, text)
+    if url is None:
+        return None, "not an http(s) URL"
+    try:
+        host = urlsplit(url).hostname
+    except ValueError:
+        host = None
+    if not host:
+        return None, "no host"
+    if len(url) > MAX_URL_LENGTH:
+        return None, f"longer than {MAX_URL_LENGTH} characters once escaped"
+    return url, None
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else str(value)
+    return text if text.strip() else None
+
+
+def file_tag(path: str) -> str:
+    """Part tag of a list: readable stem plus a hash of its location."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", path.rsplit("/", 1)[-1])[:48]
+    digest = hashlib.blake2b(path.encode("utf-8", "surrogatepass"), digest_size=5).hexdigest()
+    return f"list-{stem}-{digest}"
+
+
+def marker_path(work: WorkDir, tag: str) -> Location:
+    return work.root / "_done" / STAGE / f"{tag}.json"
+
+
+def _fingerprint(path: str, opts: ListOptions) -> dict[str, Any]:
+    loc = storage.location(path)
+    if isinstance(loc, storage.RemotePath):
+        info = storage.filesystem(loc).info(loc.url)
+        version = str(info.get("ETag") or info.get("etag") or info.get("LastModified") or info.get("mtime"))
+        size = int(info.get("size") or 0)
+    else:
+        st = loc.stat()
+        version, size = str(st.st_mtime_ns), st.st_size
+    settings = {k: v for k, v in asdict(opts).items() if k != "force"}
+    return {"path": path, "size": size, "version": version, "settings": settings}
+
+
+def is_read(work: WorkDir, path: str, opts: ListOptions) -> bool:
+    """True when `path` was read into `work` with these settings and has not changed since."""
+    m = marker_path(work, file_tag(path))
+    if not storage.exists(m):
+        return False
+    try:
+        done = json.loads(storage.read_text(m))
+    except ValueError:
+        return False
+    return all(done.get(k) == v for k, v in _fingerprint(path, opts).items())
+
+
+class _UrlSet:
+    """The URLs kept so far, as 8-byte digests (a LAION part's worth in tens of MB)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, str] = {}
+
+    @staticmethod
+    def _key(url: str) -> int:
+        return int.from_bytes(hashlib.blake2b(url.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
+
+    def first(self, url: str) -> str | None:
+        """Where `url` was kept before (`file row N`), or None."""
+        return self._seen.get(self._key(url))
+
+    def add(self, url: str, where: str) -> None:
+        self._seen[self._key(url)] = where
+
+
+def read_lists(paths: list[str], work: WorkDir, opts: ListOptions, *, show_progress: bool = True) -> list[ListReport]:
+    """Read every list into `url_list/` and `rejected/` (the caller holds the work directory's
+    lock); lists already read, unchanged, are skipped."""
+    from lait.log import progress
+
+    formats = {p: list_format(p, opts.input_format) for p in paths}
+    todo = [p for p in paths if opts.force or not is_read(work, p, opts)]
+    for p in todo:  # their earlier parts go first, so that duplicates are judged afresh
+        for table in ("url_list", "rejected"):
+            work.remove_parts(table, file_tag(p))
+        storage.remove(marker_path(work, file_tag(p)))
+    seen = _UrlSet()
+    for row in work.iter_rows("url_list", columns=["image_url", "list_file", "row"], batch_size=8192):
+        seen.add(row["image_url"], f"{row['list_file'].rsplit('/', 1)[-1]} row {row['row']}")
+    reports = []
+    bar = progress(desc="download: lists", unit=" rows", disable=not show_progress)
+    try:
+        for p in paths:
+            if p not in todo:
+                reports.append(ListReport(p, file_tag(p), skipped=True))
+                continue
+            reports.append(_read_list(p, formats[p], work, opts, seen, bar))
+    finally:
+        bar.close()
+    return reports
+
+
+def _read_list(path: str, fmt: str, work: WorkDir, opts: ListOptions, seen: _UrlSet, bar) -> ListReport:
+    start = time.perf_counter()
+    tag = file_tag(path)
+    name = path.rsplit("/", 1)[-1]
+    report = ListReport(path, tag)
+    rejected: Counter[str] = Counter()
+    parts = PartitionedWriter(work, tag, row_group_bytes=8 << 20, extra_stats={"stage": STAGE, "list_file": path})
+
+    def reject(rule: str, key: str, detail: str, **ids: Any) -> None:
+        parts.reject(f"{STAGE}/{rule}", parts.partition_of(key), detail=f"{name} {detail}", **ids)
+        rejected[f"{STAGE}/{rule}"] += 1
+
+    try:
+        for raw in read_rows(path, fmt, opts.columns()):
+            report.rows += 1
+            bar.update(1)
+            where = f"row {raw.number}"
+            if raw.values is None:
+                reject("bad_row", f"{path}#{raw.number}", f"{where}: {raw.problem}")
+                continue
+            v = raw.values
+            caption = _text(v.get(opts.caption_col)) if opts.caption_col else None
+            page = _text(v.get(opts.page_col)) if opts.page_col else None
+            url, problem = normalise_url(v.get(opts.url_col))
+            if url is None:
+                raw_url = _text(v.get(opts.url_col))
+                reject("bad_url", raw_url or f"{path}#{raw.number}", f"{where}: {problem}",
+                       image_url=raw_url, page_url=page, text=caption)
+                continue
+            first = seen.first(url)
+            if first is not None:
+                reject("duplicate_url", url, f"{where}: the URL of {first}", image_url=url, page_url=page,
+                       text=caption)
+                continue
+            seen.add(url, f"{name} row {raw.number}")
+            extra = {c: v.get(c) for c in opts.extra_cols}
+            parts.write("url_list", parts.partition_of(url), {
+                "image_url": url, "caption": caption, "page_url": page,
+                "extra": json.dumps(extra, ensure_ascii=False, default=str) if extra else None,
+                "list_file": path, "row": raw.number})
+            report.kept += 1
+        parts.close()
+    except BaseException:
+        parts.abort()
+        raise
+    report.rejected = dict(sorted(rejected.items()))
+    report.seconds = round(time.perf_counter() - start, 3)
+    atomic_write_json(marker_path(work, tag), {**_fingerprint(path, opts), "report": report.to_dict()})
+    return report

@@ -1,0 +1,145 @@
+"""Issue 19: URL lists into url_list/ and rejected/ (`lait.crawler.url_list`), without fetching."""
+
+from __future__ import annotations
+
+import bz2
+import csv
+import gzip
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lait.config import ConfigError
+from lait.crawler.url_list import ListOptions, expand_lists, list_format, normalise_url, read_lists
+from lait.parts import WorkDir
+
+ROWS = [
+    {"url": "http://a.test/1.jpg", "caption": "a red bus on a street", "page": "http://a.test/p1", "nsfw": "UNLIKELY"},
+    {"url": "http://b.test/2.jpg", "caption": "two dogs in the snow", "page": "", "nsfw": "UNLIKELY"},
+    {"url": "", "caption": "no url at all", "page": "", "nsfw": "UNSURE"},
+    {"url": "ftp://c.test/3.jpg", "caption": "an ftp photo", "page": "", "nsfw": "UNLIKELY"},
+    {"url": "http://a.test/1.jpg", "caption": "the same bus again", "page": "", "nsfw": "UNLIKELY"},
+    {"url": "http://d.test/4 x.jpg#frag", "caption": "", "page": "", "nsfw": "NSFW"},
+]
+
+
+def write_csv(path, rows, delimiter=","):
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "wt", newline="") as f:
+        w = csv.DictWriter(f, list(rows[0]), delimiter=delimiter)
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def read(work_dir, paths, **kw):
+    work = WorkDir(work_dir, n_partitions=3).init()
+    reports = read_lists([str(p) for p in paths], work, ListOptions(**kw), show_progress=False)
+    return work, reports
+
+
+def outcome(work):
+    rows = sorted(work.iter_rows("url_list"), key=lambda r: (r["list_file"], r["row"]))
+    kept = [(r["image_url"], r["caption"], r["page_url"], r["row"]) for r in rows]
+    rejected = sorted(((r["reason"], r["image_url"], r["detail"]) for r in work.iter_rows("rejected")),
+                      key=lambda r: (r[0], r[1] or "", r[2]))
+    return kept, rejected
+
+
+@pytest.mark.parametrize("name", ["list.csv", "list.csv.gz", "list.tsv", "list.jsonl", "list.jsonl.bz2",
+                                  "list.parquet"])
+def test_every_format_gives_the_same_rows(tmp_path, name):
+    path = tmp_path / name
+    if ".csv" in name:
+        write_csv(path, ROWS)
+    elif ".tsv" in name:
+        write_csv(path, ROWS, delimiter="\t")
+    elif ".jsonl" in name:
+        text = "".join(json.dumps(r) + "\n" for r in ROWS).encode()
+        path.write_bytes(bz2.compress(text) if name.endswith(".bz2") else text)
+    else:
+        pq.write_table(pa.Table.from_pylist(ROWS), path)
+    work, (report,) = read(tmp_path / "W", [path], page_col="page", extra_cols=["nsfw"])
+    kept, rejected = outcome(work)
+    assert kept == [("http://a.test/1.jpg", "a red bus on a street", "http://a.test/p1", 1),
+                    ("http://b.test/2.jpg", "two dogs in the snow", None, 2),
+                    ("http://d.test/4%20x.jpg", None, None, 6)]  # escaped as requested, no fragment
+    assert [(r, u) for r, u, _ in rejected] == [
+        ("download/bad_url", None), ("download/bad_url", "ftp://c.test/3.jpg"),
+        ("download/duplicate_url", "http://a.test/1.jpg")]
+    dup = [d for r, _, d in rejected if r == "download/duplicate_url"][0]
+    assert dup == f"{name} row 5: the URL of {name} row 1"
+    assert report.rows == 6 and report.kept == 3
+    extras = {r["row"]: json.loads(r["extra"]) for r in work.iter_rows("url_list")}
+    assert extras == {1: {"nsfw": "UNLIKELY"}, 2: {"nsfw": "UNLIKELY"}, 6: {"nsfw": "NSFW"}}
+
+
+def test_txt_lists_and_bad_rows(tmp_path):
+    txt = tmp_path / "urls.txt"
+    txt.write_text("# a comment\nhttp://a.test/1.jpg\n\nhttps://b.test/2.png\nnot a url\n")
+    work, _ = read(tmp_path / "W", [txt], caption_col="")
+    kept, rejected = outcome(work)
+    assert [k[0] for k in kept] == ["http://a.test/1.jpg", "https://b.test/2.png"]
+    assert [r for r, *_ in rejected] == ["download/bad_url"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"url": "http://c.test/x.jpg", "caption": "ok here"}\n{broken\n[1, 2]\n')
+    messy = tmp_path / "messy.csv"
+    messy.write_text("url,caption\nhttp://e.test/1.jpg,fine\nhttp://e.test/2.jpg,too,many,fields\n")
+    work, reports = read(tmp_path / "W2", [bad, messy])
+    kept, rejected = outcome(work)
+    assert [k[0] for k in kept] == ["http://c.test/x.jpg", "http://e.test/1.jpg"]
+    details = sorted(d for r, _, d in rejected if r == "download/bad_row")
+    assert details[0].startswith("bad.jsonl row 2: not JSON") and details[1].startswith("bad.jsonl row 3: a JSON list")
+    assert details[2] == "messy.csv row 2: 4 fields where the header has 2"
+
+
+def test_missing_columns_and_unknown_formats_are_one_line_errors(tmp_path):
+    path = write_csv(tmp_path / "l.csv", [{"URL": "http://a.test/x.jpg", "TEXT": "a cat"}])
+    with pytest.raises(ConfigError, match=r"no column 'url'.*'URL', 'TEXT'.*--url-col"):
+        read(tmp_path / "W", [path])
+    work, _ = read(tmp_path / "W", [path], url_col="URL", caption_col="TEXT")
+    assert outcome(work)[0] == [("http://a.test/x.jpg", "a cat", None, 1)]
+    with pytest.raises(ConfigError, match="--input-format"):
+        list_format(str(tmp_path / "l.dat"))
+    assert list_format(str(tmp_path / "l.dat"), "csv") == "csv"
+    with pytest.raises(ConfigError, match="no such file"):
+        expand_lists([str(tmp_path / "nope.csv")])
+    with pytest.raises(ConfigError, match="matches nothing"):
+        expand_lists([str(tmp_path / "*.parquet")])
+
+
+def test_globs_duplicates_across_lists_and_reruns(tmp_path):
+    a = write_csv(tmp_path / "part-0.csv", [{"url": "http://a.test/1.jpg", "caption": "one"},
+                                             {"url": "http://a.test/2.jpg", "caption": "two"}])
+    b = write_csv(tmp_path / "part-1.csv", [{"url": "http://a.test/2.jpg", "caption": "two again"},
+                                             {"url": "http://a.test/3.jpg", "caption": "three"}])
+    paths = expand_lists([str(tmp_path / "part-*.csv")])
+    assert paths == [str(a), str(b)]
+    work, reports = read(tmp_path / "W", paths)
+    kept, rejected = outcome(work)
+    assert sorted(k[0] for k in kept) == ["http://a.test/1.jpg", "http://a.test/2.jpg", "http://a.test/3.jpg"]
+    assert [(r, d) for r, _, d in rejected] == [("download/duplicate_url", "part-1.csv row 1: the URL of part-0.csv row 2")]
+    # Unchanged lists are skipped; a list read again alone still sees the other's URLs.
+    work, reports = read(tmp_path / "W", paths)
+    assert [r.skipped for r in reports] == [True, True]
+    write_csv(b, [{"url": "http://a.test/1.jpg", "caption": "one again"}, {"url": "http://a.test/4.jpg", "caption": "four"}])
+    work, reports = read(tmp_path / "W", paths)
+    assert [r.skipped for r in reports] == [True, False]
+    kept, rejected = outcome(work)
+    assert sorted(k[0] for k in kept) == ["http://a.test/1.jpg", "http://a.test/2.jpg", "http://a.test/4.jpg"]
+    assert [(r, d) for r, _, d in rejected] == [("download/duplicate_url", "part-1.csv row 1: the URL of part-0.csv row 1")]
+    # Other column settings read the list again.
+    work, reports = read(tmp_path / "W", paths, extra_cols=["caption"])
+    assert [r.skipped for r in reports] == [False, False]
+
+
+def test_url_normalisation():
+    assert normalise_url(" http://Example.test/a b.jpg#x ") == ("http://example.test/a%20b.jpg", None)
+    assert normalise_url("https://bücher.test/ä.jpg")[0] == "https://xn--bcher-kva.test/%C3%A4.jpg"
+    assert normalise_url("http:///nohost.jpg") == (None, "no host")
+    assert normalise_url("data:image/png;base64,AAAA") == (None, "not an http(s) URL")
+    assert normalise_url("example.test/x.jpg") == (None, "not an http(s) URL")
+    assert normalise_url(None) == (None, "empty URL")
+    assert normalise_url("http://a.test/" + "x" * 3000)[1].startswith("longer than 2083")
