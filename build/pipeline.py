@@ -47,16 +47,22 @@ BUILD_TABLES = ("build_images", "build_plan", "pool")  # the build's own tables,
 
 
 @dataclass
-class BuildResult:
-    """What `build` did: per-pass executor reports and the dataset's counters."""
+class Reports:
+    """The run reports of a command's passes and the stats of what it wrote."""
 
     reports: list[RunReport] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
-    reused: bool = False
 
     @property
     def ok(self) -> bool:
         return all(r.ok for r in self.reports)
+
+
+@dataclass
+class BuildResult(Reports):
+    """What `build` did: per-pass executor reports and the dataset's counters."""
+
+    reused: bool = False
 
     def summary(self) -> str:
         lines = [r.summary() for r in self.reports]

@@ -27,7 +27,7 @@ import io
 import json
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 from lait import storage
 from lait.build.aggregate import score_cut, write_plan
 from lait.build.config import SelectConfig
+from lait.build.pipeline import Reports
 from lait.build.sample import UID_DTYPE, array_to_uids
 from lait.build.shards import ShardStage, finish_shard_dir, shard_files, write_stats
 from lait.config import ConfigError
@@ -45,7 +46,6 @@ from lait.executor import make_executor
 from lait.fingerprint import global_fingerprint
 from lait.lock import LOCAL_FILE, REMOTE_FILE, locked_output
 from lait.parts import WorkDir, atomic_write_json
-from lait.stage import RunReport
 
 log = logging.getLogger(__name__)
 
@@ -62,15 +62,8 @@ def own_name(name: str) -> bool:
 
 
 @dataclass
-class SelectResult:
+class SelectResult(Reports):
     """What a selection did: the shard pass's report and the folder's stats."""
-
-    reports: list[RunReport] = field(default_factory=list)
-    stats: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return all(r.ok for r in self.reports)
 
     def summary(self) -> str:
         lines = [r.summary() for r in self.reports]

@@ -43,7 +43,7 @@ from urllib.parse import urlsplit
 from lait import storage
 from lait.config import ConfigError
 from lait.pagereader import resolve_slow
-from lait.parts import PartitionedWriter, WorkDir, atomic_write_json
+from lait.parts import PartitionedWriter, WorkDir, atomic_write_json, input_done, input_marker
 from lait.storage import Location
 
 log = logging.getLogger(__name__)
@@ -285,7 +285,7 @@ def file_tag(path: str) -> str:
 
 
 def marker_path(work: WorkDir, tag: str) -> Location:
-    return work.root / "_done" / STAGE / f"{tag}.json"
+    return input_marker(work, STAGE, tag)
 
 
 def _fingerprint(path: str, opts: ListOptions) -> dict[str, Any]:
@@ -303,14 +303,7 @@ def _fingerprint(path: str, opts: ListOptions) -> dict[str, Any]:
 
 def is_read(work: WorkDir, path: str, opts: ListOptions) -> bool:
     """True when `path` was read into `work` with these settings and has not changed since."""
-    m = marker_path(work, file_tag(path))
-    if not storage.exists(m):
-        return False
-    try:
-        done = json.loads(storage.read_text(m))
-    except ValueError:
-        return False
-    return all(done.get(k) == v for k, v in _fingerprint(path, opts).items())
+    return input_done(work, STAGE, file_tag(path), _fingerprint(path, opts))
 
 
 class _UrlSet:

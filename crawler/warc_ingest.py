@@ -50,7 +50,7 @@ from lait.pagereader import (is_noai, is_tdm_reserved, page_license, page_meta, 
                              tdm_reservation)
 from lait.reasons import http_error
 from lait.lock import locked
-from lait.parts import PartitionedWriter, WorkDir, atomic_write_json
+from lait.parts import PartitionedWriter, WorkDir, atomic_write_json, input_done, input_marker
 from lait.storage import Location
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ def file_tag(path: str | Path) -> str:
 
 
 def marker_path(work: WorkDir, tag: str) -> Location:
-    return work.root / "_done" / STAGE / f"{tag}.json"
+    return input_marker(work, STAGE, tag)
 
 
 def _fingerprint(path: Path) -> dict[str, Any]:
@@ -120,17 +120,7 @@ def _fingerprint(path: Path) -> dict[str, Any]:
 
 def is_ingested(work: WorkDir, path: str | Path) -> bool:
     """True when `path` was fully ingested into `work` and has not changed since."""
-    import json
-
-    m = marker_path(work, file_tag(path))
-    if not storage.exists(m):
-        return False
-    try:
-        done = json.loads(storage.read_text(m))
-    except ValueError:
-        return False
-    fp = _fingerprint(Path(path))
-    return all(done.get(k) == v for k, v in fp.items())
+    return input_done(work, STAGE, file_tag(path), _fingerprint(Path(path)))
 
 
 def _parse_date(value: str | None) -> datetime:

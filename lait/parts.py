@@ -547,3 +547,22 @@ class RollingPartitionedWriter(PartitionedWriter):
     def _event(self, name: str) -> None:
         if self.on_event is not None:
             self.on_event(name)
+
+
+def input_marker(work: WorkDir, stage: str, tag: str):
+    """The completion marker of one input file (an archive, a URL list) that `stage` read."""
+    return work.root / "_done" / stage / f"{tag}.json"
+
+
+def input_done(work: WorkDir, stage: str, tag: str, fingerprint: dict) -> bool:
+    """True when the marker of input `tag` exists and records `fingerprint` (the file unchanged)."""
+    import json
+
+    m = input_marker(work, stage, tag)
+    if not storage.exists(m):
+        return False
+    try:
+        done = json.loads(storage.read_text(m))
+    except ValueError:
+        return False
+    return all(done.get(k) == v for k, v in fingerprint.items())
