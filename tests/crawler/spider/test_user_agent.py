@@ -10,7 +10,7 @@ from lait.crawler import settings
 
 def test_user_agent_points_at_the_site_owners_section(repo_root):
     assert settings.USER_AGENT.startswith(f"lait/{lait.__version__} ")
-    assert lait.SITE_OWNERS_URL in settings.USER_AGENT and "pypi.org" not in settings.USER_AGENT
+    assert lait.SITE_OWNERS_URL in settings.USER_AGENT and "pypi" not in settings.USER_AGENT.lower()
     urls = tomllib.loads((repo_root / "pyproject.toml").read_text())["project"]["urls"]
     assert urls["Homepage"] == lait.HOMEPAGE and urls["For site owners"] == lait.SITE_OWNERS_URL
     readme = (repo_root / "README.md").read_text()
