@@ -112,22 +112,38 @@ class RejectSink:
         self.parts.abort()
 
 
+IMAGE_COLUMNS = ["image_url", "sha256", "phash", "width", "height", "format", "src_file", "row_group", "row_index"]
+CAND_FIELDS = ["text", "source", "lang", "score", "page_url", "model", "pretrained", "license"]
+
+
 def load_images(work: WorkDir) -> list[Image]:
+    """Every row of `build_images/` as a small `Image` record, sorted by URL.
+
+    Read a row group at a time column by column (a list per column, the candidates flattened
+    once per group): converting rows with nested candidates to dicts one by one cost three
+    times as much."""
     shared: dict[Any, Any] = {}
     share = shared.setdefault  # one object per distinct page URL, source, language, model
-
-    def cands(rows: list[dict[str, Any]]) -> list[Cand]:
-        return [Cand(c["text"], share(c["source"], c["source"]), share(c["lang"], c["lang"]), c["score"],
-                     share(c["page_url"], c["page_url"]), share(c["model"], c["model"]),
-                     share(c["pretrained"], c["pretrained"]), share(c.get("license"), c.get("license")))
-                for c in rows]
-
-    images = [
-        Image(r["image_url"], r["sha256"], phash_int(r["phash"]), r["width"], r["height"],
-              share(r["format"], r["format"]), share(r["src_file"], r["src_file"]), r["row_group"],
-              r["row_index"], cands(r["candidates"]))
-        for r in work.iter_rows("build_images", batch_size=1024)
-    ]
+    images = []
+    for f in work.part_files("build_images"):
+        pf = storage.parquet_file(f)
+        for rg in range(pf.num_row_groups):
+            group = pf.read_row_group(rg)
+            cols = [group.column(c).to_pylist() for c in IMAGE_COLUMNS]
+            cands_col = group.column("candidates").combine_chunks()
+            offsets = cands_col.offsets.to_pylist()
+            values = cands_col.flatten()  # the candidates of this group's rows, sliced as they are
+            by_name = dict(zip((values.type.field(i).name for i in range(values.type.num_fields)),
+                               values.flatten()))
+            fields = [by_name[name].to_pylist() if name in by_name else [None] * len(values)
+                      for name in CAND_FIELDS]
+            cands = [Cand(text, share(source, source), share(lang, lang), score, share(page, page),
+                          share(model, model), share(pre, pre), share(lic, lic))
+                     for text, source, lang, score, page, model, pre, lic in zip(*fields)]
+            for i, (url, sha, ph, w, h, fmt, src, grp, idx) in enumerate(zip(*cols)):
+                images.append(Image(url, sha, phash_int(ph), w, h, share(fmt, fmt), share(src, src), grp, idx,
+                                    cands[offsets[i] - offsets[0]:offsets[i + 1] - offsets[0]]))
+            del group
     # Sorting makes every later step independent of partition and part order.
     images.sort(key=lambda im: im.url)
     return images
@@ -329,6 +345,9 @@ def _cand_json(c: Cand) -> dict[str, Any]:
             "score": round(float(c.score), 6), "page_url": c.page_url}
 
 
+_META_ENCODER = json.JSONEncoder(ensure_ascii=False, sort_keys=True)  # once, not per row as `json.dumps` would
+
+
 def plan_row(key: str, shard: int, g: Group, cfg: BuildConfig) -> dict[str, Any]:
     best, rep = g.candidates[0], g.rep
     meta = {
@@ -360,4 +379,4 @@ def plan_row(key: str, shard: int, g: Group, cfg: BuildConfig) -> dict[str, Any]
             "sha256": rep.sha256, "phash": f"{rep.phash:016x}", "src_file": rep.src_file,
             "row_group": rep.row_group, "row_index": rep.row_index,
             "n_candidates": len(g.candidates), "n_duplicates": len(g.members) - 1,
-            "meta": json.dumps(meta, ensure_ascii=False, sort_keys=True)}
+            "meta": _META_ENCODER.encode(meta)}

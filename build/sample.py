@@ -110,9 +110,12 @@ def make_sample(meta: dict[str, Any], **image: Any) -> dict[str, Any]:
     return out
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)  # `json.dumps` makes one per call
+
+
 def sample_json(sample: dict[str, Any]) -> bytes:
     """KEY.json: the sample's record in schema order (UTF-8, no NaN)."""
-    return json.dumps(sample, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    return _ENCODER.encode(sample).encode("utf-8")
 
 
 def check_sample(obj: Any) -> list[str]:

@@ -15,8 +15,11 @@ import dataclasses
 import io
 import json
 import logging
+import os
+import queue
 import re
 import tarfile
+import threading
 import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -41,64 +44,154 @@ log = logging.getLogger(__name__)
 MTIME = 1_700_000_000
 
 UIDS_FILE = "uids.npy"
+# The columns of `build_plan/` a shard reads per sample (the others are for people and `lait select`).
+PLAN_COLUMNS = ["key", "image_url", "page_url", "caption", "format", "width", "height", "src_file", "row_group",
+                "row_index", "meta"]
 
 
 def shard_name(shard: int) -> str:
     return f"{shard:05d}"
 
 
+def _header_template() -> tuple[bytes, int]:
+    head = bytearray(512)
+    head[100:108] = b"0000444\0"
+    head[108:116] = b"0000000\0"
+    head[116:124] = b"0000000\0"
+    head[136:148] = b"%011o\0" % MTIME
+    head[148:156] = b"        "  # the checksum counts its own field as spaces
+    head[156:157] = b"0"
+    head[257:265] = b"ustar\x0000"
+    return bytes(head), sum(head)
+
+
+_HEADER, _HEADER_SUM = _header_template()
+
+
 def ustar_header(name: str, size: int) -> bytes:
     """The 512-byte ustar header of a regular file with lait's fixed metadata.
 
     Built directly, byte-identical to what `tarfile` writes for the same member (its `TarInfo.tobuf`
-    costs as much as copying a 150 KB JPEG). Names must be ASCII and under 100 bytes.
+    costs as much as copying a 150 KB JPEG): a fixed template with the name, the size and the
+    checksum filled in. Names must be ASCII and under 100 bytes.
     """
     raw = name.encode("ascii")
     if len(raw) >= 100:
         raise ValueError(f"tar member name too long for a plain ustar header: {name!r}")
-    head = bytearray(512)
-    head[0:len(raw)] = raw
-    head[100:108] = b"0000444\0"
-    head[108:116] = b"0000000\0"
-    head[116:124] = b"0000000\0"
-    head[124:136] = b"%011o\0" % size
-    head[136:148] = b"%011o\0" % MTIME
-    head[148:156] = b"        "
-    head[156:157] = b"0"
-    head[257:265] = b"ustar\x0000"
-    head[148:156] = b"%06o\0 " % sum(head)
-    return bytes(head)
+    size_field = b"%011o\0" % size
+    check = b"%06o\0 " % (_HEADER_SUM + sum(raw) + sum(size_field))
+    return b"".join((raw, _HEADER[len(raw):124], size_field, _HEADER[136:148], check, _HEADER[156:]))
+
+
+_ZEROS = bytes(512)
 
 
 class TarShardWriter:
     """Streams samples (dicts of extension -> bytes) into a tar that appears atomically
-    (a local temporary file renamed into place, or an upload completed on `close`)."""
+    (a local temporary file renamed into place, or an upload completed on `close`).
+
+    Locally, samples are handed in batches of about `BATCH_BYTES` to a writer thread that puts
+    each batch out in one `writev` (headers, bytes and padding: no copy into a user-space
+    buffer) while the caller prepares the next samples; the copy into the page cache releases
+    the GIL. Every `WRITEBACK_BYTES` the thread asks the kernel to start writing the pages out,
+    so that the fsync of `close` finds little left to wait for. At most `QUEUE` batches wait.
+    """
+
+    BATCH_BYTES = 1 << 20
+    BATCH_CHUNKS = 512  # well under IOV_MAX (1024 on Linux)
+    WRITEBACK_BYTES = 8 << 20
+    QUEUE = 8
 
     def __init__(self, path: Location):
         self.path = path
         self._out = storage.open_output(path)
-        self._file = self._out.stream(buffering=1 << 20)
+        local = isinstance(self._out, storage.LocalOutput)
+        self._file = self._out.stream(buffering=0 if local else -1)
+        self._fd = self._file.fileno() if local else None
+        self._batch: list = []
+        self._batch_bytes = 0
+        self._offset = 0  # bytes handed out so far (headers and padding included)
+        self._error: BaseException | None = None
+        self._queue: queue.Queue | None = None
+        self._thread: threading.Thread | None = None
+        if self._fd is not None:
+            self._queue = queue.Queue(self.QUEUE)
+            self._thread = threading.Thread(target=self._drain, name="lait-tar-writer", daemon=True)
+            self._thread.start()
         self.samples = 0
         self.bytes = 0
 
     def write(self, key: str, sample: dict[str, bytes]) -> None:
-        f = self._file
+        batch = self._batch
         for ext, data in sample.items():
-            f.write(ustar_header(f"{key}.{ext}", len(data)))
-            f.write(data)
-            pad = -len(data) % 512
+            size = len(data)
+            batch.append(ustar_header(f"{key}.{ext}", size))
+            batch.append(data)
+            pad = -size % 512
             if pad:
-                f.write(b"\0" * pad)
-            self.bytes += len(data)
+                batch.append(_ZEROS[:pad])
+            self._batch_bytes += 512 + size + pad
+            self.bytes += size
         self.samples += 1
+        if self._batch_bytes >= self.BATCH_BYTES or len(batch) >= self.BATCH_CHUNKS:
+            self._send()
+
+    def _send(self) -> None:
+        batch, self._batch, size = self._batch, [], self._batch_bytes
+        self._batch_bytes = 0
+        self._offset += size
+        if self._queue is None:
+            for c in batch:
+                self._file.write(c)
+            return
+        if self._error is not None:
+            raise OSError(f"writing {self.path} failed: {self._error}") from self._error
+        self._queue.put((batch, size))
+
+    def _drain(self) -> None:
+        """The writer thread: batches out to the file until the end mark (None)."""
+        assert self._queue is not None and self._fd is not None
+        fd, offset, synced = self._fd, 0, 0
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if self._error is not None:
+                continue  # keep taking batches so that the producer never blocks
+            batch, size = item
+            try:
+                written = os.writev(fd, batch)
+                if written < size:  # a short write (a signal, a full disk): the rest in one piece
+                    rest = memoryview(b"".join(bytes(c) for c in batch))[written:]
+                    while rest:
+                        rest = rest[os.write(fd, rest):]
+                offset += size
+                if offset - synced >= self.WRITEBACK_BYTES:
+                    storage.start_writeback(fd, synced, offset - synced)
+                    synced = offset
+            except BaseException as exc:  # raised in the caller by the next write or close
+                self._error = exc
+
+    def _stop(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
 
     def close(self) -> None:
         # End of archive: two zero blocks, padded to tarfile's 10 KiB record size.
-        written = self._file.tell() + 1024
-        self._file.write(b"\0" * (1024 + (-written % tarfile.RECORDSIZE)))
-        self._out.commit()  # flush, fsync and rename; or complete the upload
+        end = self._offset + self._batch_bytes + 1024
+        tail = 1024 + (-end % tarfile.RECORDSIZE)
+        self._batch.append(b"\0" * tail)
+        self._batch_bytes += tail
+        self._send()
+        self._stop()
+        if self._error is not None:
+            raise OSError(f"writing {self.path} failed: {self._error}") from self._error
+        self._out.commit()  # fsync and rename; or complete the upload
 
     def abort(self) -> None:
+        self._stop()
         self._out.discard()
 
 
@@ -117,13 +210,21 @@ class _RowGroupBytes:
         self._next = 0
         self._ahead = ahead
         self._key: tuple[str, int] | None = None
-        self._col: pa.Array | None = None
+        self._col: tuple[Any, memoryview, Any] | None = None
 
-    def _read(self, src_file: str, row_group: int) -> pa.Array:
+    def _read(self, src_file: str, row_group: int) -> tuple[list[int], memoryview, np.ndarray | None]:
         # A file is opened per group, not kept open: an open ParquetFile keeps a buffer as large
         # as the last column chunk it read, which over 16 partitions' files was 130 MB a worker.
-        col = storage.parquet_file(self.dir / src_file).read_row_group(row_group, columns=["bytes"]).column(0)
-        return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()  # no copy when whole
+        col = storage.parquet_file(self.dir / src_file, memory_map=True).read_row_group(
+            row_group, columns=["bytes"]).column(0)
+        col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()  # no copy when whole
+        # The value offsets and the data buffer, so that a row's bytes are a slice of Arrow's
+        # memory (no copy, and none of the cost of a scalar per row).
+        _, offsets, data = col.buffers()
+        width = np.int64 if pa.types.is_large_binary(col.type) else np.int32
+        offsets = np.frombuffer(offsets, width)[col.offset:col.offset + len(col) + 1].tolist()
+        nulls = col.is_null().to_numpy(zero_copy_only=False) if col.null_count else None
+        return offsets, memoryview(data if data is not None else b""), nulls
 
     def _fill(self) -> None:
         while self._next < len(self._groups) and len(self._futures) <= self._ahead:
@@ -131,7 +232,7 @@ class _RowGroupBytes:
             self._futures[g] = self._pool.submit(self._read, *g)
             self._next += 1
 
-    def get(self, src_file: str, row_group: int, row_index: int) -> pa.Buffer | None:
+    def get(self, src_file: str, row_group: int, row_index: int) -> memoryview | None:
         key = (src_file, row_group)
         if self._key != key:
             self._fill()
@@ -139,9 +240,11 @@ class _RowGroupBytes:
             self._col = fut.result() if fut is not None else self._read(*key)
             self._key = key
             self._fill()
+        offsets, data, nulls = self._col
+        if nulls is not None and nulls[row_index]:
+            return None
         # A view of Arrow's buffer, not a copy: the tar writer reads it once.
-        value = self._col[row_index]
-        return value.as_buffer() if value.is_valid else None
+        return data[offsets[row_index]:offsets[row_index + 1]]
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -186,7 +289,7 @@ class ShardStage(Stage):
                                         table.column("row_group").to_pylist())))
         source = _RowGroupBytes(source_work, groups)
         regions = RegionReader.load(source_work, table.column("image_url").to_pylist()) if self.regions else None
-        plan = (r for batch in table.to_batches(max_chunksize=512) for r in batch.to_pylist())
+        plan = (r for batch in table.select(PLAN_COLUMNS).to_batches(max_chunksize=512) for r in batch.to_pylist())
         tar = TarShardWriter(out_dir / f"{name}.tar")
         sidecar: list[dict[str, Any]] = []
         try:

@@ -97,6 +97,22 @@ def _batches(items: Iterable[tuple[str, bytes]], size: int) -> Iterator[list[tup
         yield batch
 
 
+DECODER_NICE = 10  # added to the decode workers' niceness (0: same priority as the model)
+
+
+def _start_decoder(setup) -> None:
+    """A decode worker yields the cores to the model: decoding runs ahead of the model by a few
+    batches, so it can wait; a model thread that loses its core stalls its whole matrix product."""
+    import os
+
+    setup()
+    if DECODER_NICE:
+        try:
+            os.nice(DECODER_NICE)
+        except OSError:  # not permitted here: decode at the normal priority
+            pass
+
+
 def decode_stream(decoder: ImageDecoder, items: Iterable[tuple[str, bytes]], batch_size: int,
                   workers: int) -> Iterator[DecodedBatch]:
     """Decoded batches in input order; with `workers` > 0, decoded ahead in a process pool."""
@@ -110,7 +126,7 @@ def decode_stream(decoder: ImageDecoder, items: Iterable[tuple[str, bytes]], bat
 
     # fork: the children only run Pillow and numpy, never torch kernels.
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
-                               initializer=large_mmap_threshold)
+                               initializer=_start_decoder, initargs=(large_mmap_threshold,))
     window = 2 * workers + 1
     pending: deque = deque()
     try:

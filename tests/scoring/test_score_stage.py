@@ -192,3 +192,30 @@ def test_checkpoint_round_trip(tmp_path):
         i = model.encode_image(pre(Image.open(io.BytesIO(images[r["image_url"]]))).unsqueeze(0), normalize=True)
         t = model.encode_text(tok([r["text"]]), normalize=True)
     assert abs(float(i @ t.T) - r["score"]) < 2e-5
+
+
+class _ReportNiceness:
+    """A stand-in decoder that reports the niceness of the process it runs in."""
+
+    def __call__(self, items):
+        import os
+
+        import numpy as np
+
+        from lait.scoring.decode import DecodedBatch
+
+        return DecodedBatch([f"{key}:{os.nice(0)}" for key, _ in items], np.zeros((len(items), 1, 1, 3), np.uint8))
+
+
+def test_decode_workers_yield_the_cores_to_the_model():
+    """Decoding runs ahead in worker processes at a lower priority than the model's threads."""
+    import os
+
+    from lait.scoring.decode import DECODER_NICE, decode_stream
+
+    parent = os.nice(0)
+    batches = list(decode_stream(_ReportNiceness(), [(f"u{i}", b"") for i in range(6)], batch_size=2, workers=2))
+    keys = [k for b in batches for k in b.keys]
+    assert [k.split(":")[0] for k in keys] == [f"u{i}" for i in range(6)]  # input order kept
+    assert {int(k.split(":")[1]) for k in keys} == {min(19, parent + DECODER_NICE)}
+    assert os.nice(0) == parent
