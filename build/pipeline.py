@@ -44,6 +44,9 @@ FINGERPRINT = "build_fingerprint.json"
 # so that a build made by an older lait is redone (2: the fixed sample schema, uids, the pool).
 VERSION = 2
 BUILD_TABLES = ("build_images", "build_plan", "pool")  # the build's own tables, cleared on a rebuild
+# Up to this many images the plan runs in this process: its heap stays under a few tens of MB,
+# and a child would cost more than it saves (40 ms of a 0.25 s plan of 2,000 images).
+PLAN_IN_PROCESS_IMAGES = 20_000
 
 
 @dataclass
@@ -142,7 +145,8 @@ def run_passes(work: WorkDir, cfg: BuildConfig) -> BuildResult:
         plan_report.skipped.append(0)
     else:
         start = time.perf_counter()
-        counters = plan_in_child(cfg)
+        small = work.count("build_images") <= PLAN_IN_PROCESS_IMAGES
+        counters = _plan(cfg) if small else plan_in_child(cfg)
         work.mark_done("build_plan", 0, {"stage": "build_plan", "partition": 0, "counters": counters,
                                           "seconds": round(time.perf_counter() - start, 3)})
         plan_report.done.append(0)
