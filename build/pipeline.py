@@ -145,8 +145,7 @@ def run_passes(work: WorkDir, cfg: BuildConfig) -> BuildResult:
         plan_report.skipped.append(0)
     else:
         start = time.perf_counter()
-        small = work.count("build_images") <= PLAN_IN_PROCESS_IMAGES
-        counters = _plan(cfg) if small else plan_in_child(cfg)
+        counters = run_plan(work, cfg)
         work.mark_done("build_plan", 0, {"stage": "build_plan", "partition": 0, "counters": counters,
                                           "seconds": round(time.perf_counter() - start, 3)})
         plan_report.done.append(0)
@@ -166,6 +165,17 @@ def run_passes(work: WorkDir, cfg: BuildConfig) -> BuildResult:
 
 def _plan(cfg: BuildConfig) -> dict[str, Any]:
     return plan_build(open_work_dir(cfg.work, initialized=True), cfg)
+
+
+def run_plan(work: WorkDir, cfg: BuildConfig) -> dict[str, Any]:
+    """`plan_build` here for a small build, in a child process for a large one; its counters.
+    Either way an error comes out as one RuntimeError that names it."""
+    if work.count("build_images") > PLAN_IN_PROCESS_IMAGES:
+        return plan_in_child(cfg)
+    try:
+        return _plan(cfg)
+    except Exception as exc:
+        raise RuntimeError(f"build: planning failed: {type(exc).__name__}: {exc}") from exc
 
 
 def plan_in_child(cfg: BuildConfig) -> dict[str, Any]:
