@@ -44,6 +44,9 @@ FINGERPRINT = "build_fingerprint.json"
 # so that a build made by an older lait is redone (2: the fixed sample schema, uids, the pool).
 VERSION = 2
 BUILD_TABLES = ("build_images", "build_plan", "pool")  # the build's own tables, cleared on a rebuild
+# Up to this many images the plan runs in this process: its heap stays under a few tens of MB,
+# and a child would cost more than it saves (40 ms of a 0.25 s plan of 2,000 images).
+PLAN_IN_PROCESS_IMAGES = 20_000
 
 
 @dataclass
@@ -142,7 +145,7 @@ def run_passes(work: WorkDir, cfg: BuildConfig) -> BuildResult:
         plan_report.skipped.append(0)
     else:
         start = time.perf_counter()
-        counters = plan_in_child(cfg)
+        counters = run_plan(work, cfg)
         work.mark_done("build_plan", 0, {"stage": "build_plan", "partition": 0, "counters": counters,
                                           "seconds": round(time.perf_counter() - start, 3)})
         plan_report.done.append(0)
@@ -162,6 +165,17 @@ def run_passes(work: WorkDir, cfg: BuildConfig) -> BuildResult:
 
 def _plan(cfg: BuildConfig) -> dict[str, Any]:
     return plan_build(open_work_dir(cfg.work, initialized=True), cfg)
+
+
+def run_plan(work: WorkDir, cfg: BuildConfig) -> dict[str, Any]:
+    """`plan_build` here for a small build, in a child process for a large one; its counters.
+    Either way an error comes out as one RuntimeError that names it."""
+    if work.count("build_images") > PLAN_IN_PROCESS_IMAGES:
+        return plan_in_child(cfg)
+    try:
+        return _plan(cfg)
+    except Exception as exc:
+        raise RuntimeError(f"build: planning failed: {type(exc).__name__}: {exc}") from exc
 
 
 def plan_in_child(cfg: BuildConfig) -> dict[str, Any]:

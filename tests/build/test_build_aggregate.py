@@ -138,6 +138,30 @@ def test_output_does_not_depend_on_workers_and_is_reproducible(tmp_path):
             assert (a / "shards" / name).read_bytes() == (b / "shards" / name).read_bytes(), name
 
 
+def test_plan_in_a_child_process_writes_the_same_plan(tmp_path, monkeypatch):
+    """Large builds plan in a forked child (its heap goes back to the system when it exits),
+    small ones in the process itself: both write the same plan, rejects and shards."""
+    from lait.build import pipeline
+
+    calls = []
+    real = pipeline.plan_in_child
+    monkeypatch.setattr(pipeline, "plan_in_child", lambda cfg: calls.append(1) or real(cfg))
+    a, b = tmp_path / "a", tmp_path / "b"
+    data.make_work(a, n_partitions=4)
+    data.make_work(b, n_partitions=4)
+    run(a, samples_per_shard=8)
+    assert calls == []  # a few images: planned here
+    monkeypatch.setattr(pipeline, "PLAN_IN_PROCESS_IMAGES", 0)
+    run(b, samples_per_shard=8)
+    assert calls == [1]
+    wa, wb = WorkDir(a), WorkDir(b)
+    for table in ("build_plan", "pool", "rejected"):
+        assert wa.read(table).equals(wb.read(table)), table
+    for name in sorted(p.name for p in (a / "shards").iterdir()):
+        if name.endswith((".tar", ".parquet")):
+            assert (a / "shards" / name).read_bytes() == (b / "shards" / name).read_bytes(), name
+
+
 def test_rerun_reuses_and_changed_settings_rebuild(tmp_path):
     data.make_work(tmp_path)
     run(tmp_path)

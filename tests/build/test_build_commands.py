@@ -64,11 +64,16 @@ def test_stats_needs_a_work_directory(tmp_path):
         cli(["stats", str(tmp_path)])
 
 
-def test_a_failing_plan_is_reported_and_a_rerun_finishes(tmp_path, monkeypatch):
-    """The plan runs in a forked child: its error reaches the caller with the child's traceback,
-    nothing is marked done, and the next run plans and writes the shards."""
+@pytest.mark.parametrize("in_child", [False, True])
+def test_a_failing_plan_is_reported_and_a_rerun_finishes(tmp_path, monkeypatch, in_child):
+    """Planned here (a small build) or in a forked child (a large one), the plan's error reaches
+    the caller (with the child's traceback), nothing is marked done, and the next run plans and
+    writes the shards."""
     from lait.build import pipeline
     from lait.build.config import BuildConfig
+
+    if in_child:
+        monkeypatch.setattr(pipeline, "PLAN_IN_PROCESS_IMAGES", 0)
 
     data.make_work(tmp_path)
     cfg = BuildConfig(work=str(tmp_path), workers=1, progress=False, samples_per_shard=16)
