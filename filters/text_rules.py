@@ -185,3 +185,48 @@ def text_filters(*, min_words: int, max_words: int, min_letter_share: float,
     if languages and languages != ["any"]:
         rules.append(LanguageFilter(languages))
     return rules
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the rules say of one text: `rule` and `detail` of the first rule that drops it
+    (`rule` None when every rule keeps it), and the language `LanguageFilter` found."""
+
+    rule: str | None
+    detail: str | None
+    lang: str | None
+
+
+class TextRules:
+    """`text_filters` as one chain that judges each distinct text once.
+
+    Every rule reads `Candidate.text` alone, and one text comes back many times (the alt of a
+    logo on every page of a site, a caption given to each URL of a srcset): its verdict is
+    kept, so the rules run once per text. The rules, their order and their reasons are those
+    of the list; only the repeats are spared.
+    """
+
+    MAX_TEXTS = 200_000  # bounds the memory of a long run; the cache starts again past it
+
+    def __init__(self, rules: list[Filter]):
+        self.rules = rules
+        self._verdicts: dict[str, Verdict] = {}
+
+    def judge(self, text: str) -> Verdict:
+        verdict = self._verdicts.get(text)
+        if verdict is None:
+            verdict = self._judge(text)
+            if len(self._verdicts) >= self.MAX_TEXTS:
+                self._verdicts.clear()
+            self._verdicts[text] = verdict
+        return verdict
+
+    def _judge(self, text: str) -> Verdict:
+        c = Candidate(text, "", "", "")
+        for rule in self.rules:
+            kept = rule.keep(c)
+            ok, detail = (kept, None) if isinstance(kept, bool) else kept
+            if not ok:
+                return Verdict(rule.name, detail, c.lang)
+        return Verdict(None, None, c.lang)
+

@@ -32,7 +32,7 @@ from lait.reasons import fetch_rule
 from lait.stage import PartContext, Rejected, Stage
 from lait.filters.html_images import BLOCK_TAGS, PageImage, find_images, normalise_space, og_owner, site_names
 from lait.filters.page_texts import ImageTexts, SharedText, assign
-from lait.filters.text_rules import Candidate, repair, split_sentences, text_filters
+from lait.filters.text_rules import TextRules, repair, split_sentences, text_filters
 
 log = logging.getLogger(__name__)
 
@@ -269,7 +269,7 @@ class CleanStage(Stage):
 
     def __init__(self, cfg: CleanConfig):
         self.cfg = cfg
-        self._rules: list | None = None
+        self._rules: TextRules | None = None
         self._repaired: dict[str, list[str]] = {}
 
     def __getstate__(self) -> dict[str, Any]:  # sent to worker processes without the caches
@@ -293,9 +293,9 @@ class CleanStage(Stage):
 
     def process(self, ctx: PartContext) -> None:
         cfg = self.cfg
-        if self._rules is None:  # once per stage object: language IDs cached across its partitions
-            self._rules = text_filters(min_words=cfg.min_words, max_words=cfg.max_words,
-                                       min_letter_share=cfg.min_letter_share, languages=cfg.languages)
+        if self._rules is None:  # once per stage object: verdicts cached across its partitions
+            self._rules = TextRules(text_filters(min_words=cfg.min_words, max_words=cfg.max_words,
+                                                 min_letter_share=cfg.min_letter_share, languages=cfg.languages))
         rules = self._rules
         # Pass 1: every page's raw candidates; pass 2 needs the site-wide text counts.
         pages: list[tuple[str, str | None, PageTexts]] = []
@@ -336,7 +336,7 @@ class CleanStage(Stage):
         if "list" in cfg.sources:
             self._list_captions(ctx, rules)
 
-    def _list_captions(self, ctx: PartContext, rules: list) -> None:
+    def _list_captions(self, ctx: PartContext, rules: TextRules) -> None:
         """Each URL list row's caption as a `list` candidate of its image (the same rules as
         every text; site boilerplate does not apply: a list is no site). A row without a page
         column has the page URL '' (candidates need one)."""
@@ -346,7 +346,7 @@ class CleanStage(Stage):
             self._emit(ctx, row["page_url"] or "", row["image_url"], raw, rules, Counter(), float("inf"))
 
     def _emit(self, ctx: PartContext, page_url: str, image_url: str, raw: list[tuple[str, str]],
-              rules: list, counts: Counter[str], limit: float, names: frozenset[str] = frozenset(),
+              rules: TextRules, counts: Counter[str], limit: float, names: frozenset[str] = frozenset(),
               license_: str | None = None) -> None:
         seen: set[str] = set()
         texts: list[dict[str, Any]] = []
@@ -361,11 +361,12 @@ class CleanStage(Stage):
                 continue
             if text in seen:
                 continue
-            cands = [Candidate(text, source, image_url, page_url)]
-            for c in ctx.apply_filters(cands, rules, ids=lambda c: {"image_url": c.image_url,
-                                                                    "page_url": c.page_url, "text": c.text}):
-                seen.add(c.text)
-                texts.append({"text": c.text, "source": c.source, "lang": c.lang})
+            verdict = rules.judge(text)
+            if verdict.rule is not None:
+                ctx.reject(verdict.rule, image_url=image_url, page_url=page_url, text=text, detail=verdict.detail)
+                continue
+            seen.add(text)
+            texts.append({"text": text, "source": source, "lang": verdict.lang})
         if not texts:
             ctx.reject("no_text", image_url=image_url, page_url=page_url, detail="no candidate text left")
             return

@@ -8,7 +8,7 @@ import pytest
 from lxml import html as lxml_html
 
 from lait.app import stages as command
-from lait.filters.text_rules import Candidate, split_sentences, text_filters
+from lait.filters.text_rules import Candidate, TextRules, split_sentences, text_filters
 from lait.filters.text_stage import CleanConfig, CleanStage
 from lait.executor import LocalExecutor
 from lait.pagereader import image_urls, largest_candidate
@@ -88,6 +88,29 @@ def test_each_rule_names_its_drop(text, rule):
     assert failed == rule
     ok = Candidate("A red fishing boat in the harbour", "alt", "u", "p")
     assert all(f.keep(ok) is True for f in rules) and ok.lang == "en"
+
+
+def test_text_rules_judge_like_the_rules_in_order_and_each_text_once():
+    rules = text_filters(min_words=2, max_words=80, min_letter_share=0.5, languages=["en"])
+    calls = []
+
+    class Counting(type(rules[0])):  # the first rule, counting the texts it is asked about
+        def keep(self, c):
+            calls.append(c.text)
+            return super().keep(c)
+
+    chain = TextRules([Counting(), *rules[1:]])
+    for text in ("IMG_2041.JPG", "Sunset", "Ein roter Kreis auf blauem Hintergrund",
+                 "A red fishing boat in the harbour"):
+        c = Candidate(text, "alt", "u", "p")
+        drops = [(f.name, kept[1]) for f in rules if (kept := f.keep(c)) is not True]
+        verdict = chain.judge(text)
+        assert (verdict.rule, verdict.detail) == (drops[0] if drops else (None, None))
+        assert chain.judge(text) is verdict
+    assert chain.judge("A red fishing boat in the harbour").lang == "en"
+    assert chain.judge("Ein roter Kreis auf blauem Hintergrund").lang == "de"
+    assert chain.judge("Sunset").lang is None  # dropped before the language rule
+    assert len(calls) == 4  # a repeated text is not judged again
 
 
 def test_sentence_splitting_respects_abbreviations():
