@@ -15,6 +15,7 @@ from lait.stage import Filter, KeepResult
 _ABBREV = re.compile(r"\b(?:Mr|Mrs|Ms|Dr|Prof|Sr|Jr|St|Mt|vs|etc|No|Fig|Figs|Inc|Ltd|Co|Corp|Gen|Gov|"
                      r"Sen|Rep|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec|approx|ca|e\.g|i\.e|"
                      r"U\.S|U\.K|z\.B|bzw|usw|Nr|Abb)\.$", re.I)
+_INITIAL = re.compile(r"\b[A-Z]\.$")  # "J. Smith"
 _SPLIT = re.compile(r"(?<=[.!?…。！？])[\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9À-ÝĀ-ſА-Я¿¡])")
 _URL = re.compile(r"(https?://|www\.)\S+|\b[\w-]+\.(com|org|net|de|fr|co\.uk|io|html?|php)\b", re.I)
 _FILENAME = re.compile(r"(\.(jpe?g|png|gif|webp|bmp|svg|tiff?|heic|avif)\b)|"
@@ -54,7 +55,10 @@ def split_sentences(text: str) -> list[str]:
     start = 0
     for m in _SPLIT.finditer(text):
         head = text[start:m.start()].rstrip("\"'”’)]")
-        if _ABBREV.search(head) or re.search(r"\b[A-Z]\.$", head):  # "J. Smith"
+        # Both end at the end of `head` and are at most 8 characters long: searching its last
+        # 16 spares scanning a long head (a search from `pos` still sees the character before).
+        tail = max(0, len(head) - 16)
+        if _ABBREV.search(head, tail) or _INITIAL.search(head, tail):
             continue
         out.append(text[start:m.start()].strip())
         start = m.end()

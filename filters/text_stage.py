@@ -166,22 +166,38 @@ def _main_text(tree: Any) -> str:
     return normalise_space(text)
 
 
-def _context(img: PageImage, blocks: list[tuple[int, str]], main: str, cfg: CleanConfig) -> list[tuple[str, int]]:
+class _MainSentences:
+    """The sentences of a block's text when it is main content (its first 60 characters are in
+    trafilatura's text), else None; worked out once per text of a page (images side by side
+    share their paragraphs)."""
+
+    def __init__(self, main: str):
+        self.main = main
+        self._seen: dict[str, list[str] | None] = {}
+
+    def __call__(self, text: str) -> list[str] | None:
+        if text not in self._seen:
+            self._seen[text] = split_sentences(text) if text[:60] in self.main else None
+        return self._seen[text]
+
+
+def _context(img: PageImage, blocks: list[tuple[int, str]], main: _MainSentences,
+             cfg: CleanConfig) -> list[tuple[str, int]]:
     """The main-content sentences nearest to the image, each with its distance in positions:
     the end of the paragraph before it and the start of the one after it, within
     `context_window` positions."""
-    if img.position < 0 or not main:
+    if img.position < 0 or not main.main:
         return []
     i = bisect.bisect_left(blocks, (img.position, ""))
     out: list[tuple[str, int]] = []
     n = cfg.context_sentences
     for pos, text in reversed(blocks[max(0, i - cfg.context_window):i]):
-        if img.position - pos <= cfg.context_window and text[:60] in main:
-            out += [(s, img.position - pos) for s in split_sentences(text)[-n:]]
+        if img.position - pos <= cfg.context_window and (sentences := main(text)) is not None:
+            out += [(s, img.position - pos) for s in sentences[-n:]]
             break
     for pos, text in blocks[i:i + cfg.context_window]:
-        if pos - img.position <= cfg.context_window and text[:60] in main:
-            out += [(s, pos - img.position) for s in split_sentences(text)[:n]]
+        if pos - img.position <= cfg.context_window and (sentences := main(text)) is not None:
+            out += [(s, pos - img.position) for s in sentences[:n]]
             break
     return out
 
@@ -231,7 +247,7 @@ def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
     want_context = "context" in cfg.sources
     blocks = _blocks(elements, images, cfg.context_window) if want_context else []
     # No paragraph near any image: `_context` has nothing to take, whatever the main text is.
-    main = _main_text(tree) if blocks else ""  # trafilatura spends the tree: everything else first
+    main = _MainSentences(_main_text(tree) if blocks else "")
     found: list[ImageTexts] = []
     shared: list[SharedText] = []
     for img in images:
