@@ -26,6 +26,7 @@ from typing import Any, Callable, ClassVar, Iterator
 from urllib.parse import urlsplit
 
 from lait.config import ConfigError, StageConfig, setting
+from lait.pagereader import html_parser
 from lait.memory import release_free_memory
 from lait.parts import partition_of
 from lait.reasons import fetch_rule
@@ -138,6 +139,19 @@ def decode_page(row: dict[str, Any], max_bytes: int) -> tuple[str, bool]:
     return _XML_DECL.sub("", text, count=1), truncated
 
 
+def _markup(text: str) -> tuple[str | bytes, str | None]:
+    """What the parser reads for a decoded page, and in which encoding: its UTF-8 bytes, which
+    libxml2 reads faster than the UCS-2/UCS-4 buffer of a str with non-Latin-1 characters and
+    into the same tree. A text lxml refuses as a str (it opens with an XML declaration naming an
+    encoding) or cannot be encoded (lone surrogates) goes as the str, to meet the same fate."""
+    if not text.startswith("<?xml"):
+        try:
+            return text.encode("utf-8"), "utf-8"
+        except UnicodeEncodeError:
+            pass
+    return text, None
+
+
 def _blocks(elements: list[Any], images: list[PageImage], window: int) -> list[tuple[int, str]]:
     """(position, text) of the paragraph-like elements; positions as in `find_images`.
 
@@ -228,9 +242,10 @@ def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
     from lxml import etree, html as lxml_html
 
     text, truncated = decode_page(row, cfg.max_page_bytes)
-    parser = lxml_html.HTMLParser(recover=True, huge_tree=False)
+    markup, encoding = _markup(text)
+    parser = html_parser(recover=True, huge_tree=False, encoding=encoding)
     try:
-        tree = lxml_html.document_fromstring(text, parser=parser)
+        tree = lxml_html.document_fromstring(markup, parser=parser)
     except (etree.ParserError, ValueError) as exc:
         raise PageRejected("unparsable", str(exc)) from None
     for err in parser.error_log:

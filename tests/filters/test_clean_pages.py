@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from lxml import html as lxml_html
+from lxml import etree, html as lxml_html
 
 from lait.app import stages as command
 from lait.filters.text_rules import Candidate, TextRules, split_sentences, text_filters
@@ -166,6 +166,25 @@ def test_bad_pages_are_rejected_or_handled(make_work, td):
     assert "http://x.test/late.jpg" not in texts  # the 50 MB page was cut at max_page_bytes
     stats = work.done_stats("clean")[0]["counters"]
     assert stats["clean/truncated_pages"] == 1
+
+
+@pytest.mark.parametrize("text", [
+    ARTICLE, "<p>caf\u00e9 \u2014 \u6771\u4eac \U0001f600 \ufffe \x0c\x00</p>", "\ufeff<p>a</p>",
+    "<meta charset='iso-8859-1'><p>\u00e9 \u00fc</p>",
+    "<?xml version='1.0' encoding='latin-1'?><p>x</p>",  # a str lxml refuses: unparsable, as before
+    "<p>a lone \ud800 surrogate</p>", "", " ", "<!-- only a comment -->",
+])
+def test_a_decoded_page_parses_from_its_utf8_bytes_to_the_tree_of_its_text(text):
+    from lait.filters.text_stage import _markup
+
+    def parse(markup, encoding):
+        try:
+            tree = lxml_html.document_fromstring(markup, parser=lxml_html.HTMLParser(encoding=encoding))
+        except (etree.ParserError, ValueError) as exc:
+            return type(exc).__name__
+        return etree.tostring(tree, encoding=str)
+
+    assert parse(*_markup(text)) == parse(text, None)
 
 
 def test_a_page_stored_without_html_is_dropped_for_what_its_error_says(make_work, td):
