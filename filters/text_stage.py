@@ -15,6 +15,7 @@ limit is rejected with its reason; the partition goes on. The rows of URL lists 
 from __future__ import annotations
 
 import bisect
+import codecs
 import logging
 import re
 import signal
@@ -38,6 +39,8 @@ from lait.filters.text_rules import TextRules, repair, split_sentences, text_fil
 log = logging.getLogger(__name__)
 
 SOURCES = ("alt", "title", "aria", "figcaption", "og", "context", "list")
+# The columns of pages/ this stage reads (not the headers, times and crawl depth).
+PAGE_COLUMNS = ["url", "status", "content_type", "html", "encoding", "error", "license"]
 BIG_PAGE = 1 << 20  # bytes of HTML after which the heap is trimmed (see lait.memory)
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([\w.:-]+)""", re.I)
 _XML_DECL = re.compile(r"^\s*<\?xml[^>]*\?>")
@@ -108,9 +111,11 @@ def time_limit(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, old)
 
 
-def decode_page(row: dict[str, Any], max_bytes: int) -> tuple[str, bool]:
-    """(text, truncated) of a page's bytes; PageRejected for what is not HTML.
+def decode_page(row: dict[str, Any], max_bytes: int) -> tuple[str, bool, bytes | None]:
+    """(text, truncated, utf8) of a page's bytes; PageRejected for what is not HTML.
 
+    `utf8` is the (cut) bytes themselves when they are exactly the UTF-8 of `text`, which spares
+    encoding it again for the parser (see `_markup`); else None.
     A row stored without HTML is dropped for what its `error` says (`noai`, `status`,
     `not_html`, `download`: `lait.reasons.fetch_rule`), any other status than 200 as `status`.
     """
@@ -135,16 +140,23 @@ def decode_page(row: dict[str, Any], max_bytes: int) -> tuple[str, bool]:
     try:
         text = body.decode(enc, errors="replace")
     except LookupError:  # an unknown charset name
-        text = body.decode("utf-8", errors="replace")
-    return _XML_DECL.sub("", text, count=1), truncated
+        enc = "utf-8"
+        text = body.decode(enc, errors="replace")
+    decoded = _XML_DECL.sub("", text, count=1)
+    # No replacement character: nothing was replaced, the bytes are the text's UTF-8.
+    same = len(decoded) == len(text) and "\ufffd" not in text and codecs.lookup(enc).name == "utf-8"
+    return decoded, truncated, body if same else None
 
 
-def _markup(text: str) -> tuple[str | bytes, str | None]:
-    """What the parser reads for a decoded page, and in which encoding: its UTF-8 bytes, which
-    libxml2 reads faster than the UCS-2/UCS-4 buffer of a str with non-Latin-1 characters and
-    into the same tree. A text lxml refuses as a str (it opens with an XML declaration naming an
-    encoding) or cannot be encoded (lone surrogates) goes as the str, to meet the same fate."""
+def _markup(text: str, utf8: bytes | None = None) -> tuple[str | bytes, str | None]:
+    """What the parser reads for a decoded page, and in which encoding: its UTF-8 bytes (`utf8`
+    when the page came as those), which libxml2 reads faster than the UCS-2/UCS-4 buffer of a
+    str with non-Latin-1 characters and into the same tree. A text lxml refuses as a str (it
+    opens with an XML declaration naming an encoding) or cannot be encoded (lone surrogates)
+    goes as the str, to meet the same fate."""
     if not text.startswith("<?xml"):
+        if utf8 is not None:
+            return utf8, "utf-8"
         try:
             return text.encode("utf-8"), "utf-8"
         except UnicodeEncodeError:
@@ -241,8 +253,8 @@ def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
     prepare = prepare or (lambda text: [text])
     from lxml import etree, html as lxml_html
 
-    text, truncated = decode_page(row, cfg.max_page_bytes)
-    markup, encoding = _markup(text)
+    text, truncated, utf8 = decode_page(row, cfg.max_page_bytes)
+    markup, encoding = _markup(text, utf8)
     parser = html_parser(recover=True, huge_tree=False, encoding=encoding)
     try:
         tree = lxml_html.document_fromstring(markup, parser=parser)
@@ -333,7 +345,7 @@ class CleanStage(Stage):
         site_pages: Counter[str] = Counter()
         site_texts: dict[str, Counter[str]] = defaultdict(Counter)
         big = False
-        for row in ctx.work.iter_rows("pages", ctx.partition, batch_size=16):
+        for row in ctx.work.iter_rows("pages", ctx.partition, columns=PAGE_COLUMNS, batch_size=16):
             if big:  # the last page's parse tree, many small blocks, left the heap at its peak
                 release_free_memory()
             big = len(row.get("html") or b"") >= BIG_PAGE

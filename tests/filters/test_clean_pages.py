@@ -187,6 +187,25 @@ def test_a_decoded_page_parses_from_its_utf8_bytes_to_the_tree_of_its_text(text)
     assert parse(*_markup(text)) == parse(text, None)
 
 
+@pytest.mark.parametrize("body, ctype, utf8", [
+    ("<p>caf\u00e9 \u6771\u4eac</p>".encode(), "text/html", True),
+    (b"\xef\xbb\xbf<p>a BOM</p>", "text/html; charset=UTF8", True),
+    (b"<p>an unknown charset \xc3\xa9</p>", "text/html; charset=no-such-charset", True),
+    ("<p>caf\u00e9</p>".encode("latin-1"), "text/html; charset=iso-8859-1", False),
+    (b"<p>a stray \xff byte</p>", "text/html", False),
+    ("<p>a real \ufffd in the page</p>".encode(), "text/html", False),
+    (b"<?xml version='1.0' encoding='utf-8'?><p>x</p>", "text/html", False),
+])
+def test_decode_page_hands_its_bytes_to_the_parser_only_when_they_are_the_texts_utf8(body, ctype, utf8):
+    from lait.filters.text_stage import _markup, decode_page
+
+    text, _, raw = decode_page({"html": body, "status": 200, "content_type": ctype}, 1000)
+    assert (raw is not None) == utf8 and (raw is None or raw == text.encode())
+    markup, encoding = _markup(text, raw)
+    tree = lxml_html.document_fromstring(markup, parser=lxml_html.HTMLParser(encoding=encoding))
+    assert etree.tostring(tree) == etree.tostring(lxml_html.document_fromstring(text))
+
+
 def test_a_page_stored_without_html_is_dropped_for_what_its_error_says(make_work, td):
     """The crawl's noai page (status 200, no HTML) is clean/noai, not clean/empty."""
     work = make_work()
