@@ -255,7 +255,9 @@ def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
 
     text, truncated, utf8 = decode_page(row, cfg.max_page_bytes)
     markup, encoding = _markup(text, utf8)
-    parser = html_parser(recover=True, huge_tree=False, encoding=encoding)
+    # No table of id attributes (nothing here looks elements up by id): libxml2 fills it while
+    # parsing and again in each of trafilatura's copies of the tree, whose own parser skips it too.
+    parser = html_parser(recover=True, huge_tree=False, encoding=encoding, collect_ids=False)
     try:
         tree = lxml_html.document_fromstring(markup, parser=parser)
     except (etree.ParserError, ValueError) as exc:
