@@ -154,26 +154,20 @@ class LanguageFilter(Filter):
     """Keeps texts in the configured languages; sets `Candidate.lang` to the detected code.
 
     The detector chooses among all the languages it knows (`lait.filters.langid`), so a
-    Polish caption is `pl`, never the nearest of a few kept languages.
+    Polish caption is `pl`, never the nearest of a few kept languages. Repeated texts are
+    spared by `TextRules`, which asks once per text.
     """
 
     name = "language"
 
     def __init__(self, languages: list[str]):
-        from lait.filters.langid import canonical
+        from lait.filters.langid import canonical, detect
 
         self.languages = frozenset(canonical(c) for c in languages)
-        self._cache: dict[str, str | None] = {}
+        self._detect = detect
 
     def keep(self, c: Candidate) -> KeepResult:
-        code = self._cache.get(c.text, "?")
-        if code == "?":
-            from lait.filters.langid import detect
-
-            code = detect(c.text)[0]
-            if len(self._cache) > 200_000:  # texts repeat across a site's pages; bound the memory
-                self._cache.clear()
-            self._cache[c.text] = code
+        code = self._detect(c.text)[0]
         c.lang = code
         return code in self.languages or (False, f"language {code}")
 
