@@ -187,7 +187,8 @@ def _blocks(elements: list[Any], images: list[PageImage], window: int) -> list[t
 def _main_text(tree: Any) -> str:
     import trafilatura
 
-    # Same defaults as `trafilatura.extract(html)`; the tree is ours to spend (it is modified).
+    # Same defaults as `trafilatura.extract(html)`. trafilatura works on a copy of a tree it is
+    # given (bare_extraction copies it), so ours stays as it is.
     text = trafilatura.extract(tree, output_format="txt", include_comments=False) or ""
     return normalise_space(text)
 
