@@ -19,7 +19,6 @@ from lait.pagereader import BLOCK_TAGS, Resolver, base_url, image_elements
 __all__ = ["BLOCK_TAGS", "PageImage", "find_images", "normalise_space", "og_owner", "site_names"]
 
 _CREDIT = re.compile(r"\b(credit|copyright|byline|attribution|caption-source|photographer)\b", re.I)
-_WS = re.compile(r"\s+")
 
 
 @dataclass
@@ -34,7 +33,8 @@ class PageImage:
 
 
 def normalise_space(text: str | None) -> str:
-    return _WS.sub(" ", text or "").strip()
+    """Runs of whitespace as one space, none at the ends (str.split's whitespace is regex `\\s`)."""
+    return " ".join(text.split()) if text else ""
 
 
 def _caption_text(figcaption: lxml_html.HtmlElement) -> str:
@@ -98,13 +98,20 @@ def _img_texts(el: lxml_html.HtmlElement) -> list[tuple[str, str]]:
     return out
 
 
+_OG_TEXT_PROPERTIES = ("og:description", "og:title")
+
+
 def _og_texts(tree: lxml_html.HtmlElement) -> list[tuple[str, str]]:
-    out = []
-    for prop in ("og:description", "og:title"):
-        for value in tree.xpath(f"//meta[@property='{prop}']/@content")[:1]:
-            if normalise_space(value):
-                out.append(("og", normalise_space(value)))
-    return out
+    """The content of the first `<meta property="og:description">` that has one, then of the
+    first og:title (each left out when blank)."""
+    first: dict[str, str] = {}
+    for el in tree.iter("meta"):
+        prop = el.get("property")
+        if prop in _OG_TEXT_PROPERTIES and prop not in first:
+            content = el.get("content")
+            if content is not None:
+                first[prop] = content
+    return [("og", text) for prop in _OG_TEXT_PROPERTIES if (text := normalise_space(first.get(prop)))]
 
 
 _OG_IMAGE = ("og:image", "og:image:url", "og:image:secure_url")

@@ -15,6 +15,7 @@ from lait.stage import Filter, KeepResult
 _ABBREV = re.compile(r"\b(?:Mr|Mrs|Ms|Dr|Prof|Sr|Jr|St|Mt|vs|etc|No|Fig|Figs|Inc|Ltd|Co|Corp|Gen|Gov|"
                      r"Sen|Rep|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec|approx|ca|e\.g|i\.e|"
                      r"U\.S|U\.K|z\.B|bzw|usw|Nr|Abb)\.$", re.I)
+_INITIAL = re.compile(r"\b[A-Z]\.$")  # "J. Smith"
 _SPLIT = re.compile(r"(?<=[.!?…。！？])[\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9À-ÝĀ-ſА-Я¿¡])")
 _URL = re.compile(r"(https?://|www\.)\S+|\b[\w-]+\.(com|org|net|de|fr|co\.uk|io|html?|php)\b", re.I)
 _FILENAME = re.compile(r"(\.(jpe?g|png|gif|webp|bmp|svg|tiff?|heic|avif)\b)|"
@@ -54,7 +55,10 @@ def split_sentences(text: str) -> list[str]:
     start = 0
     for m in _SPLIT.finditer(text):
         head = text[start:m.start()].rstrip("\"'”’)]")
-        if _ABBREV.search(head) or re.search(r"\b[A-Z]\.$", head):  # "J. Smith"
+        # Both end at the end of `head` and are at most 8 characters long: searching its last
+        # 16 spares scanning a long head (a search from `pos` still sees the character before).
+        tail = max(0, len(head) - 16)
+        if _ABBREV.search(head, tail) or _INITIAL.search(head, tail):
             continue
         out.append(text[start:m.start()].strip())
         start = m.end()
@@ -150,26 +154,20 @@ class LanguageFilter(Filter):
     """Keeps texts in the configured languages; sets `Candidate.lang` to the detected code.
 
     The detector chooses among all the languages it knows (`lait.filters.langid`), so a
-    Polish caption is `pl`, never the nearest of a few kept languages.
+    Polish caption is `pl`, never the nearest of a few kept languages. Repeated texts are
+    spared by `TextRules`, which asks once per text.
     """
 
     name = "language"
 
     def __init__(self, languages: list[str]):
-        from lait.filters.langid import canonical
+        from lait.filters.langid import canonical, detect
 
         self.languages = frozenset(canonical(c) for c in languages)
-        self._cache: dict[str, str | None] = {}
+        self._detect = detect
 
     def keep(self, c: Candidate) -> KeepResult:
-        code = self._cache.get(c.text, "?")
-        if code == "?":
-            from lait.filters.langid import detect
-
-            code = detect(c.text)[0]
-            if len(self._cache) > 200_000:  # texts repeat across a site's pages; bound the memory
-                self._cache.clear()
-            self._cache[c.text] = code
+        code = self._detect(c.text)[0]
         c.lang = code
         return code in self.languages or (False, f"language {code}")
 
@@ -185,3 +183,48 @@ def text_filters(*, min_words: int, max_words: int, min_letter_share: float,
     if languages and languages != ["any"]:
         rules.append(LanguageFilter(languages))
     return rules
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the rules say of one text: `rule` and `detail` of the first rule that drops it
+    (`rule` None when every rule keeps it), and the language `LanguageFilter` found."""
+
+    rule: str | None
+    detail: str | None
+    lang: str | None
+
+
+class TextRules:
+    """`text_filters` as one chain that judges each distinct text once.
+
+    Every rule reads `Candidate.text` alone, and one text comes back many times (the alt of a
+    logo on every page of a site, a caption given to each URL of a srcset): its verdict is
+    kept, so the rules run once per text. The rules, their order and their reasons are those
+    of the list; only the repeats are spared.
+    """
+
+    MAX_TEXTS = 200_000  # bounds the memory of a long run; the cache starts again past it
+
+    def __init__(self, rules: list[Filter]):
+        self.rules = rules
+        self._verdicts: dict[str, Verdict] = {}
+
+    def judge(self, text: str) -> Verdict:
+        verdict = self._verdicts.get(text)
+        if verdict is None:
+            verdict = self._judge(text)
+            if len(self._verdicts) >= self.MAX_TEXTS:
+                self._verdicts.clear()
+            self._verdicts[text] = verdict
+        return verdict
+
+    def _judge(self, text: str) -> Verdict:
+        c = Candidate(text, "", "", "")
+        for rule in self.rules:
+            kept = rule.keep(c)
+            ok, detail = (kept, None) if isinstance(kept, bool) else kept
+            if not ok:
+                return Verdict(rule.name, detail, c.lang)
+        return Verdict(None, None, c.lang)
+

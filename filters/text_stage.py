@@ -15,6 +15,7 @@ limit is rejected with its reason; the partition goes on. The rows of URL lists 
 from __future__ import annotations
 
 import bisect
+import codecs
 import logging
 import re
 import signal
@@ -26,17 +27,20 @@ from typing import Any, Callable, ClassVar, Iterator
 from urllib.parse import urlsplit
 
 from lait.config import ConfigError, StageConfig, setting
+from lait.pagereader import html_parser
 from lait.memory import release_free_memory
 from lait.parts import partition_of
 from lait.reasons import fetch_rule
 from lait.stage import PartContext, Rejected, Stage
 from lait.filters.html_images import BLOCK_TAGS, PageImage, find_images, normalise_space, og_owner, site_names
 from lait.filters.page_texts import ImageTexts, SharedText, assign
-from lait.filters.text_rules import Candidate, repair, split_sentences, text_filters
+from lait.filters.text_rules import TextRules, repair, split_sentences, text_filters
 
 log = logging.getLogger(__name__)
 
 SOURCES = ("alt", "title", "aria", "figcaption", "og", "context", "list")
+# The columns of pages/ this stage reads (not the headers, times and crawl depth).
+PAGE_COLUMNS = ["url", "status", "content_type", "html", "encoding", "error", "license"]
 BIG_PAGE = 1 << 20  # bytes of HTML after which the heap is trimmed (see lait.memory)
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([\w.:-]+)""", re.I)
 _XML_DECL = re.compile(r"^\s*<\?xml[^>]*\?>")
@@ -107,9 +111,11 @@ def time_limit(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, old)
 
 
-def decode_page(row: dict[str, Any], max_bytes: int) -> tuple[str, bool]:
-    """(text, truncated) of a page's bytes; PageRejected for what is not HTML.
+def decode_page(row: dict[str, Any], max_bytes: int) -> tuple[str, bool, bytes | None]:
+    """(text, truncated, utf8) of a page's bytes; PageRejected for what is not HTML.
 
+    `utf8` is the (cut) bytes themselves when they are exactly the UTF-8 of `text`, which spares
+    encoding it again for the parser (see `_markup`); else None.
     A row stored without HTML is dropped for what its `error` says (`noai`, `status`,
     `not_html`, `download`: `lait.reasons.fetch_rule`), any other status than 200 as `status`.
     """
@@ -134,8 +140,28 @@ def decode_page(row: dict[str, Any], max_bytes: int) -> tuple[str, bool]:
     try:
         text = body.decode(enc, errors="replace")
     except LookupError:  # an unknown charset name
-        text = body.decode("utf-8", errors="replace")
-    return _XML_DECL.sub("", text, count=1), truncated
+        enc = "utf-8"
+        text = body.decode(enc, errors="replace")
+    decoded = _XML_DECL.sub("", text, count=1)
+    # No replacement character: nothing was replaced, the bytes are the text's UTF-8.
+    same = len(decoded) == len(text) and "\ufffd" not in text and codecs.lookup(enc).name == "utf-8"
+    return decoded, truncated, body if same else None
+
+
+def _markup(text: str, utf8: bytes | None = None) -> tuple[str | bytes, str | None]:
+    """What the parser reads for a decoded page, and in which encoding: its UTF-8 bytes (`utf8`
+    when the page came as those), which libxml2 reads faster than the UCS-2/UCS-4 buffer of a
+    str with non-Latin-1 characters and into the same tree. A text lxml refuses as a str (it
+    opens with an XML declaration naming an encoding) or cannot be encoded (lone surrogates)
+    goes as the str, to meet the same fate."""
+    if not text.startswith("<?xml"):
+        if utf8 is not None:
+            return utf8, "utf-8"
+        try:
+            return text.encode("utf-8"), "utf-8"
+        except UnicodeEncodeError:
+            pass
+    return text, None
 
 
 def _blocks(elements: list[Any], images: list[PageImage], window: int) -> list[tuple[int, str]]:
@@ -161,27 +187,44 @@ def _blocks(elements: list[Any], images: list[PageImage], window: int) -> list[t
 def _main_text(tree: Any) -> str:
     import trafilatura
 
-    # Same defaults as `trafilatura.extract(html)`; the tree is ours to spend (it is modified).
+    # Same defaults as `trafilatura.extract(html)`. trafilatura works on a copy of a tree it is
+    # given (bare_extraction copies it), so ours stays as it is.
     text = trafilatura.extract(tree, output_format="txt", include_comments=False) or ""
     return normalise_space(text)
 
 
-def _context(img: PageImage, blocks: list[tuple[int, str]], main: str, cfg: CleanConfig) -> list[tuple[str, int]]:
+class _MainSentences:
+    """The sentences of a block's text when it is main content (its first 60 characters are in
+    trafilatura's text), else None; worked out once per text of a page (images side by side
+    share their paragraphs)."""
+
+    def __init__(self, main: str):
+        self.main = main
+        self._seen: dict[str, list[str] | None] = {}
+
+    def __call__(self, text: str) -> list[str] | None:
+        if text not in self._seen:
+            self._seen[text] = split_sentences(text) if text[:60] in self.main else None
+        return self._seen[text]
+
+
+def _context(img: PageImage, blocks: list[tuple[int, str]], main: _MainSentences,
+             cfg: CleanConfig) -> list[tuple[str, int]]:
     """The main-content sentences nearest to the image, each with its distance in positions:
     the end of the paragraph before it and the start of the one after it, within
     `context_window` positions."""
-    if img.position < 0 or not main:
+    if img.position < 0 or not main.main:
         return []
     i = bisect.bisect_left(blocks, (img.position, ""))
     out: list[tuple[str, int]] = []
     n = cfg.context_sentences
     for pos, text in reversed(blocks[max(0, i - cfg.context_window):i]):
-        if img.position - pos <= cfg.context_window and text[:60] in main:
-            out += [(s, img.position - pos) for s in split_sentences(text)[-n:]]
+        if img.position - pos <= cfg.context_window and (sentences := main(text)) is not None:
+            out += [(s, img.position - pos) for s in sentences[-n:]]
             break
     for pos, text in blocks[i:i + cfg.context_window]:
-        if pos - img.position <= cfg.context_window and text[:60] in main:
-            out += [(s, pos - img.position) for s in split_sentences(text)[:n]]
+        if pos - img.position <= cfg.context_window and (sentences := main(text)) is not None:
+            out += [(s, pos - img.position) for s in sentences[:n]]
             break
     return out
 
@@ -211,10 +254,13 @@ def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
     prepare = prepare or (lambda text: [text])
     from lxml import etree, html as lxml_html
 
-    text, truncated = decode_page(row, cfg.max_page_bytes)
-    parser = lxml_html.HTMLParser(recover=True, huge_tree=False)
+    text, truncated, utf8 = decode_page(row, cfg.max_page_bytes)
+    markup, encoding = _markup(text, utf8)
+    # No table of id attributes (nothing here looks elements up by id): libxml2 fills it while
+    # parsing and again in each of trafilatura's copies of the tree, whose own parser skips it too.
+    parser = html_parser(recover=True, huge_tree=False, encoding=encoding, collect_ids=False)
     try:
-        tree = lxml_html.document_fromstring(text, parser=parser)
+        tree = lxml_html.document_fromstring(markup, parser=parser)
     except (etree.ParserError, ValueError) as exc:
         raise PageRejected("unparsable", str(exc)) from None
     for err in parser.error_log:
@@ -231,7 +277,7 @@ def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
     want_context = "context" in cfg.sources
     blocks = _blocks(elements, images, cfg.context_window) if want_context else []
     # No paragraph near any image: `_context` has nothing to take, whatever the main text is.
-    main = _main_text(tree) if blocks else ""  # trafilatura spends the tree: everything else first
+    main = _MainSentences(_main_text(tree) if blocks else "")
     found: list[ImageTexts] = []
     shared: list[SharedText] = []
     for img in images:
@@ -269,7 +315,7 @@ class CleanStage(Stage):
 
     def __init__(self, cfg: CleanConfig):
         self.cfg = cfg
-        self._rules: list | None = None
+        self._rules: TextRules | None = None
         self._repaired: dict[str, list[str]] = {}
 
     def __getstate__(self) -> dict[str, Any]:  # sent to worker processes without the caches
@@ -293,16 +339,16 @@ class CleanStage(Stage):
 
     def process(self, ctx: PartContext) -> None:
         cfg = self.cfg
-        if self._rules is None:  # once per stage object: language IDs cached across its partitions
-            self._rules = text_filters(min_words=cfg.min_words, max_words=cfg.max_words,
-                                       min_letter_share=cfg.min_letter_share, languages=cfg.languages)
+        if self._rules is None:  # once per stage object: verdicts cached across its partitions
+            self._rules = TextRules(text_filters(min_words=cfg.min_words, max_words=cfg.max_words,
+                                                 min_letter_share=cfg.min_letter_share, languages=cfg.languages))
         rules = self._rules
         # Pass 1: every page's raw candidates; pass 2 needs the site-wide text counts.
         pages: list[tuple[str, str | None, PageTexts]] = []
         site_pages: Counter[str] = Counter()
         site_texts: dict[str, Counter[str]] = defaultdict(Counter)
         big = False
-        for row in ctx.work.iter_rows("pages", ctx.partition, batch_size=16):
+        for row in ctx.work.iter_rows("pages", ctx.partition, columns=PAGE_COLUMNS, batch_size=16):
             if big:  # the last page's parse tree, many small blocks, left the heap at its peak
                 release_free_memory()
             big = len(row.get("html") or b"") >= BIG_PAGE
@@ -336,7 +382,7 @@ class CleanStage(Stage):
         if "list" in cfg.sources:
             self._list_captions(ctx, rules)
 
-    def _list_captions(self, ctx: PartContext, rules: list) -> None:
+    def _list_captions(self, ctx: PartContext, rules: TextRules) -> None:
         """Each URL list row's caption as a `list` candidate of its image (the same rules as
         every text; site boilerplate does not apply: a list is no site). A row without a page
         column has the page URL '' (candidates need one)."""
@@ -346,7 +392,7 @@ class CleanStage(Stage):
             self._emit(ctx, row["page_url"] or "", row["image_url"], raw, rules, Counter(), float("inf"))
 
     def _emit(self, ctx: PartContext, page_url: str, image_url: str, raw: list[tuple[str, str]],
-              rules: list, counts: Counter[str], limit: float, names: frozenset[str] = frozenset(),
+              rules: TextRules, counts: Counter[str], limit: float, names: frozenset[str] = frozenset(),
               license_: str | None = None) -> None:
         seen: set[str] = set()
         texts: list[dict[str, Any]] = []
@@ -361,11 +407,12 @@ class CleanStage(Stage):
                 continue
             if text in seen:
                 continue
-            cands = [Candidate(text, source, image_url, page_url)]
-            for c in ctx.apply_filters(cands, rules, ids=lambda c: {"image_url": c.image_url,
-                                                                    "page_url": c.page_url, "text": c.text}):
-                seen.add(c.text)
-                texts.append({"text": c.text, "source": c.source, "lang": c.lang})
+            verdict = rules.judge(text)
+            if verdict.rule is not None:
+                ctx.reject(verdict.rule, image_url=image_url, page_url=page_url, text=text, detail=verdict.detail)
+                continue
+            seen.add(text)
+            texts.append({"text": text, "source": source, "lang": verdict.lang})
         if not texts:
             ctx.reject("no_text", image_url=image_url, page_url=page_url, detail="no candidate text left")
             return

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from lxml import html as lxml_html
+from lxml import etree, html as lxml_html
 
 from lait.app import stages as command
-from lait.filters.text_rules import Candidate, split_sentences, text_filters
+from lait.filters.text_rules import Candidate, TextRules, split_sentences, text_filters
 from lait.filters.text_stage import CleanConfig, CleanStage
 from lait.executor import LocalExecutor
 from lait.pagereader import image_urls, largest_candidate
@@ -90,6 +90,29 @@ def test_each_rule_names_its_drop(text, rule):
     assert all(f.keep(ok) is True for f in rules) and ok.lang == "en"
 
 
+def test_text_rules_judge_like_the_rules_in_order_and_each_text_once():
+    rules = text_filters(min_words=2, max_words=80, min_letter_share=0.5, languages=["en"])
+    calls = []
+
+    class Counting(type(rules[0])):  # the first rule, counting the texts it is asked about
+        def keep(self, c):
+            calls.append(c.text)
+            return super().keep(c)
+
+    chain = TextRules([Counting(), *rules[1:]])
+    for text in ("IMG_2041.JPG", "Sunset", "Ein roter Kreis auf blauem Hintergrund",
+                 "A red fishing boat in the harbour"):
+        c = Candidate(text, "alt", "u", "p")
+        drops = [(f.name, kept[1]) for f in rules if (kept := f.keep(c)) is not True]
+        verdict = chain.judge(text)
+        assert (verdict.rule, verdict.detail) == (drops[0] if drops else (None, None))
+        assert chain.judge(text) is verdict
+    assert chain.judge("A red fishing boat in the harbour").lang == "en"
+    assert chain.judge("Ein roter Kreis auf blauem Hintergrund").lang == "de"
+    assert chain.judge("Sunset").lang is None  # dropped before the language rule
+    assert len(calls) == 4  # a repeated text is not judged again
+
+
 def test_sentence_splitting_respects_abbreviations():
     assert split_sentences("Dr. Smith met Mr. J. Doe in the U.S. yesterday. It rained! Did it? Yes.") == [
         "Dr. Smith met Mr. J. Doe in the U.S. yesterday.", "It rained!", "Did it?", "Yes."]
@@ -143,6 +166,44 @@ def test_bad_pages_are_rejected_or_handled(make_work, td):
     assert "http://x.test/late.jpg" not in texts  # the 50 MB page was cut at max_page_bytes
     stats = work.done_stats("clean")[0]["counters"]
     assert stats["clean/truncated_pages"] == 1
+
+
+@pytest.mark.parametrize("text", [
+    ARTICLE, "<p>caf\u00e9 \u2014 \u6771\u4eac \U0001f600 \ufffe \x0c\x00</p>", "\ufeff<p>a</p>",
+    "<meta charset='iso-8859-1'><p>\u00e9 \u00fc</p>",
+    "<?xml version='1.0' encoding='latin-1'?><p>x</p>",  # a str lxml refuses: unparsable, as before
+    "<p>a lone \ud800 surrogate</p>", "", " ", "<!-- only a comment -->",
+])
+def test_a_decoded_page_parses_from_its_utf8_bytes_to_the_tree_of_its_text(text):
+    from lait.filters.text_stage import _markup
+
+    def parse(markup, encoding):
+        try:
+            tree = lxml_html.document_fromstring(markup, parser=lxml_html.HTMLParser(encoding=encoding))
+        except (etree.ParserError, ValueError) as exc:
+            return type(exc).__name__
+        return etree.tostring(tree, encoding=str)
+
+    assert parse(*_markup(text)) == parse(text, None)
+
+
+@pytest.mark.parametrize("body, ctype, utf8", [
+    ("<p>caf\u00e9 \u6771\u4eac</p>".encode(), "text/html", True),
+    (b"\xef\xbb\xbf<p>a BOM</p>", "text/html; charset=UTF8", True),
+    (b"<p>an unknown charset \xc3\xa9</p>", "text/html; charset=no-such-charset", True),
+    ("<p>caf\u00e9</p>".encode("latin-1"), "text/html; charset=iso-8859-1", False),
+    (b"<p>a stray \xff byte</p>", "text/html", False),
+    ("<p>a real \ufffd in the page</p>".encode(), "text/html", False),
+    (b"<?xml version='1.0' encoding='utf-8'?><p>x</p>", "text/html", False),
+])
+def test_decode_page_hands_its_bytes_to_the_parser_only_when_they_are_the_texts_utf8(body, ctype, utf8):
+    from lait.filters.text_stage import _markup, decode_page
+
+    text, _, raw = decode_page({"html": body, "status": 200, "content_type": ctype}, 1000)
+    assert (raw is not None) == utf8 and (raw is None or raw == text.encode())
+    markup, encoding = _markup(text, raw)
+    tree = lxml_html.document_fromstring(markup, parser=lxml_html.HTMLParser(encoding=encoding))
+    assert etree.tostring(tree) == etree.tostring(lxml_html.document_fromstring(text))
 
 
 def test_a_page_stored_without_html_is_dropped_for_what_its_error_says(make_work, td):

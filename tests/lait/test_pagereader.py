@@ -11,13 +11,14 @@ import time
 from urllib.parse import urlsplit
 
 import pytest
-from lxml import html as lxml_html
+from lxml import etree, html as lxml_html
 from scrapy.http import HtmlResponse
 
 from lait.crawler.warc_links import html_image_links
 from lait.filters.html_images import find_images
 from lait.filters.text_stage import SOURCES, CleanConfig, page_candidates
-from lait.pagereader import (BLOCK_TAGS, Resolver, image_attributes, image_elements, is_noai, largest_candidate,
+from lait.pagereader import (BLOCK_TAGS, Resolver, html_parser, image_attributes, image_elements, is_noai,
+                             largest_candidate,
                              meta_robots, parse_html, read_page, resolve_slow, robots_directives, split_srcset)
 
 PAGE = "https://news.example.org/2024/story.html"
@@ -222,6 +223,22 @@ def test_fast_resolver_equals_the_reference(base):
     assert [resolver(r) for r in refs] == [resolve_slow(base, r) for r in refs]
 
 
+def _same_tree(html: bytes | str) -> None:
+    ours = lxml_html.document_fromstring(html, parser=html_parser())
+    theirs = lxml_html.document_fromstring(html, parser=lxml_html.HTMLParser())
+    assert etree.tostring(ours) == etree.tostring(theirs)
+    assert [type(el) for el in ours.iter()] == [type(el) for el in theirs.iter()]
+
+
+def test_html_parser_makes_lxml_html_trees_with_the_special_classes():
+    """html_parser looks classes up in C: the same elements as lxml.html's parser, forms,
+    inputs, labels, selects, text areas, comments and the rest."""
+    _same_tree("<html><body><!-- c --><FORM action='/s'><Label>Name <input name=q></label>"
+               "<select><option>a</select><textarea>t</textarea></form><p>x<?pi y?></p></body></html>")
+    tree = lxml_html.document_fromstring("<form><input name=q value=1></form>", parser=html_parser())
+    assert dict(tree.forms[0].fields) == {"q": "1"}
+
+
 # -- real pages -----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -261,6 +278,12 @@ def test_every_consumer_finds_the_same_images_on_every_real_page(real_web):
     assert pages >= 300 and images > 5000
     assert not disagree, disagree[:3]
     assert time.perf_counter() - started < 60
+
+
+def test_html_parser_makes_the_same_trees_on_every_real_page(real_web):
+    site, _ = real_web
+    for path in site.page_paths()[1:]:
+        _same_tree(site.original(path)[0])
 
 
 def test_fast_resolver_equals_the_reference_on_every_reference_of_the_real_pages(real_web):
