@@ -51,18 +51,18 @@ class ImageHeader:
     mode: str
     frames: int
     orientation: int
-    data: bytes = field(repr=False)
+    data: bytes | memoryview = field(repr=False)  # as read: stage 2 reads views of its row group
 
     @property
     def pixels(self) -> int:
         return self.width * self.height
 
 
-def sniff(data: bytes, mime: str | None = None) -> tuple[str, str] | None:
+def sniff(data: bytes | memoryview, mime: str | None = None) -> tuple[str, str] | None:
     """(rule, detail) for bytes that are plainly not a raster image, else None."""
     if not data:
         return "empty", "zero bytes"
-    head = data[:1024].lstrip().lower()
+    head = bytes(data[:1024]).lstrip().lower()
     mime = (mime or "").lower()
     if "svg" in mime or head.startswith(b"<svg") or (head.startswith(b"<?xml") and b"<svg" in head):
         return "svg", "SVG is a vector format"
@@ -72,7 +72,7 @@ def sniff(data: bytes, mime: str | None = None) -> tuple[str, str] | None:
     return None
 
 
-def open_image(data: bytes, *, max_pixels: int) -> ImageHeader:
+def open_image(data: bytes | memoryview, *, max_pixels: int) -> ImageHeader:
     """Open an image reading its header only; raises ImageRejected."""
     try:
         with warnings.catch_warnings():
@@ -171,7 +171,7 @@ def decode_small(header: ImageHeader) -> Preview:
     return Preview(_upright(img, header.orientation), _upright(nearest, header.orientation))
 
 
-def encode_for_storage(header: ImageHeader, *, keep_max_bytes: int, quality: int) -> tuple[bytes, bool]:
+def encode_for_storage(header: ImageHeader, *, keep_max_bytes: int, quality: int) -> tuple[bytes | memoryview, bool]:
     """(bytes to store, re-encoded?) - the original JPEG when it is usable as is, else a JPEG."""
     if (header.format == "JPEG" and header.mode in ("RGB", "L") and header.orientation == 1
             and len(header.data) <= keep_max_bytes):

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from lait.config import ConfigError, StageConfig, setting
+from lait.memory import media_heap
 from lait.reasons import fetch_rule
 from lait.stage import Filter, KeepResult, PartContext, Stage
 from lait.filters.image_decode import (ImageHeader, ImageRejected, decode_small, encode_for_storage,
@@ -226,7 +227,14 @@ class ImageFilterStage(Stage):
         rules = header_filters(cfg)
         kept_sha: dict[str, str] = {}
         near = NearDuplicateIndex(cfg.phash_distance, cfg.near_dup_max_diff)
-        for row in ctx.work.iter_rows("images", ctx.partition, batch_size=64):
+        with media_heap():
+            self._process_rows(ctx, rules, classifier, kept_sha, near)
+
+    def _process_rows(self, ctx: PartContext, rules: list[Filter], classifier: Any,
+                      kept_sha: dict[str, str], near: NearDuplicateIndex) -> None:
+        # Image bytes as views into the read row group: hashing and decoding need no copy, and
+        # the part writer joins the kept ones into the output row group directly.
+        for row in ctx.work.iter_rows("images", ctx.partition, batch_size=64, views=True):
             ctx.count("in")
             try:
                 out = self._one(row, rules, classifier, kept_sha, near)
@@ -271,8 +279,9 @@ class ImageFilterStage(Stage):
         flagged, detail = classifier.judge(preview)
         if flagged:
             raise ImageRejected("uninformative", f"{classifier.name}: {detail}")
-        phash, thumb = phash_of(small), thumb_of(small)
+        phash = phash_of(small)
         if cfg.dedup:
+            thumb = thumb_of(small)  # only near-duplicate search uses it
             dup = near.find(phash, thumb)
             if dup is not None:
                 raise ImageRejected("duplicate_phash", f"like {dup[0]} (phash distance {dup[1]}, "

@@ -28,14 +28,20 @@ every partition.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
-M_MMAP_THRESHOLD = -3  # <malloc.h>
+M_TRIM_THRESHOLD = -1  # <malloc.h>
+M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 1 << 20
+DEFAULT_TRIM_THRESHOLD = 128 << 10  # glibc's, which a pinned mmap threshold leaves as it is
+MEDIA_MMAP_THRESHOLD = 32 << 20  # see media_heap
+MEDIA_TRIM_THRESHOLD = 32 << 20
 
 ARROW_POOL = "system"  # see the module docstring
 _ARROW_ENV = "ARROW_DEFAULT_MEMORY_POOL"
@@ -77,6 +83,34 @@ def large_mmap_threshold() -> None:
     means a fresh mapping, and its page faults, every time. Their heap stays small either way."""
     if _applied:
         _mallopt(M_MMAP_THRESHOLD, 32 << 20)
+
+
+@contextlib.contextmanager
+def media_heap() -> Iterator[None]:
+    """For a task that streams media row groups (a stage 2 partition): multi-MB buffers come
+    from the heap and are reused instead of being mapped afresh.
+
+    Every row group of images passes through buffers of its size (8 MiB): the Parquet reader's
+    decoded column, the output column, the Parquet writer's pages. With the pinned 1 MiB
+    threshold each is a fresh mapping whose pages fault in one by one: stage 2 over one
+    partition of 2,000 photos (300 MB) took 509,000 page faults, about 0.4 s on this 2-core VM.
+    Inside this block the mmap threshold is 32 MiB and the heap keeps up to 32 MiB of free space
+    at its top, so those buffers recycle the same pages (44,000 faults). The price is memory:
+    that run peaked at 253-269 MiB RSS instead of 219 MiB. On exit the pinned threshold is
+    restored and the heap trimmed (`release_free_memory`), so the peak does not outlive the
+    partition. Does nothing where the threshold was not pinned (another C library, or the
+    environment's own setting)."""
+    if not _applied or os.environ.get("MALLOC_TRIM_THRESHOLD_"):
+        yield
+        return
+    _mallopt(M_TRIM_THRESHOLD, MEDIA_TRIM_THRESHOLD)
+    _mallopt(M_MMAP_THRESHOLD, MEDIA_MMAP_THRESHOLD)
+    try:
+        yield
+    finally:
+        _mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+        _mallopt(M_TRIM_THRESHOLD, DEFAULT_TRIM_THRESHOLD)
+        release_free_memory()
 
 
 def release_free_memory() -> bool:

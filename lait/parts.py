@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
@@ -87,12 +88,49 @@ def validate_rows(rows: Iterable[Mapping[str, Any]], schema: pa.Schema) -> list[
 
 
 def row_bytes(row: Mapping[str, Any]) -> int:
-    """Bytes of a row's str and bytes values: what buffer limits count."""
-    return sum(len(v) for v in row.values() if isinstance(v, (bytes, str)))
+    """Bytes of a row's str and bytes values (a memoryview counts as bytes): what buffer limits count."""
+    return sum(v.nbytes if type(v) is memoryview else len(v) for v in row.values()
+               if isinstance(v, (bytes, str, memoryview)))
 
 
 def _short(row: Mapping[str, Any]) -> str:
     return "{" + ", ".join(f"{k}={str(v)[:60]!r}" for k, v in row.items()) + "}"
+
+
+def table_of_rows(rows: list[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:
+    """`pa.Table.from_pylist(rows, schema=schema)`, with binary columns built in one piece.
+
+    Arrow's builder grows a binary column by doubling, copying the media bytes of a row group
+    (8 MiB) several times into freshly mapped memory; here each binary column is one
+    `b"".join` of its values wrapped as the array's data buffer, which is the same array.
+    Binary values may also be memoryviews (`WorkDir.iter_rows(views=True)`)."""
+    columns = [_binary_array([row.get(f.name) for row in rows]) if f.type == pa.binary() else None
+               for f in schema]
+    if all(c is None for c in columns):
+        return pa.Table.from_pylist(rows, schema=schema)
+    arrays = [c if c is not None else pa.array([row.get(f.name) for row in rows], type=f.type)
+              for f, c in zip(schema, columns)]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _binary_array(values: list[Any]) -> pa.Array | None:
+    """A binary array of bytes/memoryview/None values built from one joined buffer, or None
+    when the values are anything else (Arrow's own conversion handles those, and its errors)."""
+    if not all(v is None or type(v) is bytes or type(v) is memoryview for v in values):
+        return None
+    present = [v for v in values if v is not None]
+    data = b"".join(present)
+    if len(data) > 2**31 - 1:  # 32-bit offsets: Arrow's conversion says what to do
+        return None
+    offsets = np.zeros(len(values) + 1, np.int32)
+    np.cumsum([0 if v is None else v.nbytes if type(v) is memoryview else len(v) for v in values],
+              out=offsets[1:])
+    nulls = len(values) - len(present)
+    validity = None
+    if nulls:
+        validity = pa.py_buffer(np.packbits(np.array([v is not None for v in values]), bitorder="little"))
+    return pa.Array.from_buffers(pa.binary(), len(values), [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
+                                 null_count=nulls)
 
 
 # Columns that hold already-compressed media (JPEG, PNG, WebP bytes): zstd cannot shrink them
@@ -107,6 +145,21 @@ def compression_of(schema: pa.Schema) -> dict[str, str]:
     pq.ParquetWriter(buf, schema).close()  # the leaf column paths, as Parquet names them
     paths = [c.path for c in pq.ParquetFile(io.BytesIO(buf.getvalue())).schema]
     return {p: "none" if p.split(".")[0] in INCOMPRESSIBLE_COLUMNS else "zstd" for p in paths}
+
+
+def _rows_with_views(batch: pa.RecordBatch) -> list[dict[str, Any]]:
+    """`batch.to_pylist()`, but binary columns as memoryviews into the batch's buffers."""
+    columns = [_binary_views(col) if col.type == pa.binary() else col.to_pylist() for col in batch.columns]
+    names = batch.schema.names
+    return [dict(zip(names, values)) for values in zip(*columns)] if columns else [{} for _ in range(batch.num_rows)]
+
+
+def _binary_views(array: pa.Array) -> list[memoryview | None]:
+    _, offsets, data = array.buffers()
+    ends = np.frombuffer(offsets, np.int32, count=len(array) + 1, offset=4 * array.offset).tolist()
+    view = memoryview(data if data is not None else b"").cast("B").toreadonly()
+    valid = array.is_valid().to_pylist() if array.null_count else None
+    return [view[ends[i]:ends[i + 1]] if valid is None or valid[i] else None for i in range(len(array))]
 
 
 class PartWriter:
@@ -158,7 +211,7 @@ class PartWriter:
     def _flush(self) -> None:
         if not self._buffer:
             return
-        table = pa.Table.from_pylist(validate_rows(self._buffer, self.schema), schema=self.schema)
+        table = table_of_rows(validate_rows(self._buffer, self.schema), self.schema)
         if self._writer is None:
             self._out = storage.open_output(self.path)
             codecs = compression_of(self.schema)
@@ -283,17 +336,21 @@ class WorkDir:
         return pa.concat_tables(tables)
 
     def iter_rows(self, table: str, partition: int | None = None, columns: list[str] | None = None,
-                  batch_size: int = 256) -> Iterator[dict[str, Any]]:
+                  batch_size: int = 256, *, views: bool = False) -> Iterator[dict[str, Any]]:
         """Rows as dicts, streamed batch by batch so a large partition never sits in memory.
 
         One row group is read at a time: `ParquetFile.iter_batches` reads ahead and holds most
-        of a file (a 150 MB images_ok partition whole), so memory grew with partition size."""
+        of a file (a 150 MB images_ok partition whole), so memory grew with partition size.
+
+        With `views`, binary values are read-only memoryviews into the row group's Arrow buffers
+        instead of bytes copies (a row group of media is 8 MiB copied once more); a view keeps
+        its row group in memory for as long as it is held, and `PartWriter` accepts it as bytes."""
         for f in self.part_files(table, partition):
             pf = storage.parquet_file(f)
             for i in range(pf.num_row_groups):
                 group = pf.read_row_group(i, columns=columns)
                 for batch in group.to_batches(max_chunksize=batch_size):
-                    yield from batch.to_pylist()
+                    yield from (_rows_with_views(batch) if views else batch.to_pylist())
                 del group
 
     def count(self, table: str, partition: int | None = None) -> int:

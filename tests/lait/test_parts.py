@@ -2,6 +2,7 @@ import json
 from datetime import datetime, timezone
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from lait.parts import PartWriter, WorkDir, partition_of, stats_path
@@ -212,3 +213,51 @@ def test_rolling_writer_commits_parts_under_sequential_tags(tmp_path):
     assert out.close() == {"images": 7}
     assert events == ["parts_committed"] * 3
     assert [r["image_url"] for r in work.iter_rows("images", 0)] == [f"http://x/{i}.jpg" for i in range(7)]
+
+
+def test_table_of_rows_is_arrows_own_conversion():
+    from lait.parts import table_of_rows
+    from lait.schemas import IMAGES_OK
+
+    rows = [{**image_row(i), "bytes": [b"\xff\xd8" * i, None, b""][i % 3], "page_url": [None, "p", "é"][i % 3],
+             "width": i, "height": 2 * i, "format": "JPEG", "sha256": "0" * 64, "phash": "1" * 16}
+            for i in range(10)]
+    for chunk in (rows, rows[1:2], rows[2:3], []):
+        expected = pa.Table.from_pylist(chunk, schema=IMAGES_OK)
+        got = table_of_rows(chunk, IMAGES_OK)
+        got.validate(full=True)
+        assert got.schema == expected.schema and got.equals(expected)
+    # Memoryviews are bytes; values Arrow converts itself (a str) take Arrow's path.
+    views = [{**r, "bytes": None if r["bytes"] is None else memoryview(r["bytes"])} for r in rows]
+    assert table_of_rows(views, IMAGES_OK).equals(pa.Table.from_pylist(rows, schema=IMAGES_OK))
+    odd = [{**rows[1], "bytes": "text"}]
+    assert table_of_rows(odd, IMAGES_OK).column("bytes").to_pylist() == [b"text"]
+    with pytest.raises((TypeError, pa.ArrowInvalid)):
+        table_of_rows([{**rows[1], "bytes": 7}], IMAGES_OK)
+
+
+def test_iter_rows_views_are_the_bytes_and_write_back_the_same_parts(tmp_path):
+    """Rows read as views and written again give the same row groups as rows of bytes: a view
+    counts its bytes toward the row group limit as the bytes themselves do."""
+    work = WorkDir(tmp_path, n_partitions=1).init()
+    w = work.writer("images", 0, "src", row_group_bytes=1000)
+    for i in range(40):
+        w.write({**image_row(i * 7 % 90), "bytes": None if i % 9 == 4 else bytes((i * 37 + k) % 256 for k in range(13 * i))})
+    w.close()
+    plain = list(work.iter_rows("images", 0, batch_size=3))
+    views = list(work.iter_rows("images", 0, batch_size=3, views=True))
+    assert [{k: v for k, v in r.items() if k != "bytes"} for r in views] == \
+           [{k: v for k, v in r.items() if k != "bytes"} for r in plain]
+    assert [r["bytes"] if r["bytes"] is None else type(r["bytes"]) for r in views].count(memoryview) == 36
+    assert [None if r["bytes"] is None else bytes(r["bytes"]) for r in views] == [r["bytes"] for r in plain]
+    assert all(r["bytes"] is None or r["bytes"].readonly for r in views)
+    for tag, rows in (("plain", plain), ("views", views)):
+        out = work.writer("images", 0, tag, row_group_bytes=1000)
+        out.write_many(rows)
+        out.close()
+    a, b = (pq.ParquetFile(work.part_path("images", 0, tag)) for tag in ("plain", "views"))
+    assert a.metadata.num_row_groups == b.metadata.num_row_groups > 3
+    assert [a.metadata.row_group(i).num_rows for i in range(a.metadata.num_row_groups)] == \
+           [b.metadata.row_group(i).num_rows for i in range(b.metadata.num_row_groups)]
+    assert a.read().equals(b.read())
+    assert b.read().equals(pq.read_table(work.part_path("images", 0, "src")))
