@@ -34,6 +34,7 @@ from lait.build.resize import ImageOptions, exif_json, prepare
 from lait.build.sample import (FAILED_TO_DOWNLOAD, FAILED_TO_RESIZE, SIDECAR, SUCCESS, make_sample, sample_json,
                                uids_to_array)
 from lait import storage
+from lait.memory import media_heap
 from lait.parts import WorkDir, atomic_write_bytes, atomic_write_json
 from lait.stage import PartContext, Stage
 from lait.storage import Location
@@ -215,8 +216,7 @@ class _RowGroupBytes:
     def _read(self, src_file: str, row_group: int) -> tuple[list[int], memoryview, np.ndarray | None]:
         # A file is opened per group, not kept open: an open ParquetFile keeps a buffer as large
         # as the last column chunk it read, which over 16 partitions' files was 130 MB a worker.
-        col = storage.parquet_file(self.dir / src_file, memory_map=True).read_row_group(
-            row_group, columns=["bytes"]).column(0)
+        col = storage.parquet_file(self.dir / src_file).read_row_group(row_group, columns=["bytes"]).column(0)
         col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()  # no copy when whole
         # The value offsets and the data buffer, so that a row's bytes are a slice of Arrow's
         # memory (no copy, and none of the cost of a scalar per row).
@@ -275,6 +275,12 @@ class ShardStage(Stage):
         return {**dataclasses.asdict(self.images), "regions": self.regions}
 
     def process(self, ctx: PartContext) -> None:
+        # Row groups of image bytes (several MB each) pass through the reader one after another:
+        # recycled from the heap, not mapped and faulted in afresh each time (`media_heap`).
+        with media_heap():
+            self._write_shard(ctx)
+
+    def _write_shard(self, ctx: PartContext) -> None:
         started = time.time()
         source_work = WorkDir(self.source) if self.source else ctx.work
         out_dir = storage.location(self.out) if self.out else ctx.work.root / "shards"

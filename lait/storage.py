@@ -239,14 +239,8 @@ def _parquet_source(path: Location) -> Any:
     return path
 
 
-def parquet_file(path: Location, *, memory_map: bool = False) -> pq.ParquetFile:
-    """A Parquet file to read row groups from. `memory_map` (local files only) reads column
-    chunks straight from the page cache instead of copying them into a buffer first: twice as
-    fast for media bytes. Parts are never changed in place (a rewrite is a new file renamed over
-    the old), so a mapping never sees a file shrink under it."""
-    if isinstance(path, RemotePath):
-        return pq.ParquetFile(_parquet_source(path))
-    return pq.ParquetFile(path, memory_map=memory_map)
+def parquet_file(path: Location) -> pq.ParquetFile:
+    return pq.ParquetFile(_parquet_source(path))
 
 
 def read_table(path: Location, **kwargs: Any) -> pa.Table:
