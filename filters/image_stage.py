@@ -229,6 +229,7 @@ class ImageFilterStage(Stage):
         near = NearDuplicateIndex(cfg.phash_distance, cfg.near_dup_max_diff)
         with media_heap():
             self._process_rows(ctx, rules, classifier, kept_sha, near)
+            ctx.flush()  # the last row group of images_ok too
 
     def _process_rows(self, ctx: PartContext, rules: list[Filter], classifier: Any,
                       kept_sha: dict[str, str], near: NearDuplicateIndex) -> None:

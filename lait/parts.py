@@ -494,6 +494,12 @@ class PartitionedWriter:
         """Bytes waiting in the open parts' buffers."""
         return sum(w.buffered_bytes for w in self._open.values())
 
+    def flush(self) -> None:
+        """Write the buffered rows of every open part out now, as its last row group so far
+        (the same row group `close` would write when no row follows)."""
+        for key in sorted(self._open):
+            self._open[key].flush()
+
     def commit(self, table: str, partition: int) -> dict[str, Any] | None:
         """Close the open part of (table, partition); its stats, or None when it had no row."""
         w = self._open.pop((table, partition))

@@ -88,6 +88,11 @@ class PartContext:
                           detail=detail)
         self.counters[reason] += 1
 
+    def flush(self) -> None:
+        """Write the rows buffered so far out now (a stage that changed the memory settings for
+        its work writes its last row groups under them)."""
+        self.parts.flush()
+
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name if "/" in name else f"{self.stage}/{name}"] += n
 

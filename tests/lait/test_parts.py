@@ -182,6 +182,30 @@ def test_partitioned_writer_opens_parts_lazily_and_counts_rows_per_table(tmp_pat
     assert rej["reason"] == "filter/min_side" and len(rej["detail"]) == 1000
 
 
+def test_partitioned_writer_flush_writes_the_row_group_close_would_write(tmp_path):
+    """A flush at the end of a task writes each open part's buffered rows as the row group that
+    `close` would have written: the files are the same; rows after a flush start a new group."""
+    from lait.parts import PartitionedWriter
+
+    parts = {}
+    for name, flush_at in (("plain", None), ("flushed", 6), ("middle", 3)):
+        work = WorkDir(tmp_path / name, n_partitions=4).init()
+        out = PartitionedWriter(work, "w1")
+        for i in range(6):
+            if i == flush_at:
+                out.flush()
+            out.write("images", i % 2, image_row(i))
+        if flush_at == 6:
+            out.flush()
+        out.close()
+        parts[name] = work.part_files("images")
+    for a, b in zip(parts["plain"], parts["flushed"]):
+        assert a.read_bytes() == b.read_bytes()
+    assert [pq.ParquetFile(p).num_row_groups for p in parts["plain"]] == [1, 1]
+    assert [pq.ParquetFile(p).num_row_groups for p in parts["middle"]] == [2, 2]
+    assert pq.read_table(parts["middle"][0]).equals(pq.read_table(parts["plain"][0]))
+
+
 def test_partitioned_writer_refuses_unregistered_reasons_and_second_parts(tmp_path):
     from lait.parts import PartitionedWriter
 
