@@ -106,69 +106,51 @@ GOOD_PAGES = ["http://good.test/after.html", "http://good.test/before.html"]
 GOOD_IMAGES = ["http://good.test/gafter.png", "http://good.test/gbefore.png"]
 
 
+def ingest_among_good_records(tmp_path: Path, python: str, name: str, url: str, head: bytes, body: bytes,
+                              **member: int) -> tuple[dict, dict, Path]:
+    """The record of `url` between good records, ingested in a fresh process within bounded
+    memory, the good pages and images kept: (the file report, the reject of `url`, the WARC)."""
+    path = tmp_path / name
+    path.write_bytes(good_records("before") + warc_member(url, head, body, **member) + good_records("after"))
+    report, peak = ingest_peak(path, tmp_path / "W", python)
+    assert peak < PEAK_LIMIT_MB, f"peak RSS {peak} MiB"
+    pages, images, rejected = kept_and_rejected(tmp_path / "W")
+    assert pages == GOOD_PAGES and images == GOOD_IMAGES
+    (bomb,) = [r for r in rejected if r["page_url"] == url]
+    return report, bomb, path
+
+
 @pytest.mark.parametrize("codings", ["gzip", "gzip, gzip"])
 def test_gzip_bomb_body_is_rejected_within_bounded_memory(tmp_path, python, codings):
     inner = gzip_of_zeros(2048)  # 2 GiB of zeros in about 2 MiB
     body = gzip.compress(inner) if codings == "gzip, gzip" else inner
-    path = tmp_path / "bomb.warc.gz"
-    path.write_bytes(good_records("before")
-                     + warc_member("http://bomb.test/page.html",
-                                   http_head("text/html", f"Content-Encoding: {codings}"), body)
-                     + good_records("after"))
-    report, peak = ingest_peak(path, tmp_path / "W", python)
-    assert peak < PEAK_LIMIT_MB, f"peak RSS {peak} MiB"
+    report, bomb, _ = ingest_among_good_records(tmp_path, python, "bomb.warc.gz", "http://bomb.test/page.html",
+                                                http_head("text/html", f"Content-Encoding: {codings}"), body)
     assert report["failed"] is None and report["records"] == 5
-    pages, images, rejected = kept_and_rejected(tmp_path / "W")
-    assert pages == GOOD_PAGES and images == GOOD_IMAGES
-    (bomb,) = [r for r in rejected if r["page_url"] == "http://bomb.test/page.html"]
     assert bomb["reason"] == "ingest/body_too_large" and "more than" in bomb["detail"]
 
 
 def test_encoded_300mb_page_is_not_stored(tmp_path, python):
     # The small-file kind: 300 MiB of page text, gzip-encoded, inside a gzipped WARC record.
     body = gzip_of_zeros(300, fill=b"<p>x</p>")  # 8 bytes x 1 MiB x 300 = 2.3 GiB of "page"
-    path = tmp_path / "page.warc.gz"
-    path.write_bytes(good_records("before")
-                     + warc_member("http://bomb.test/big.html",
-                                   http_head("text/html", "Content-Encoding: gzip"), body)
-                     + good_records("after"))
+    _, big, path = ingest_among_good_records(tmp_path, python, "page.warc.gz", "http://bomb.test/big.html",
+                                             http_head("text/html", "Content-Encoding: gzip"), body)
     assert path.stat().st_size < 4 * MIB
-    report, peak = ingest_peak(path, tmp_path / "W", python)
-    assert peak < PEAK_LIMIT_MB, f"peak RSS {peak} MiB"
-    pages, images, rejected = kept_and_rejected(tmp_path / "W")
-    assert pages == GOOD_PAGES and images == GOOD_IMAGES
-    (big,) = [r for r in rejected if r["page_url"] == "http://bomb.test/big.html"]
     assert big["reason"] == "ingest/body_too_large"
 
 
 def test_stored_300mb_page_record_is_skipped_unread(tmp_path, python):
     # The stored kind: the record itself holds a 300 MiB page (a 300 KB gzip member).
-    path = tmp_path / "stored.warc.gz"
-    path.write_bytes(good_records("before")
-                     + warc_member("http://bomb.test/stored.html", http_head("text/html"), b"<html>",
-                                   zero_body_mib=300)
-                     + good_records("after"))
+    _, big, path = ingest_among_good_records(tmp_path, python, "stored.warc.gz", "http://bomb.test/stored.html",
+                                             http_head("text/html"), b"<html>", zero_body_mib=300)
     assert path.stat().st_size < 2 * MIB
-    report, peak = ingest_peak(path, tmp_path / "W", python)
-    assert peak < PEAK_LIMIT_MB, f"peak RSS {peak} MiB"
-    pages, images, rejected = kept_and_rejected(tmp_path / "W")
-    assert pages == GOOD_PAGES and images == GOOD_IMAGES
-    (big,) = [r for r in rejected if r["page_url"] == "http://bomb.test/stored.html"]
     assert big["reason"] == "ingest/too_large"
 
 
 def test_stored_page_over_the_page_limit_but_under_the_record_limit(tmp_path, python):
     # 40 MiB: read (under --max-record-mb 64), but larger than a page may be (10 MiB).
-    path = tmp_path / "mid.warc.gz"
-    path.write_bytes(good_records("before")
-                     + warc_member("http://bomb.test/mid.html", http_head("text/html"), b"<html>",
-                                   zero_body_mib=40)
-                     + good_records("after"))
-    report, peak = ingest_peak(path, tmp_path / "W", python)
-    assert peak < PEAK_LIMIT_MB, f"peak RSS {peak} MiB"
-    pages, images, rejected = kept_and_rejected(tmp_path / "W")
-    assert pages == GOOD_PAGES and images == GOOD_IMAGES
-    (mid,) = [r for r in rejected if r["page_url"] == "http://bomb.test/mid.html"]
+    _, mid, _ = ingest_among_good_records(tmp_path, python, "mid.warc.gz", "http://bomb.test/mid.html",
+                                          http_head("text/html"), b"<html>", zero_body_mib=40)
     assert mid["reason"] == "ingest/body_too_large" and str(10 << 20) in mid["detail"]
 
 
