@@ -26,7 +26,7 @@ from lait.build.config import BuildConfig  # noqa: E402
 from lait.build.pipeline import build  # noqa: E402
 from lait.filters.image_decode import decode_small, open_image  # noqa: E402
 from lait.filters.image_stage import phash_of  # noqa: E402
-from lait.parts import WorkDir, partition_of  # noqa: E402
+from lait.parts import PartitionedWriter, WorkDir  # noqa: E402
 from lait.scoring.config import ScoreConfig  # noqa: E402
 from lait.scoring.pipeline import score_work  # noqa: E402
 
@@ -49,14 +49,9 @@ def _row(url: str, data: bytes) -> dict:
 
 
 def _write(work: WorkDir, table: str, rows: list[dict], key: str) -> None:
-    writers: dict[int, object] = {}
-    for r in rows:
-        p = partition_of(r[key], work.n_partitions)
-        if p not in writers:
-            writers[p] = work.writer(table, p, "test")
-        writers[p].write(r)
-    for w in writers.values():
-        w.close()
+    with PartitionedWriter(work, "test") as parts:  # one part per partition of `key`
+        for r in rows:
+            parts.write(table, parts.partition_of(r[key]), r)
 
 
 def test_distinct_real_photos_close_in_a_weak_scorer_are_not_merged(shared_data, tmp_path):

@@ -14,7 +14,7 @@ import pytest
 
 from lait.build.config import BuildConfig
 from lait.build.pipeline import build
-from lait.parts import WorkDir, partition_of
+from lait.parts import PartitionedWriter, WorkDir
 
 tables = pytest.importorskip("lait.arrays")
 
@@ -26,14 +26,9 @@ _spec.loader.exec_module(data)
 
 
 def _write(work: WorkDir, table: str, rows: list[dict], key: str) -> None:
-    writers = {}
-    for r in rows:
-        p = partition_of(r[key], work.n_partitions)
-        if p not in writers:
-            writers[p] = work.writer(table, p, "score-test")
-        writers[p].write(r)
-    for w in writers.values():
-        w.close()
+    with PartitionedWriter(work, "score-test") as parts:  # one part per partition of `key`
+        for r in rows:
+            parts.write(table, parts.partition_of(r[key]), r)
 
 
 def _members(root: Path) -> dict[str, bytes]:
