@@ -50,7 +50,7 @@ _applied: bool | None = None
 
 
 @functools.lru_cache(maxsize=1)
-def _glibc() -> Any:
+def glibc() -> Any:
     """glibc with `mallopt` and `malloc_trim` typed, or None (another platform or C library)."""
     if not sys.platform.startswith("linux"):
         return None
@@ -61,11 +61,14 @@ def _glibc() -> Any:
     except (OSError, AttributeError):  # not glibc (musl, ...)
         return None
     libc.mallopt.restype = libc.malloc_trim.restype = ctypes.c_int
+    if hasattr(libc, "sync_file_range"):  # lait.storage.start_writeback
+        libc.sync_file_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+        libc.sync_file_range.restype = ctypes.c_int
     return libc
 
 
 def _mallopt(param: int, value: int) -> bool:
-    libc = _glibc()
+    libc = glibc()
     return libc is not None and libc.mallopt(param, value) == 1
 
 
@@ -120,7 +123,7 @@ def release_free_memory() -> bool:
     burst of them the heap keeps its high-water mark: parsing one 2.2 MB page took a clean
     process from 216 to 349 MB RSS, and a trim brought it to 185 MB. It walks the heap, so call
     it after such bursts and between partitions, not per row."""
-    libc = _glibc()
+    libc = glibc()
     return libc is not None and libc.malloc_trim(0) == 1
 
 

@@ -41,6 +41,8 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lait.memory import glibc
+
 STORAGE_OPTIONS_ENV = "LAIT_STORAGE_OPTIONS"
 _URL_RE = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://(.*)$")
 # Extras that provide a protocol's filesystem (fsspec itself names the package for the others).
@@ -300,33 +302,17 @@ def remove_tree(path: Location) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _sync_file_range() -> Any:
-    """libc's `sync_file_range` (Linux), or None where there is no such call."""
-    import ctypes
-    import ctypes.util
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_SYNC_RANGE: Any = _sync_file_range()
 _SYNC_FILE_RANGE_WRITE = 2  # start writeback of the dirty pages of the range, do not wait
 
 
 def start_writeback(fd: int, offset: int, nbytes: int) -> None:
     """Ask the kernel to start writing a range of a file out now, without waiting for it: a
     large file written this way is mostly on disk by the time `commit` fsyncs it (the
-    `bytes_per_sync` of databases). Nothing happens where the call does not exist."""
-    if _SYNC_RANGE is not None:
-        _SYNC_RANGE(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)  # advisory: an error changes nothing
+    `bytes_per_sync` of databases). Nothing happens where the call does not exist (not Linux
+    with glibc)."""
+    libc = glibc()  # loaded once, with the memory settings' calls
+    if libc is not None and hasattr(libc, "sync_file_range"):
+        libc.sync_file_range(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)  # advisory: an error changes nothing
 
 
 class LocalOutput:
