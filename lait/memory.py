@@ -51,7 +51,8 @@ _applied: bool | None = None
 
 @functools.lru_cache(maxsize=1)
 def glibc() -> Any:
-    """glibc with `mallopt` and `malloc_trim` typed, or None (another platform or C library)."""
+    """glibc with `mallopt`, `malloc_trim` (and `sync_file_range`) typed, or None (another platform
+    or C library)."""
     if not sys.platform.startswith("linux"):
         return None
     try:

@@ -100,12 +100,14 @@ def _batches(items: Iterable[tuple[str, bytes]], size: int) -> Iterator[list[tup
 DECODER_NICE = 10  # added to the decode workers' niceness (0: same priority as the model)
 
 
-def _start_decoder(setup) -> None:
+def _start_decoder() -> None:
     """A decode worker yields the cores to the model: decoding runs ahead of the model by a few
     batches, so it can wait; a model thread that loses its core stalls its whole matrix product."""
     import os
 
-    setup()
+    from lait.memory import large_mmap_threshold
+
+    large_mmap_threshold()
     if DECODER_NICE:
         try:
             os.nice(DECODER_NICE)
@@ -122,11 +124,9 @@ def decode_stream(decoder: ImageDecoder, items: Iterable[tuple[str, bytes]], bat
         return
     import multiprocessing
 
-    from lait.memory import large_mmap_threshold
-
     # fork: the children only run Pillow and numpy, never torch kernels.
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
-                               initializer=_start_decoder, initargs=(large_mmap_threshold,))
+                               initializer=_start_decoder)
     window = 2 * workers + 1
     pending: deque = deque()
     try:
