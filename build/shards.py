@@ -35,7 +35,7 @@ from lait.build.sample import (FAILED_TO_DOWNLOAD, FAILED_TO_RESIZE, SIDECAR, SU
                                uids_to_array)
 from lait import storage
 from lait.memory import media_heap
-from lait.parts import WorkDir, atomic_write_bytes, atomic_write_json
+from lait.parts import WorkDir, atomic_write_bytes, atomic_write_json, binary_views
 from lait.stage import PartContext, Stage
 from lait.storage import Location
 
@@ -211,20 +211,15 @@ class _RowGroupBytes:
         self._next = 0
         self._ahead = ahead
         self._key: tuple[str, int] | None = None
-        self._col: tuple[Any, memoryview, Any] | None = None
+        self._col: list[memoryview | None] = []
 
-    def _read(self, src_file: str, row_group: int) -> tuple[list[int], memoryview, np.ndarray | None]:
+    def _read(self, src_file: str, row_group: int) -> list[memoryview | None]:
         # A file is opened per group, not kept open: an open ParquetFile keeps a buffer as large
         # as the last column chunk it read, which over 16 partitions' files was 130 MB a worker.
         col = storage.parquet_file(self.dir / src_file).read_row_group(row_group, columns=["bytes"]).column(0)
         col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()  # no copy when whole
-        # The value offsets and the data buffer, so that a row's bytes are a slice of Arrow's
-        # memory (no copy, and none of the cost of a scalar per row).
-        _, offsets, data = col.buffers()
-        width = np.int64 if pa.types.is_large_binary(col.type) else np.int32
-        offsets = np.frombuffer(offsets, width)[col.offset:col.offset + len(col) + 1].tolist()
-        nulls = col.is_null().to_numpy(zero_copy_only=False) if col.null_count else None
-        return offsets, memoryview(data if data is not None else b""), nulls
+        # Each row's bytes as a slice of Arrow's buffer: no copy, and no scalar per row.
+        return binary_views(col)
 
     def _fill(self) -> None:
         while self._next < len(self._groups) and len(self._futures) <= self._ahead:
@@ -240,11 +235,7 @@ class _RowGroupBytes:
             self._col = fut.result() if fut is not None else self._read(*key)
             self._key = key
             self._fill()
-        offsets, data, nulls = self._col
-        if nulls is not None and nulls[row_index]:
-            return None
-        # A view of Arrow's buffer, not a copy: the tar writer reads it once.
-        return data[offsets[row_index]:offsets[row_index + 1]]
+        return self._col[row_index]  # a view of Arrow's buffer, not a copy: the tar writer reads it once
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
