@@ -170,9 +170,10 @@ def _duplicate_rule(im: Image, rep: Image, threshold: int) -> tuple[str, str]:
 
 
 def make_groups(work: WorkDir, images: list[Image], cfg: BuildConfig) -> list[Group]:
-    pairs = embedding_pairs(work, {im.url: i for i, im in enumerate(images)}, [im.phash for im in images],
+    phashes = [im.phash for im in images]
+    pairs = embedding_pairs(work, {im.url: i for i, im in enumerate(images)}, phashes,
                             cfg.near_dup_max_phash) if cfg.use_embedding_dups else []
-    index_groups = group_duplicates([im.sha256 for im in images], [im.phash for im in images],
+    index_groups = group_duplicates([im.sha256 for im in images], phashes,
                                     cfg.phash_threshold, pairs)
     groups = []
     for idx in index_groups:

@@ -17,13 +17,14 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from lait import storage
+from lait.build.dedup import hamming
 from lait.parts import WorkDir
 
 log = logging.getLogger(__name__)
 
 
-def embedding_pairs(work: WorkDir, index: Mapping[str, int], phashes: Sequence[int] | None = None,
-                    max_phash: int = 64) -> list[tuple[int, int]]:
+def embedding_pairs(work: WorkDir, index: Mapping[str, int], phashes: Sequence[int],
+                    max_phash: int) -> list[tuple[int, int]]:
     """Index pairs (into `index`) of images stage 4 found to be near-duplicates (`near_dups/`)
     whose perceptual hashes (`phashes`, by index) also differ in at most `max_phash` bits."""
     pairs: list[tuple[int, int]] = []
@@ -33,7 +34,7 @@ def embedding_pairs(work: WorkDir, index: Mapping[str, int], phashes: Sequence[i
         for a, b in zip(t.column(0).to_pylist(), t.column(1).to_pylist()):
             if a in index and b in index and a != b:
                 i, j = index[a], index[b]
-                if phashes is not None and (phashes[i] ^ phashes[j]).bit_count() > max_phash:
+                if hamming(phashes[i], phashes[j]) > max_phash:
                     refused += 1
                     continue
                 pairs.append((i, j))

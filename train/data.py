@@ -163,8 +163,6 @@ def first_sample_keys(url: str) -> set[str] | None:
     for a remote shard. A ConfigError when the file is no readable tar."""
     if _remote(url):
         return None
-    import tarfile
-
     keys: set[str] = set()
     first = None
     try:

@@ -104,31 +104,32 @@ def stage_steps(stage: TrainStageConfig, urls: list[str], world: int, what: str 
     return max(1, math.floor(stage.epochs * count_samples(urls, what) / per_step))
 
 
-def check_shard_regions(regions: RegionConfig, urls: list[str]) -> None:
+def check_shard_regions(regions: RegionConfig, urls: list[str]) -> set[str] | None:
     """A ConfigError when the first shard is no readable tar with a sample, or, with
     ``regions.source: shard``, when its sample holds no region features (every sample would
-    fail to decode)."""
+    fail to decode). Returns the first sample's extensions (None for a remote shard)."""
     keys = first_sample_keys(urls[0])
     if regions.source == "shard" and keys is not None and not {"regions.npy", "boxes.npy"} <= keys:
         raise ConfigError(f"data.regions.source is shard, but the first sample of {urls[0]} has no "
                           "regions.npy/boxes.npy (shards built without region features); set "
                           "data.regions.source to patches, clip or detector")
+    return keys
 
 
-def check_tasks(tasks: TaskWeights, regions: RegionConfig, urls: list[str], path: str) -> None:
+def check_tasks(tasks: TaskWeights, regions: RegionConfig, first: str, keys: set[str] | None, path: str) -> None:
     """A ConfigError when a task the stage weighs cannot run with its region source: MOC needs
     region classes, which a detector gives and shards may (labels.npy), and which pixel patches
-    and CLIP patch tokens do not. Better than a task silently dropped from every step."""
+    and CLIP patch tokens do not. Better than a task silently dropped from every step. `keys`:
+    the extensions of the first sample of shard `first` (`check_shard_regions`)."""
     if not tasks.moc:
         return
     if regions.source in ("patches", "clip"):
         raise ConfigError(f"{path}.tasks.moc: masked object classification needs region classes, which "
                           f"data.regions.source={regions.source} does not give; set {path}.tasks.moc: 0, "
                           "or use regions from a detector or shards with labels.npy")
-    keys = first_sample_keys(urls[0]) if regions.source == "shard" else None
-    if keys is not None and "labels.npy" not in keys:
+    if regions.source == "shard" and keys is not None and "labels.npy" not in keys:
         raise ConfigError(f"{path}.tasks.moc: masked object classification needs region classes, but the "
-                          f"first sample of {urls[0]} has no labels.npy; set {path}.tasks.moc: 0")
+                          f"first sample of {first} has no labels.npy; set {path}.tasks.moc: 0")
 
 
 def stage_shards(cfg: PretrainConfig, world_size: int) -> list[tuple[list[str], int]]:
@@ -139,8 +140,8 @@ def stage_shards(cfg: PretrainConfig, world_size: int) -> list[tuple[list[str], 
         where = f"stages.{i}.shards"
         urls = expand_shards(stage.shards, where)
         check_enough_shards(urls, world_size, cfg.data.num_workers, where)
-        check_shard_regions(cfg.data.regions, urls)
-        check_tasks(stage.tasks, cfg.data.regions, urls, f"stages.{i}")
+        keys = check_shard_regions(cfg.data.regions, urls)
+        check_tasks(stage.tasks, cfg.data.regions, urls[0], keys, f"stages.{i}")
         out.append((urls, stage_steps(stage, urls, world_size, where)))
     return out
 
