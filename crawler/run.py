@@ -71,7 +71,7 @@ def crawl(cfg: CrawlConfig, *, timeout: float | None = None, quiet: bool = False
     # Crawlers sharing one Redis frontier (one per machine) are one crawl: the lock is shared.
     with locked(work, "lait crawl", shared=bool(cfg.redis_url)):
         work.write_config("crawl", cfg.to_yaml())
-        return _crawl_subprocess(cfg, work, timeout=timeout, quiet=quiet)
+        return _crawl_subprocesses([cfg], work, timeout=timeout, quiet=quiet)[0]
 
 
 def fetch_images(cfg: ImageFetchConfig, *, processes: int = 1, timeout: float | None = None,
@@ -118,11 +118,6 @@ def merge_stats(all_stats: list[dict[str, Any]]) -> dict[str, Any]:
     out["finish_reason"] = (next((r for r in reasons if not (crawl_succeeded(r) or crawl_stopped(r))), None)
                             or next((r for r in reasons if crawl_stopped(r)), None) or reasons[0])
     return out
-
-
-def _crawl_subprocess(cfg: FetchConfig, work: Any, *, timeout: float | None, quiet: bool,
-                      spider: str = "lait") -> dict[str, Any]:
-    return _crawl_subprocesses([cfg], work, timeout=timeout, quiet=quiet, spider=spider)[0]
 
 
 def _crawl_subprocesses(cfgs: list[FetchConfig], work: Any, *, timeout: float | None, quiet: bool,

@@ -621,8 +621,6 @@ def input_marker(work: WorkDir, stage: str, tag: str):
 
 def input_done(work: WorkDir, stage: str, tag: str, fingerprint: dict) -> bool:
     """True when the marker of input `tag` exists and records `fingerprint` (the file unchanged)."""
-    import json
-
     m = input_marker(work, stage, tag)
     if not storage.exists(m):
         return False

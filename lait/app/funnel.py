@@ -151,7 +151,5 @@ def funnel(work: WorkDir, rejects: Counter, units: dict[str, str], samples: int 
         base = count["images"]
         out.append(FunnelRow(SAMPLES, "in shards", samples, "samples in the shards (WebDataset tars): an image, "
                              "its caption and its metadata.", base, "images fetched" if base is not None else ""))
-        if base is None:
-            out[-1].base = None
     return out
 

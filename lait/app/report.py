@@ -59,7 +59,6 @@ class DatasetStats:
     scored_scores: list[float] = field(default_factory=list)
     best_scores: list[float] = field(default_factory=list)  # each image's best text: what thresholds cut
     thresholds: list[Threshold] = field(default_factory=list)
-    build_settings: dict[str, Any] = field(default_factory=dict)
     samples: list[dict[str, Any]] = field(default_factory=list)  # sidecar rows of kept samples
     shards: int = 0
     shard_bytes: int = 0
@@ -149,8 +148,7 @@ def gather(work_root: str | Path, *, examples_per_reason: int = 1, thumbnails: b
         st.shards += 1
         st.shard_bytes += storage.size(tar)
     st.funnel = funnel(work, st.rejects, st.reject_units, len(st.samples) if st.shards else None)
-    st.build_settings = _build_settings(work)
-    st.thresholds = thresholds(st.build_settings, st.kept_scores)
+    st.thresholds = thresholds(_build_settings(work), st.kept_scores)
     return st
 
 
