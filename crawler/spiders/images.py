@@ -90,7 +90,7 @@ class ImageSpider(LaitSpider):
                  " and ".join(f"{t}/" for t in self.cfg.tables))
         self._last_progress = time.monotonic()
         for url, page_url in self._pending(work):
-            yield self._image_request(url, page_url, depth=0).replace(dont_filter=True)
+            yield self._image_request(url, page_url, depth=0, dont_filter=True)
 
     def _pending(self, work) -> Iterator[tuple[str, str | None]]:
         """(image URL, referring page) of every image referenced and not done, partition by

@@ -181,12 +181,12 @@ class LaitSpider(scrapy.Spider):
         return scrapy.Request(url, callback=self.parse_page, errback=self.on_error, meta=meta,
                               dont_filter=dont_filter)
 
-    def _image_request(self, url: str, page_url: str, depth: int) -> scrapy.Request:
+    def _image_request(self, url: str, page_url: str, depth: int, dont_filter: bool = False) -> scrapy.Request:
         meta = {"depth": depth, "lait_kind": "image", "lait_referer": page_url,
                 "allow_offsite": True,  # images live on CDNs; same-site is about pages
                 "download_maxsize": self.settings.getint("LAIT_IMAGE_MAXSIZE")}
         return scrapy.Request(url, callback=self.parse_image, errback=self.on_error, meta=meta,
-                              priority=IMAGE_PRIORITY)
+                              priority=IMAGE_PRIORITY, dont_filter=dont_filter)
 
     def _allowed(self, url: str) -> bool:
         if not self.allowed_domains:
