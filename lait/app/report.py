@@ -80,25 +80,34 @@ class DatasetStats:
         return sorted(self.rejects.items(), key=key)
 
 
-def _column(work: WorkDir, table: str, column: str) -> list[Any]:
-    out: list[Any] = []
+def _columns(work: WorkDir, table: str, *columns: str) -> list[list[Any]]:
+    """Each of `columns` of every part, in part-name order, one read per part (a column a part
+    lacks, from an older version, adds nothing)."""
+    out: list[list[Any]] = [[] for _ in columns]
     for f in work.part_files(table):
         pf = storage.parquet_file(f)
-        if column in pf.schema_arrow.names:
-            out += pf.read(columns=[column]).column(0).to_pylist()
+        present = [c for c in columns if c in pf.schema_arrow.names]
+        if present:
+            t = pf.read(columns=present)
+            for values, c in zip(out, columns):
+                if c in present:
+                    values += t.column(c).to_pylist()
     return out
 
 
-def _best_scores(work: WorkDir) -> list[float]:
-    """Each scored image's best score, partition by partition (scored/ is partitioned by image)."""
+def _scores(work: WorkDir) -> tuple[list[float], list[float]]:
+    """Every scored pair's score, and each scored image's best one (scored/ is partitioned by
+    image), from one read of each partition."""
     import pyarrow as pa
 
-    out: list[float] = []
+    every: list[float] = []
+    best: list[float] = []
     for p in work.partitions("scored"):
         t = work.read("scored", p, columns=["image_url", "score"])
-        best = pa.TableGroupBy(t, "image_url").aggregate([("score", "max")])
-        out += [float(x) for x in best.column("score_max").to_pylist()]
-    return out
+        every += [float(x) for x in t.column("score").to_pylist()]
+        top = pa.TableGroupBy(t, "image_url").aggregate([("score", "max")])
+        best += [float(x) for x in top.column("score_max").to_pylist()]
+    return every, best
 
 
 def _build_settings(work: WorkDir) -> dict[str, Any]:
@@ -133,13 +142,11 @@ def gather(work_root: str | Path, *, examples_per_reason: int = 1, thumbnails: b
     work directory (image bytes only for the thumbnails of examples, when asked)."""
     work = WorkDir(work_root)
     st = DatasetStats(work.url)
-    st.rejects = Counter(_column(work, "rejected", "reason"))
+    st.rejects = Counter(_columns(work, "rejected", "reason")[0])
     st.examples = reject_examples(work, st.rejects, max(1, examples_per_reason), thumbnails)
     st.reject_units = {r: reason_unit(r, vars(es[0])) if es else "rows" for r, es in st.examples.items()}
-    st.widths = _column(work, "images_ok", "width")
-    st.heights = _column(work, "images_ok", "height")
-    st.scored_scores = [float(s) for s in _column(work, "scored", "score")]
-    st.best_scores = _best_scores(work)
+    st.widths, st.heights = _columns(work, "images_ok", "width", "height")
+    st.scored_scores, st.best_scores = _scores(work)
     for tar in shard_files(work):
         side = tar.with_suffix(".parquet")
         if storage.exists(side):
