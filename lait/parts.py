@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
@@ -113,6 +114,42 @@ def table_of_rows(rows: list[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
+def conform_table(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table` with exactly `schema`'s columns, in its order and types (a missing column is
+    null); a ValueError for an unknown column, a null in a required one or a failed cast, as
+    `validate_rows` and the row path give."""
+    extra = set(table.column_names) - set(schema.names)
+    if extra:
+        raise ValueError(f"unknown columns {sorted(extra)} for schema with {schema.names}")
+    columns = []
+    for f in schema:
+        if f.name not in table.column_names:
+            col = pa.nulls(table.num_rows, f.type)
+        else:
+            col = table.column(f.name)
+            if col.type != f.type:
+                try:
+                    col = col.cast(f.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise ValueError(f"column {f.name}: {exc}") from exc
+        if not f.nullable and col.null_count:
+            raise ValueError(f"missing required columns [{f.name!r}] in {col.null_count} rows")
+        columns.append(col)
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def table_row_bytes(table: pa.Table) -> np.ndarray:
+    """`row_bytes` of every row of a table, as it counts them: characters of its top-level
+    strings, bytes of its top-level binaries."""
+    total = np.zeros(table.num_rows, np.int64)
+    for col in table.columns:
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            total += pc.fill_null(pc.utf8_length(col), 0).to_numpy()
+        elif pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
+            total += pc.fill_null(pc.binary_length(col), 0).to_numpy()
+    return total
+
+
 def _binary_array(values: list[Any]) -> pa.Array | None:
     """A binary array of bytes/memoryview/None values built from one joined buffer, or None
     when the values are anything else (Arrow's own conversion handles those, and its errors)."""
@@ -186,6 +223,8 @@ class PartWriter:
         self.extra_stats = dict(extra_stats or {})
         self.rows = 0
         self._buffer: list[Mapping[str, Any]] = []
+        self._tables: list[pa.Table] = []  # rows written by `write_table`, ahead of `_buffer`
+        self._table_rows = 0
         self._buffer_bytes = 0
         self._writer: pq.ParquetWriter | None = None
         self._out: storage.LocalOutput | storage.RemoteOutput | None = None
@@ -194,12 +233,36 @@ class PartWriter:
     def write(self, row: Mapping[str, Any]) -> None:
         self._buffer.append(row)
         self._buffer_bytes += row_bytes(row)
-        if len(self._buffer) >= self.row_group_rows or self._buffer_bytes >= self.row_group_bytes:
+        if len(self._buffer) + self._table_rows >= self.row_group_rows or self._buffer_bytes >= self.row_group_bytes:
             self._flush()
 
     def write_many(self, rows: Iterable[Mapping[str, Any]]) -> None:
         for row in rows:
             self.write(row)
+
+    def write_table(self, table: pa.Table) -> None:
+        """Append the rows of an Arrow table: the same row groups, and so the same file, as
+        `write` of its rows one by one (a stage that works by column writes its result without
+        a dict per row). A column the table lacks is null; a column the schema does not know,
+        a null in a required column or a value that does not convert is a ValueError."""
+        table = conform_table(table, self.schema)
+        if self._buffer:  # rows written before these come first in the row group
+            self._tables.append(table_of_rows(validate_rows(self._buffer, self.schema), self.schema))
+            self._table_rows += len(self._buffer)
+            self._buffer = []
+        sizes = table_row_bytes(table)
+        start, n = 0, table.num_rows
+        while start < n:
+            # `write` flushes after the row that brings the buffer to its row or byte limit.
+            room = self.row_group_rows - self._table_rows
+            cum = np.cumsum(sizes[start:start + room]) + self._buffer_bytes
+            take = min(room, int(np.searchsorted(cum, self.row_group_bytes, side="left")) + 1, len(cum))
+            self._tables.append(table.slice(start, take))
+            self._table_rows += take
+            self._buffer_bytes = int(cum[take - 1])
+            start += take
+            if self._table_rows >= self.row_group_rows or self._buffer_bytes >= self.row_group_bytes:
+                self._flush()
 
     @property
     def buffered_bytes(self) -> int:
@@ -211,9 +274,12 @@ class PartWriter:
         self._flush()
 
     def _flush(self) -> None:
-        if not self._buffer:
+        if not self._buffer and not self._tables:
             return
-        table = table_of_rows(validate_rows(self._buffer, self.schema), self.schema)
+        tables = self._tables
+        if self._buffer:
+            tables.append(table_of_rows(validate_rows(self._buffer, self.schema), self.schema))
+        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
         if self._writer is None:
             self._out = storage.open_output(self.path)
             codecs = compression_of(self.schema)
@@ -224,6 +290,8 @@ class PartWriter:
         self._writer.write_table(table)
         self.rows += table.num_rows
         self._buffer = []
+        self._tables = []
+        self._table_rows = 0
         self._buffer_bytes = 0
 
     def close(self) -> dict[str, Any] | None:
@@ -482,6 +550,10 @@ class PartitionedWriter:
 
     def write(self, table: str, partition: int, row: Mapping[str, Any]) -> None:
         self.writer(table, partition).write(row)
+
+    def write_table(self, table: str, partition: int, rows: pa.Table) -> None:
+        """The rows of an Arrow table, as `write` of each (`PartWriter.write_table`)."""
+        self.writer(table, partition).write_table(rows)
 
     def reject(self, reason: str, partition: int, *, image_url: str | None = None,
                page_url: str | None = None, text: str | None = None, detail: Any = None) -> str:

@@ -21,6 +21,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import pyarrow as pa
+
 from lait.fingerprint import Fingerprint, RunPlan, plan_run
 from lait.memory import apply_memory_settings, release_free_memory
 from lait.parts import PartitionedWriter, PartWriter, WorkDir
@@ -78,6 +80,11 @@ class PartContext:
     def write(self, table: str, row: Mapping[str, Any], partition: int | None = None) -> None:
         self.output(table, partition).write(row)
         self.counters[f"{self.stage}/out_{table}"] += 1
+
+    def write_table(self, table: str, rows: pa.Table, partition: int | None = None) -> None:
+        """The rows of an Arrow table, as `write` of each: same part, same counter."""
+        self.output(table, partition).write_table(rows)
+        self.counters[f"{self.stage}/out_{table}"] += rows.num_rows
 
     def reject(self, rule: str, *, image_url: str | None = None, page_url: str | None = None,
                text: str | None = None, detail: str | None = None) -> None:
