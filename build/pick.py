@@ -3,18 +3,23 @@
 `scored/` and `images_ok/` are both partitioned by image URL, so each partition joins locally.
 The row keeps where the image bytes are (part file, row group, row) instead of the bytes, so
 the global pass stays small and the shard pass reads each row group once.
+
+The join is done by column: the partition's texts are read as one Arrow table, each image's
+candidates are a slice of them taken in one `take`, and the rows are written as a table.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+import numpy as np
+import pyarrow as pa
 
 from lait import storage
+from lait.schemas import get_table
 from lait.stage import PartContext, Stage
 
 OK_COLUMNS = ["image_url", "sha256", "phash", "width", "height", "format"]
-SCORED_COLUMNS = ["image_url", "page_url", "text", "source", "lang", "score", "model", "pretrained",
-                  "license"]
+CANDIDATE_TYPE = get_table("build_images").schema.field("candidates").type
+SCORED_COLUMNS = ["image_url"] + [f.name for f in CANDIDATE_TYPE.value_type]
 
 
 class PickStage(Stage):
@@ -26,25 +31,52 @@ class PickStage(Stage):
     output_tables = ("build_images",)
 
     def process(self, ctx: PartContext) -> None:
-        by_url: dict[str, list[dict]] = defaultdict(list)
-        for row in ctx.work.iter_rows("scored", ctx.partition, columns=SCORED_COLUMNS, batch_size=4096):
-            by_url[row.pop("image_url")].append(row)
-        ctx.count("build/scored_pairs", sum(len(v) for v in by_url.values()))
-        seen: set[str] = set()
+        scored = ctx.work.read("scored", ctx.partition, columns=SCORED_COLUMNS)
+        ctx.count("build/scored_pairs", scored.num_rows)
+        # Each URL's texts, in the order they were scored.
+        by_url: dict[str, list[int]] = {}
+        for i, url in enumerate(scored.column("image_url").to_pylist()):
+            by_url.setdefault(url, []).append(i)
+
+        # The first images_ok row of each URL that has texts, and where its bytes lie.
+        images, files, groups, rows, cand_rows, offsets = [], [], [], [], [], [0]
         for path in ctx.work.part_files("images_ok", ctx.partition):
             pf = storage.parquet_file(path)
-            for rg in range(pf.metadata.num_row_groups):
-                group = pf.read_row_group(rg, columns=OK_COLUMNS).to_pylist()
-                for idx, img in enumerate(group):
-                    url = img["image_url"]
-                    cands = by_url.get(url)
-                    if not cands or url in seen:
-                        continue  # no text survived stage 3/4 (rejected there), or a repeat row
-                    seen.add(url)
-                    ctx.write("build_images", {**img, "src_file": path.name, "row_group": rg,
-                                               "row_index": idx, "candidates": cands})
-        for url in sorted(by_url.keys() - seen):
-            c = by_url[url][0]
-            ctx.reject("build/no_image", image_url=url, page_url=c["page_url"], text=c["text"],
-                       detail="scored texts but no images_ok row")
-        ctx.count("build/images", len(seen))
+            table = pf.read(columns=OK_COLUMNS)
+            sizes = [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)]
+            group_of = np.repeat(np.arange(len(sizes)), sizes)
+            start_of = np.repeat(np.cumsum([0] + sizes[:-1]), sizes)
+            keep = []
+            for i, url in enumerate(table.column("image_url").to_pylist()):
+                cands = by_url.get(url)
+                if cands is None:
+                    continue  # no text survived stage 3/4 (rejected there), or a repeat row
+                by_url[url] = None  # taken: a repeat row of the URL is skipped
+                keep.append(i)
+                cand_rows += cands
+                offsets.append(len(cand_rows))
+            if keep:
+                idx = np.array(keep, np.int64)
+                images.append(table.take(idx))
+                files += [path.name] * len(keep)
+                groups.append(group_of[idx])
+                rows.append(idx - start_of[idx])
+        if images:
+            ok = pa.concat_tables(images)
+            values = pa.StructArray.from_arrays(
+                [scored.column(f.name).combine_chunks() for f in CANDIDATE_TYPE.value_type],
+                fields=list(CANDIDATE_TYPE.value_type)).take(pa.array(cand_rows, pa.int64()))
+            columns = {name: ok.column(name) for name in OK_COLUMNS}
+            columns.update(src_file=pa.array(files, pa.string()),
+                           row_group=pa.array(np.concatenate(groups), pa.int32()),
+                           row_index=pa.array(np.concatenate(rows), pa.int32()),
+                           candidates=pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values,
+                                                               type=CANDIDATE_TYPE))
+            ctx.write_table("build_images", pa.table(columns))
+
+        texts = scored.select(["page_url", "text"])
+        for url in sorted(u for u, cands in by_url.items() if cands is not None):
+            first = by_url[url][0]
+            ctx.reject("build/no_image", image_url=url, page_url=texts["page_url"][first].as_py(),
+                       text=texts["text"][first].as_py(), detail="scored texts but no images_ok row")
+        ctx.count("build/images", len(files))
