@@ -23,6 +23,7 @@ import logging
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -34,11 +35,13 @@ from lait.build.dedup import group_duplicates, hamming, phash_int
 from lait.build.neardup import embedding_pairs
 from lait.build.sample import sample_uid
 from lait import storage
-from lait.parts import PartitionedWriter, WorkDir
+from lait.parts import PartitionedWriter, WorkDir, partition_of
+from lait.schemas import get_table
 
 log = logging.getLogger(__name__)
 
 PLAN_TAG = "build-plan"
+POOL = get_table("pool").schema
 
 
 def norm_text(text: str) -> str:
@@ -46,10 +49,15 @@ def norm_text(text: str) -> str:
     return " ".join(text.casefold().split())
 
 
+def _norm(text: str) -> str:
+    norm = norm_text(text)
+    return text if norm == text else norm  # no second copy of a text that is already normal
+
+
 class Cand(NamedTuple):
     """One (image, text) candidate as the global pass holds it: a tuple, with the strings that
     repeat across candidates (page URL, source, language, model) shared, so that the plan's
-    memory grows by about 140 bytes per candidate plus its text."""
+    memory grows by about 150 bytes per candidate plus its text (and its normal form when that differs)."""
 
     text: str
     source: str
@@ -58,7 +66,8 @@ class Cand(NamedTuple):
     page_url: str
     model: str
     pretrained: str | None
-    license: str | None = None  # the licence the page declares
+    license: str | None  # the licence the page declares
+    norm: str  # `norm_text(text)`, worked out once (the rules compare texts by it); `text` itself when equal
 
 
 @dataclass(slots=True)
@@ -138,7 +147,7 @@ def load_images(work: WorkDir) -> list[Image]:
             fields = [by_name[name].to_pylist() if name in by_name else [None] * len(values)
                       for name in CAND_FIELDS]
             cands = [Cand(text, share(source, source), share(lang, lang), score, share(page, page),
-                          share(model, model), share(pre, pre), share(lic, lic))
+                          share(model, model), share(pre, pre), share(lic, lic), _norm(text))
                      for text, source, lang, score, page, model, pre, lic in zip(*fields)]
             for i, (url, sha, ph, w, h, fmt, src, grp, idx) in enumerate(zip(*cols)):
                 images.append(Image(url, sha, phash_int(ph), w, h, share(fmt, fmt), share(src, src), grp, idx,
@@ -195,10 +204,11 @@ def plan_build(work: WorkDir, cfg: BuildConfig) -> dict[str, Any]:
         alive = drop_crowded(groups, sink, cfg)
         generic = generic_texts(alive, cfg)
         ranked = rank_texts(alive, generic, sink, cfg)
-        write_pool(work, ranked, cfg)
-        kept = apply_thresholds(ranked, sink, cfg)
-        chosen = pa.array([sample_uid(g.rep.url, g.candidates[0].text) for g in kept], pa.string())
-        n_shards = write_plan(work, work, chosen, cfg.samples_per_shard)
+        pool = write_pool(work, pool_table(ranked, cfg))
+        kept = {g.rep.url for g in apply_thresholds(ranked, sink, cfg)}
+        chosen = (t.filter(pa.array([u in kept for u in t.column("image_url").to_pylist()], pa.bool_()))
+                  for t in pool)
+        n_shards = write_plan(work, chosen, cfg.samples_per_shard)
     finally:
         sink.close()
     counters = dict(sorted(sink.counts.items()))
@@ -221,7 +231,7 @@ def drop_crowded(groups: list[Group], sink: RejectSink, cfg: BuildConfig) -> lis
     alive = []
     for g in groups:
         pooled = [c for im in g.members for c in im.candidates]
-        texts = {norm_text(c.text) for c in pooled}
+        texts = {c.norm for c in pooled}
         g.pages = len({c.page_url for c in pooled})
         if cfg.max_texts_per_image and len(texts) > cfg.max_texts_per_image:
             sink.reject("too_many_texts", g.rep, detail=f"{len(texts)} distinct texts")
@@ -237,7 +247,7 @@ def generic_texts(groups: list[Group], cfg: BuildConfig) -> set[str]:
     """Step 3: the (normalised) texts attached to more than `max_images_per_text` pictures."""
     if not cfg.max_images_per_text:
         return set()
-    per_text = Counter(t for g in groups for t in {norm_text(c.text) for c in g.candidates})
+    per_text = Counter(t for g in groups for t in {c.norm for c in g.candidates})
     return {t for t, n in per_text.items() if n > cfg.max_images_per_text}
 
 
@@ -249,11 +259,11 @@ def rank_texts(groups: list[Group], generic: set[str], sink: RejectSink, cfg: Bu
     for g in groups:
         best: dict[str, Cand] = {}
         for c in sorted(g.candidates, key=rank):
-            t = norm_text(c.text)
+            t = c.norm
             if t in generic:
                 continue
             best.setdefault(t, c)
-        dropped = {norm_text(c.text) for c in g.candidates} & generic
+        dropped = {c.norm for c in g.candidates} & generic
         g.candidates = list(best.values())
         if not g.candidates:
             sink.reject("generic_texts", g.rep, detail=f"all {len(dropped)} texts are on too many images")
@@ -301,44 +311,71 @@ def shard_order(g: Group) -> tuple[str, int, int]:
     return (g.rep.src_file, g.rep.row_group, g.rep.row_index)
 
 
-def write_pool(work: WorkDir, groups: list[Group], cfg: BuildConfig) -> None:
+def pool_table(groups: list[Group], cfg: BuildConfig) -> pa.Table:
+    """The rows of `pool/` for `groups`, in shard order: each picture's sample as planned (a
+    pool row has no key yet: the plan gives it one) and its uid."""
+    rows = [plan_row("", -1, g, cfg) for g in sorted(groups, key=shard_order)]
+    columns = {f.name: pa.array([r[f.name] for r in rows], f.type) for f in POOL if f.name != "uid"}
+    columns["uid"] = pa.array([sample_uid(r["image_url"], r["caption"]) for r in rows], pa.string())
+    return pa.table(columns)
+
+
+def write_pool(work: WorkDir, pool: pa.Table) -> list[pa.Table]:
     """`pool/`: every picture that passed every rule but the score thresholds, with its sample's
     metadata as planned and its uid, partitioned by image URL and in shard order inside each
-    partition: what `lait select` chooses from, without rescoring or regrouping."""
+    partition: what `lait select` chooses from, without rescoring or regrouping. Returns each
+    partition's rows as written, in partition order (the order `lait select` reads them in)."""
+    partitions = np.array([partition_of(u, work.n_partitions) for u in pool.column("image_url").to_pylist()],
+                          np.int64)
+    order = np.argsort(partitions, kind="stable")
+    bounds = np.flatnonzero(np.diff(partitions[order])) + 1
+    written = []
     with PartitionedWriter(work, PLAN_TAG) as parts:
-        for g in sorted(groups, key=shard_order):
-            row = plan_row("", -1, g, cfg)  # a pool row has no key yet: write_plan gives it one
-            del row["key"], row["shard"]
-            row["uid"] = sample_uid(row["image_url"], row["caption"])
-            parts.write("pool", parts.partition_of(row["image_url"]), row)
+        for idx in np.split(order, bounds) if len(order) else []:
+            rows = pool.take(pa.array(idx, pa.int64()))
+            parts.write_table("pool", int(partitions[idx[0]]), rows)
+            written.append(rows)
+    return written
 
 
 def key_width(samples_per_shard: int) -> int:
     return max(4, len(str(samples_per_shard - 1)))
 
 
-def write_plan(work: WorkDir, plan: WorkDir, chosen: pa.Array, samples_per_shard: int, tag: str = PLAN_TAG) -> int:
-    """`build_plan/` in `plan` (partition N: shard N) from the rows of `work`'s pool whose uid is
-    in `chosen`: in the pool's shard order, one row group at a time, each shard committed as
-    soon as it is full. `lait build` (into its own work directory) and `lait select` (into its
-    folder's) plan with this; returns the number of shards."""
+def pool_rows(work: WorkDir, chosen: pa.Array) -> Iterator[pa.Table]:
+    """The rows of `work`'s pool whose uid is in `chosen`, in the pool's order, a row group at
+    a time (what `lait select` plans from)."""
+    for f in work.part_files("pool"):  # partition order, then part order: images_ok's order
+        pf = storage.parquet_file(f)
+        for rg in range(pf.num_row_groups):
+            t = pf.read_row_group(rg)
+            yield t.filter(pc.is_in(t["uid"], value_set=chosen))
+
+
+def write_plan(plan: WorkDir, rows: Iterable[pa.Table], samples_per_shard: int, tag: str = PLAN_TAG) -> int:
+    """`build_plan/` in `plan` (partition N: shard N) from pool rows in the pool's order (shard
+    order within each partition), `samples_per_shard` to a shard, each shard committed as soon
+    as it is full (one shard's plan in memory at a time). `lait build` (into its own work
+    directory) and `lait select` (into its folder's) plan with this; returns the number of shards."""
     width = key_width(samples_per_shard)
-    n, shard = 0, -1
+    n = 0
     with PartitionedWriter(plan, tag) as parts:
-        for f in work.part_files("pool"):  # partition order, then part order: images_ok's order
-            pf = storage.parquet_file(f)
-            for rg in range(pf.num_row_groups):
-                t = pf.read_row_group(rg)
-                t = t.filter(pc.is_in(t["uid"], value_set=chosen))
-                for row in t.drop_columns(["uid"]).to_pylist():
-                    s, idx = divmod(n, samples_per_shard)
-                    if s != shard:
-                        if shard >= 0:
-                            parts.commit("build_plan", shard)  # one shard's plan in memory at a time
-                        shard = s
-                    parts.write("build_plan", s, {"key": f"{s:05d}{idx:0{width}d}", "shard": s, **row})
-                    n += 1
-    return shard + 1
+        for t in rows:
+            t = t.drop_columns(["uid"])
+            start = 0
+            while start < t.num_rows:
+                s, idx = divmod(n, samples_per_shard)
+                take = min(t.num_rows - start, samples_per_shard - idx)
+                piece = t.slice(start, take)
+                piece = piece.add_column(0, "shard", pa.array([s] * take, pa.int32()))
+                piece = piece.add_column(0, "key", pa.array([f"{s:05d}{i:0{width}d}" for i in range(idx, idx + take)],
+                                                            pa.string()))
+                parts.write_table("build_plan", s, piece)
+                n += take
+                start += take
+                if idx + take == samples_per_shard:
+                    parts.commit("build_plan", s)
+    return -(-n // samples_per_shard)
 
 
 def _cand_json(c: Cand) -> dict[str, Any]:

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lait import storage
-from lait.build.aggregate import score_cut, write_plan
+from lait.build.aggregate import pool_rows, score_cut, write_plan
 from lait.build.config import SelectConfig
 from lait.build.pipeline import Reports
 from lait.build.sample import UID_DTYPE, array_to_uids
@@ -194,7 +194,7 @@ def select_into(work: WorkDir, out: storage.Location, cfg: SelectConfig) -> Sele
     else:
         chosen, counts = choose(work, cfg, wanted)
         counts["selected"] = len(chosen)
-        counts["shards_planned"] = write_plan(work, state, chosen, cfg.samples_per_shard, PLAN_STAGE)
+        counts["shards_planned"] = write_plan(state, pool_rows(work, chosen), cfg.samples_per_shard, PLAN_STAGE)
         state.mark_done(PLAN_STAGE, 0, {"stage": PLAN_STAGE, "partition": 0, "counts": counts})
     log.info("select: %d of %d pool samples chosen", counts["selected"], counts["pool"])
     executor = make_executor(cfg.executor, ray_address=cfg.ray_address, workers=cfg.workers or None,
