@@ -14,6 +14,10 @@ alternating, median of R rounds:
 Targets (issue 23): the whole build at 0.8 of tarfile, the shard pass at 1.0. `pairs()` yields
 both for `bench/all.py`.
 
+The script also prints the layout floor (`layout_floor`): the time the build's Parquet parts,
+stats files and markers cost by themselves, read and written with pyarrow and no lait logic,
+and the best whole-build ratio that leaves at this size.
+
     .venv/bin/python bench/build/bench_shards.py [--n 2000] [--rounds 3]
 """
 
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import io
+import os
 import shutil
 import statistics
 import sys
@@ -32,6 +37,8 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pyarrow.parquet as pq
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
@@ -40,7 +47,7 @@ from lait.build.config import BuildConfig  # noqa: E402
 from lait.build.pipeline import build, reset  # noqa: E402
 from lait.build.shards import ShardStage  # noqa: E402
 from lait.executor import LocalExecutor  # noqa: E402
-from lait.parts import WorkDir, partition_of  # noqa: E402
+from lait.parts import WorkDir, atomic_write_json, partition_of  # noqa: E402
 from pairs import Pair  # noqa: E402
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -127,6 +134,48 @@ def full_build(root: Path) -> float:
     return time.perf_counter() - start
 
 
+def layout_floor(root: Path) -> float:
+    """Seconds that the build's table layout costs by itself, with none of lait's logic: read
+    the Parquet parts a build reads (the columns it reads) and write again, with lait's writer
+    settings, stats file and rename (pyarrow and os directly), every part it writes, plus
+    its task markers. The tables
+    are the ones the warm-up build wrote; their rows are in memory before the clock starts.
+    tarfile / (this + tarfile) bounds the whole build's ratio at this size: what it would be if
+    the passes' own work cost nothing and the shard pass were exactly as fast as tarfile."""
+    from lait.build.pick import OK_COLUMNS, SCORED_COLUMNS
+    from lait.parts import compression_of, stats_path
+    from lait.schemas import get_table
+
+    work = WorkDir(root)
+    reads = [(f, SCORED_COLUMNS) for f in work.part_files("scored")]
+    reads += [(f, OK_COLUMNS) for f in work.part_files("images_ok")]
+    reads += [(f, None) for f in work.part_files("build_images") + work.part_files("build_plan")]
+    writes = [(table, f.name, pq.read_table(f)) for table in ("build_images", "pool", "build_plan")
+              for f in work.part_files(table)]
+    markers = len(work.part_files("scored")) + 1 + len(work.part_files("build_plan"))
+    out = root.parent / "floor"
+    shutil.rmtree(out, ignore_errors=True)
+    (out / "_done").mkdir(parents=True)
+    start = time.perf_counter()
+    for f, columns in reads:
+        pq.ParquetFile(f).read(columns=columns)
+    for table, name, rows in writes:  # what `PartWriter.close` leaves: the part, renamed into place, and its stats
+        schema = get_table(table).schema
+        codecs = compression_of(schema)
+        plain = [c for c, codec in codecs.items() if codec != "none"]
+        tmp, final = out / table / f".tmp-{name}", out / table / name
+        tmp.parent.mkdir(exist_ok=True)
+        with pq.ParquetWriter(tmp, schema, compression=codecs, use_dictionary=plain, write_statistics=plain) as w:
+            w.write_table(rows.cast(schema))
+        atomic_write_json(stats_path(final), {"rows": rows.num_rows, "bytes": tmp.stat().st_size})
+        os.replace(tmp, final)
+    for i in range(markers):
+        atomic_write_json(out / "_done" / f"p{i:05d}.json", {"stage": "floor", "partition": i, "seconds": 0.0})
+    seconds = time.perf_counter() - start
+    shutil.rmtree(out, ignore_errors=True)
+    return seconds
+
+
 def photos() -> list[Path]:
     return sorted((REPO.parent / "shared" / "data" / "photos").rglob("*.jpg"))
 
@@ -192,12 +241,15 @@ def main() -> int:
             times["shards, 1 worker"].append(shard_pass(root, 1))
             times["shards, 2 workers"].append(shard_pass(root, 2))
             times["whole build, 1 worker"].append(full_build(root))
+        floor = statistics.median(layout_floor(root) for _ in range(args.rounds))
         base = statistics.median(times["tarfile"])
         print(f"{args.n} samples, {len(shards)} tars, {total / 1e6:.1f} MB of members; median of {args.rounds}")
         for name, ts in times.items():
             t = statistics.median(ts)
             print(f"  {name:<24} {total / t / 1e6:7.1f} MB/s  {args.n / t:8.0f} samples/s  "
                   f"ratio to tarfile {base / t:.2f}")
+        print(f"  layout floor: {floor:.3f} s reading and writing the build's parts and markers alone; "
+              f"the whole build is at most {base / (base + floor):.2f} of tarfile at this size")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
