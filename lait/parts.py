@@ -20,6 +20,7 @@ goes through `lait.storage`, which keeps local paths on plain os and pyarrow cal
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import io
@@ -28,8 +29,9 @@ import logging
 import os
 import re
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
 
@@ -164,6 +166,46 @@ def binary_views(array: pa.Array) -> list[memoryview | None]:
     return [view[ends[i]:ends[i + 1]] if valid is None or valid[i] else None for i in range(len(array))]
 
 
+class BackgroundWrites:
+    """One thread that writes finished row groups while the caller goes on with the next rows.
+
+    Arrow encodes a row group and hands it to the file without the GIL, so the thread runs
+    beside the caller's own native work (a stage 2 task decoding JPEGs: writing 300 MB of
+    images took 0.5 s of its 4 s). The caller builds each row group's Arrow table itself, then
+    queues its write; writes run one at a time in the order queued, so every part file gets
+    the same row groups, in the same order, as when written inline. At most `depth` writes
+    wait at a time (the queue holds row groups, 8 MiB each). The first write that failed
+    raises its error from the next `submit` or `wait`."""
+
+    def __init__(self, depth: int = 1):
+        self.depth = depth
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lait-write")
+        self._pending: deque[Future] = deque()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        while len(self._pending) >= self.depth:
+            self._pending.popleft().result()
+        self._pending.append(self._pool.submit(fn, *args))
+
+    def wait(self) -> None:
+        """Return once every queued write is done; raises the first one's error."""
+        while self._pending:
+            self._pending.popleft().result()
+
+    def close(self, *, errors: bool = True) -> None:
+        """Wait for the queued writes and stop the thread; `errors=False` drops their errors
+        (the caller is already failing with its own)."""
+        try:
+            if errors:
+                self.wait()
+            else:
+                for f in self._pending:
+                    f.exception()
+                self._pending.clear()
+        finally:
+            self._pool.shutdown(wait=True)
+
+
 class PartWriter:
     """Streams rows of one table into one part file, which appears atomically on `close`.
 
@@ -190,6 +232,8 @@ class PartWriter:
         self._writer: pq.ParquetWriter | None = None
         self._out: storage.LocalOutput | storage.RemoteOutput | None = None
         self.closed = False
+        # Set by `PartitionedWriter.writing_behind`: row groups are written on its thread.
+        self.background: BackgroundWrites | None = None
 
     def write(self, row: Mapping[str, Any]) -> None:
         self._buffer.append(row)
@@ -207,8 +251,11 @@ class PartWriter:
         return self._buffer_bytes
 
     def flush(self) -> None:
-        """Write the buffered rows out now, as a (smaller) row group."""
+        """Write the buffered rows out now, as a (smaller) row group (written once this returns,
+        also when row groups are written behind)."""
         self._flush()
+        if self.background is not None:
+            self.background.wait()
 
     def _flush(self) -> None:
         if not self._buffer:
@@ -221,7 +268,10 @@ class PartWriter:
             # Media bytes: no codec, no dictionary, no min/max statistics (all wasted on JPEGs).
             self._writer = pq.ParquetWriter(self._out.sink, self.schema, compression=codecs,
                                             use_dictionary=plain, write_statistics=plain)
-        self._writer.write_table(table)
+        if self.background is not None:
+            self.background.submit(self._writer.write_table, table)
+        else:
+            self._writer.write_table(table)
         self.rows += table.num_rows
         self._buffer = []
         self._buffer_bytes = 0
@@ -231,7 +281,7 @@ class PartWriter:
         if self.closed:
             raise RuntimeError(f"{self.path} already closed")
         self.closed = True
-        self._flush()
+        self.flush()
         if self._writer is None:
             return None
         self._writer.close()
@@ -242,6 +292,9 @@ class PartWriter:
 
     def abort(self) -> None:
         self.closed = True
+        if self.background is not None:
+            with contextlib.suppress(Exception):  # the part is discarded: its writes' errors are moot
+                self.background.wait()
         if self._writer is not None:
             try:
                 self._writer.close()
@@ -462,6 +515,7 @@ class PartitionedWriter:
         self._open: dict[tuple[str, int], PartWriter] = {}
         self._committed: set[tuple[str, int]] = set()
         self.rows: Counter[str] = Counter()  # rows of the committed parts, per table
+        self._background: BackgroundWrites | None = None
 
     def partition_of(self, key: str) -> int:
         """The partition of a key (an image or page URL) in this work directory."""
@@ -473,7 +527,29 @@ class PartitionedWriter:
         if w is None:
             tag = self._new_tag(table, partition)
             w = self._open[(table, partition)] = self.work.writer(table, partition, tag, **self._part_options)
+            w.background = self._background
         return w
+
+    @contextlib.contextmanager
+    def writing_behind(self) -> Iterator[None]:
+        """Inside this block, row groups are written on one `BackgroundWrites` thread while the
+        caller goes on; the parts' bytes are the same as when written inline. On leaving, every
+        queued write is done (a failed one raises here, or at the next `flush` or `commit`)."""
+        if self._background is not None:
+            yield
+            return
+        bg = self._background = BackgroundWrites()
+        for w in self._open.values():
+            w.background = bg
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            self._background = None
+            for w in self._open.values():
+                w.background = None
+            bg.close(errors=ok)
 
     def _new_tag(self, table: str, partition: int) -> str:
         if (table, partition) in self._committed:  # a second part under the tag would replace it

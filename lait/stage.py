@@ -13,6 +13,7 @@ exception carries the rule up to the loop that calls it).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -92,6 +93,12 @@ class PartContext:
         """Write the rows buffered so far out now (a stage that changed the memory settings for
         its work writes its last row groups under them)."""
         self.parts.flush()
+
+    def writing_behind(self) -> contextlib.AbstractContextManager[None]:
+        """A block inside which output row groups are written on a thread while the task goes
+        on (`PartitionedWriter.writing_behind`): for a task whose own work also runs without
+        the GIL (stage 2's decoding). The parts' bytes are the same."""
+        return self.parts.writing_behind()
 
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name if "/" in name else f"{self.stage}/{name}"] += n

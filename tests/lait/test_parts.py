@@ -285,3 +285,103 @@ def test_iter_rows_views_are_the_bytes_and_write_back_the_same_parts(tmp_path):
            [b.metadata.row_group(i).num_rows for i in range(b.metadata.num_row_groups)]
     assert a.read().equals(b.read())
     assert b.read().equals(pq.read_table(work.part_path("images", 0, "src")))
+
+
+def _write_mixed(out, rows: int = 30) -> None:
+    """Rows into two tables and three partitions, a commit and a flush on the way."""
+    for i in range(rows):
+        part = i % 3 if i <= 12 else i % 2
+        out.write("images", part, {**image_row(i), "bytes": bytes((i * 31 + k) % 256 for k in range(40 * i))})
+        if i % 4 == 0:
+            out.reject("filter/min_side", part, image_url=f"http://x/{i}.jpg", detail=f"{i}px")
+        if i == 12:
+            out.commit("images", 2)  # committed inside the block: its queued row groups first
+        if i == 20:
+            out.flush()
+
+
+def test_writing_behind_gives_the_same_parts(tmp_path, monkeypatch):
+    """Row groups written on the background thread make the same files, byte for byte, as
+    written inline; the rows counted and the stats are the same too."""
+    import threading
+
+    from lait.parts import PartitionedWriter
+
+    real = pq.ParquetWriter.write_table
+    threads = []
+
+    def recording(self, table, *args, **kwargs):
+        threads.append(threading.current_thread().name.split("_")[0])
+        return real(self, table, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", recording)
+    files = {}
+    for mode in ("inline", "behind"):
+        work = WorkDir(tmp_path / mode, n_partitions=3).init()
+        out = PartitionedWriter(work, "w1", row_group_bytes=2000)
+        if mode == "behind":
+            with out.writing_behind():
+                _write_mixed(out)
+                assert out._background is not None
+            assert out._background is None and all(w.background is None for w in out._open.values())
+        else:
+            _write_mixed(out)
+        rows = out.close()
+        files[mode + " threads"], threads[:] = sorted(set(threads)), []
+        files[mode] = {p.relative_to(work.root).as_posix(): p.read_bytes()
+                       for p in sorted(work.root.rglob("*")) if p.is_file()}
+        files[mode + " rows"] = rows
+    assert files["inline rows"] == files["behind rows"] == {"images": 30, "rejected": 8}
+    # Inside the block every row group was written on the thread; after it, inline again.
+    assert files["inline threads"] == ["MainThread"]
+    assert files["behind threads"] == ["MainThread", "lait-write"]
+    assert files["inline"].keys() == files["behind"].keys()
+    assert any(pq.ParquetFile(io_bytes(b)).num_row_groups > 3 for name, b in files["behind"].items()
+               if name.startswith("images/") and name.endswith(".parquet"))
+    for name, data in files["inline"].items():
+        assert files["behind"][name] == data, name
+
+
+def io_bytes(data: bytes):
+    import io
+
+    return io.BytesIO(data)
+
+
+def test_writing_behind_raises_a_failed_write_and_aborts_cleanly(tmp_path, monkeypatch):
+    """A row group whose write fails on the thread fails the block (or the next flush): the
+    error is the writer's own, and aborting leaves no part and no temporary file."""
+    from lait.parts import PartitionedWriter
+
+    real = pq.ParquetWriter.write_table
+    calls = []
+
+    def failing(self, table, *args, **kwargs):
+        calls.append(table.num_rows)
+        if len(calls) == 3:
+            raise OSError("disk full (test)")
+        return real(self, table, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", failing)
+    work = WorkDir(tmp_path, n_partitions=1).init()
+    out = PartitionedWriter(work, "w1", row_group_rows=2)
+    with pytest.raises(OSError, match="disk full"):
+        with out.writing_behind():
+            for i in range(20):
+                out.write("images", 0, image_row(i))
+            out.flush()
+    out.abort()
+    assert len(calls) >= 3
+    assert work.part_files("images") == [] and not list(tmp_path.rglob(".tmp-*"))
+
+    # An error of the caller's own wins over the queued writes, which still finish first.
+    calls.clear()
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", real)
+    out = PartitionedWriter(work, "w2", row_group_rows=2)
+    with pytest.raises(KeyError, match="caller"):
+        with out.writing_behind():
+            for i in range(5):
+                out.write("images", 0, image_row(i))
+            raise KeyError("caller")
+    out.abort()
+    assert work.part_files("images") == [] and not list(tmp_path.rglob(".tmp-*"))
