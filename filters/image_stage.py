@@ -227,7 +227,8 @@ class ImageFilterStage(Stage):
         rules = header_filters(cfg)
         kept_sha: dict[str, str] = {}
         near = NearDuplicateIndex(cfg.phash_distance, cfg.near_dup_max_diff)
-        with media_heap():
+        # Row groups are written on a thread while the next images decode (both without the GIL).
+        with media_heap(), ctx.writing_behind():
             self._process_rows(ctx, rules, classifier, kept_sha, near)
             ctx.flush()  # the last row group of images_ok too
 
