@@ -275,7 +275,8 @@ class ImageFilterStage(Stage):
                       kept_sha: dict[str, str], near: NearDuplicateIndex) -> None:
         # Image bytes as views into the read row group: hashing and decoding need no copy, and
         # the part writer joins the kept ones into the output row group directly.
-        rows = ctx.work.iter_rows("images", ctx.partition, batch_size=HASH_BATCH, views=True)
+        # The next row group is read on a thread meanwhile.
+        rows = ctx.work.iter_rows("images", ctx.partition, batch_size=HASH_BATCH, views=True, read_ahead=True)
         for row, sha in _with_sha256(rows, self.cfg.max_bytes):
             ctx.count("in")
             try:

@@ -156,6 +156,11 @@ def _rows_with_views(batch: pa.RecordBatch) -> list[dict[str, Any]]:
     return [dict(zip(names, values)) for values in zip(*columns)] if columns else [{} for _ in range(batch.num_rows)]
 
 
+def _rows_of(group: pa.Table, batch_size: int, views: bool) -> Iterator[dict[str, Any]]:
+    for batch in group.to_batches(max_chunksize=batch_size):
+        yield from (_rows_with_views(batch) if views else batch.to_pylist())
+
+
 def binary_views(array: pa.Array) -> list[memoryview | None]:
     """The values of a binary array as read-only memoryviews into its data buffer (None for a
     null): no copy, and none of the cost of an Arrow scalar per value."""
@@ -391,7 +396,7 @@ class WorkDir:
         return pa.concat_tables(tables)
 
     def iter_rows(self, table: str, partition: int | None = None, columns: list[str] | None = None,
-                  batch_size: int = 256, *, views: bool = False) -> Iterator[dict[str, Any]]:
+                  batch_size: int = 256, *, views: bool = False, read_ahead: bool = False) -> Iterator[dict[str, Any]]:
         """Rows as dicts, streamed batch by batch so a large partition never sits in memory.
 
         One row group is read at a time: `ParquetFile.iter_batches` reads ahead and holds most
@@ -399,13 +404,27 @@ class WorkDir:
 
         With `views`, binary values are read-only memoryviews into the row group's Arrow buffers
         instead of bytes copies (a row group of media is 8 MiB copied once more); a view keeps
-        its row group in memory for as long as it is held, and `PartWriter` accepts it as bytes."""
-        for f in self.part_files(table, partition):
-            pf = storage.parquet_file(f)
-            for i in range(pf.num_row_groups):
+        its row group in memory for as long as it is held, and `PartWriter` accepts it as bytes.
+
+        With `read_ahead`, the next row group is read on a thread while the caller works through
+        this one (Arrow reads without the GIL): for a caller whose own work also runs without
+        it (stage 2's decoding). Two row groups are then held instead of one."""
+        groups = ((pf, i) for f in self.part_files(table, partition)
+                  for pf in (storage.parquet_file(f),) for i in range(pf.num_row_groups))
+        if not read_ahead:
+            for pf, i in groups:
                 group = pf.read_row_group(i, columns=columns)
-                for batch in group.to_batches(max_chunksize=batch_size):
-                    yield from (_rows_with_views(batch) if views else batch.to_pylist())
+                yield from _rows_of(group, batch_size, views)
+                del group
+            return
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lait-read") as reader:
+            nxt = next(groups, None)
+            pending = None if nxt is None else reader.submit(nxt[0].read_row_group, nxt[1], columns=columns)
+            while pending is not None:
+                group = pending.result()
+                nxt = next(groups, None)
+                pending = None if nxt is None else reader.submit(nxt[0].read_row_group, nxt[1], columns=columns)
+                yield from _rows_of(group, batch_size, views)
                 del group
 
     def count(self, table: str, partition: int | None = None) -> int:

@@ -137,10 +137,11 @@ def test_markers_sizes_and_local_paths(tmp_path):
     assert not list(tmp_path.rglob(".tmp-*"))
 
 
-def test_iter_rows_holds_one_row_group_at_a_time(tmp_path):
+@pytest.mark.parametrize("read_ahead", [False, True])
+def test_iter_rows_holds_one_row_group_at_a_time(tmp_path, read_ahead):
     """A 40 MB partition of 4 MB row groups streams in about one group's worth of Arrow memory
-    (pyarrow's own `iter_batches` read the whole file ahead). Measured in a fresh process,
-    since Arrow's peak counter is process-wide."""
+    (pyarrow's own `iter_batches` read the whole file ahead), two when reading ahead. Measured
+    in a fresh process, since Arrow's peak counter is process-wide."""
     import os
     import random
     import subprocess
@@ -157,7 +158,7 @@ def test_iter_rows_holds_one_row_group_at_a_time(tmp_path):
         "import sys, pyarrow as pa\n"
         "from lait.parts import WorkDir\n"
         "work = WorkDir(sys.argv[1])\n"
-        "n = sum(len(r['bytes']) for r in work.iter_rows('images', 0, batch_size=4))\n"
+        f"n = sum(len(r['bytes']) for r in work.iter_rows('images', 0, batch_size=4, read_ahead={read_ahead}))\n"
         "print(n, pa.default_memory_pool().max_memory())\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True,
@@ -385,3 +386,28 @@ def test_writing_behind_raises_a_failed_write_and_aborts_cleanly(tmp_path, monke
             raise KeyError("caller")
     out.abort()
     assert work.part_files("images") == [] and not list(tmp_path.rglob(".tmp-*"))
+
+
+def test_iter_rows_read_ahead_gives_the_same_rows(tmp_path):
+    """Reading the next row group on a thread changes nothing the caller sees: the same rows in
+    the same order over several parts and row groups, as bytes or views; a reader left early
+    stops its thread."""
+    import threading
+
+    work = WorkDir(tmp_path, n_partitions=2).init()
+    for tag, start in (("a", 0), ("b", 25)):
+        w = work.writer("images", 1, tag, row_group_rows=4)
+        w.write_many({**image_row(i), "bytes": None if i % 7 == 3 else bytes([i]) * (50 * i)} for i in range(start, start + 25))
+        w.close()
+    for views in (False, True):
+        plain = list(work.iter_rows("images", 1, batch_size=3, views=views))
+        ahead = list(work.iter_rows("images", 1, batch_size=3, views=views, read_ahead=True))
+        assert len(plain) == 50 and [r["image_url"] for r in plain] == [f"http://x/{i}.jpg" for i in range(50)]
+        norm = [{**r, "bytes": None if r["bytes"] is None else bytes(r["bytes"])} for r in ahead]
+        assert norm == [{**r, "bytes": None if r["bytes"] is None else bytes(r["bytes"])} for r in plain]
+    assert list(work.iter_rows("images", 0, read_ahead=True)) == []
+    rows = work.iter_rows("images", 1, batch_size=2, read_ahead=True)
+    assert next(rows)["image_url"] == "http://x/0.jpg"
+    assert any(t.name.startswith("lait-read") for t in threading.enumerate())
+    rows.close()
+    assert not any(t.name.startswith("lait-read") for t in threading.enumerate())
