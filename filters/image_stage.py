@@ -21,6 +21,7 @@ the largest copy (then the most referenced, then the URL): the same choice for a
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import logging
@@ -33,6 +34,7 @@ import numpy as np
 
 from lait.config import ConfigError, StageConfig, setting
 from lait.memory import media_heap
+from lait.parts import helper_thread
 from lait.reasons import fetch_rule
 from lait.stage import Filter, KeepResult, PartContext, Stage
 from lait.filters.image_decode import (ImageHeader, ImageRejected, decode_small, encode_for_storage,
@@ -220,23 +222,24 @@ def _sha256_hex(rows: list[dict[str, Any]], max_bytes: int) -> list[str | None]:
     return out
 
 
-def _with_sha256(rows: Iterator[dict[str, Any]], max_bytes: int) -> Iterator[tuple[dict[str, Any], str | None]]:
+def _with_sha256(rows: Iterator[dict[str, Any]], max_bytes: int,
+                 helper: ThreadPoolExecutor) -> Iterator[tuple[dict[str, Any], str | None]]:
     """(row, hex sha256 of its bytes or None) for each row, in order.
 
-    The digests are taken on one thread, a batch ahead of the caller: hashlib hashes without
-    the GIL, so hashing a batch (300 MB of photos took 0.17 s) overlaps the decoding of the one
-    before it, which Pillow also does without the GIL. One batch more of rows is held."""
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lait-sha256") as hasher:
-        ahead: tuple[list[dict[str, Any]], Future] | None = None
-        while True:
-            batch = list(itertools.islice(rows, HASH_BATCH))
-            if batch:
-                queued = (batch, hasher.submit(_sha256_hex, batch, max_bytes))
-            if ahead is not None:
-                yield from zip(ahead[0], ahead[1].result())
-            if not batch:
-                return
-            ahead = queued
+    The digests are taken on the `helper` thread, a batch ahead of the caller: hashlib hashes
+    without the GIL, so hashing a batch (300 MB of photos took 0.17 s) overlaps the decoding
+    of the one before it, which Pillow also does without the GIL. One batch more of rows is
+    held."""
+    ahead: tuple[list[dict[str, Any]], Future] | None = None
+    while True:
+        batch = list(itertools.islice(rows, HASH_BATCH))
+        if batch:
+            queued = (batch, helper.submit(_sha256_hex, batch, max_bytes))
+        if ahead is not None:
+            yield from zip(ahead[0], ahead[1].result())
+        if not batch:
+            return
+        ahead = queued
 
 
 _CLASSIFIERS: dict[tuple[str, int], Any] = {}  # one per worker process
@@ -266,18 +269,25 @@ class ImageFilterStage(Stage):
         rules = header_filters(cfg)
         kept_sha: dict[str, str] = {}
         near = NearDuplicateIndex(cfg.phash_distance, cfg.near_dup_max_diff)
-        # Row groups are written on a thread while the next images decode (both without the GIL).
-        with media_heap(), ctx.writing_behind():
-            self._process_rows(ctx, rules, classifier, kept_sha, near)
+        # One helper thread reads the next row group of images/, hashes the next batch of images
+        # and writes the finished row groups of images_ok/, while this one decodes: Arrow,
+        # hashlib and Pillow's decoder all work without the GIL. Outputs are the same as inline.
+        with media_heap(), helper_thread("lait-filter") as helper, ctx.writing_behind(helper):
+            self._process_rows(ctx, rules, classifier, kept_sha, near, helper)
             ctx.flush()  # the last row group of images_ok too
 
     def _process_rows(self, ctx: PartContext, rules: list[Filter], classifier: Any,
-                      kept_sha: dict[str, str], near: NearDuplicateIndex) -> None:
+                      kept_sha: dict[str, str], near: NearDuplicateIndex, helper: ThreadPoolExecutor) -> None:
         # Image bytes as views into the read row group: hashing and decoding need no copy, and
         # the part writer joins the kept ones into the output row group directly.
-        # The next row group is read on a thread meanwhile.
-        rows = ctx.work.iter_rows("images", ctx.partition, batch_size=HASH_BATCH, views=True, read_ahead=True)
-        for row, sha in _with_sha256(rows, self.cfg.max_bytes):
+        rows = ctx.work.iter_rows("images", ctx.partition, batch_size=HASH_BATCH, views=True, read_ahead=helper)
+        with contextlib.closing(rows), contextlib.closing(_with_sha256(rows, self.cfg.max_bytes, helper)) as hashed:
+            self._filter_rows(ctx, hashed, rules, classifier, kept_sha, near)
+
+    def _filter_rows(self, ctx: PartContext, hashed: Iterator[tuple[dict[str, Any], str | None]],
+                     rules: list[Filter], classifier: Any, kept_sha: dict[str, str],
+                     near: NearDuplicateIndex) -> None:
+        for row, sha in hashed:
             ctx.count("in")
             try:
                 out = self._one(row, rules, classifier, kept_sha, near, sha)

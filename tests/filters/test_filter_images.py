@@ -263,12 +263,14 @@ def test_sha256_ahead_yields_every_row_in_order():
     import hashlib
 
     from lait.filters.image_stage import HASH_BATCH, _with_sha256
+    from lait.parts import helper_thread
 
     values = [bytes([i]) * (3000 + i) for i in range(2 * HASH_BATCH + 3)]
     values[1], values[2], values[HASH_BATCH + 1] = None, b"x" * 10_000, 7
     rows = [{"image_url": str(i), "bytes": v} for i, v in enumerate(values)]
-    got = list(_with_sha256(iter(rows), 9_999))
-    assert [r for r, _ in got] == rows
-    assert [d for _, d in got] == [None if i in (1, 2, HASH_BATCH + 1) else hashlib.sha256(v).hexdigest()
-                                   for i, v in enumerate(values)]
-    assert list(_with_sha256(iter([]), 10)) == []
+    with helper_thread("test") as helper:
+        got = list(_with_sha256(iter(rows), 9_999, helper))
+        assert [r for r, _ in got] == rows
+        assert [d for _, d in got] == [None if i in (1, 2, HASH_BATCH + 1) else hashlib.sha256(v).hexdigest()
+                                       for i, v in enumerate(values)]
+        assert list(_with_sha256(iter([]), 10, helper)) == []

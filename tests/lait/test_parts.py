@@ -306,7 +306,7 @@ def test_writing_behind_gives_the_same_parts(tmp_path, monkeypatch):
     written inline; the rows counted and the stats are the same too."""
     import threading
 
-    from lait.parts import PartitionedWriter
+    from lait.parts import PartitionedWriter, helper_thread
 
     real = pq.ParquetWriter.write_table
     threads = []
@@ -317,30 +317,33 @@ def test_writing_behind_gives_the_same_parts(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pq.ParquetWriter, "write_table", recording)
     files = {}
-    for mode in ("inline", "behind"):
+    for mode in ("inline", "behind", "shared"):
         work = WorkDir(tmp_path / mode, n_partitions=3).init()
         out = PartitionedWriter(work, "w1", row_group_bytes=2000)
-        if mode == "behind":
-            with out.writing_behind():
-                _write_mixed(out)
-                assert out._background is not None
-            assert out._background is None and all(w.background is None for w in out._open.values())
-        else:
+        if mode == "inline":
             _write_mixed(out)
+        else:
+            with helper_thread("shared") as shared:
+                with out.writing_behind(shared if mode == "shared" else None):
+                    _write_mixed(out)
+                    assert out._background is not None
+                assert shared.submit(lambda: 1).result() == 1  # left running
+            assert out._background is None and all(w.background is None for w in out._open.values())
         rows = out.close()
         files[mode + " threads"], threads[:] = sorted(set(threads)), []
         files[mode] = {p.relative_to(work.root).as_posix(): p.read_bytes()
                        for p in sorted(work.root.rglob("*")) if p.is_file()}
         files[mode + " rows"] = rows
-    assert files["inline rows"] == files["behind rows"] == {"images": 30, "rejected": 8}
+    assert files["inline rows"] == files["behind rows"] == files["shared rows"] == {"images": 30, "rejected": 8}
     # Inside the block every row group was written on the thread; after it, inline again.
     assert files["inline threads"] == ["MainThread"]
     assert files["behind threads"] == ["MainThread", "lait-write"]
-    assert files["inline"].keys() == files["behind"].keys()
+    assert files["shared threads"] == ["MainThread", "shared"]
+    assert files["inline"].keys() == files["behind"].keys() == files["shared"].keys()
     assert any(pq.ParquetFile(io_bytes(b)).num_row_groups > 3 for name, b in files["behind"].items()
                if name.startswith("images/") and name.endswith(".parquet"))
     for name, data in files["inline"].items():
-        assert files["behind"][name] == data, name
+        assert files["behind"][name] == files["shared"][name] == data, name
 
 
 def io_bytes(data: bytes):
@@ -394,6 +397,8 @@ def test_iter_rows_read_ahead_gives_the_same_rows(tmp_path):
     stops its thread."""
     import threading
 
+    from lait.parts import helper_thread
+
     work = WorkDir(tmp_path, n_partitions=2).init()
     for tag, start in (("a", 0), ("b", 25)):
         w = work.writer("images", 1, tag, row_group_rows=4)
@@ -406,6 +411,10 @@ def test_iter_rows_read_ahead_gives_the_same_rows(tmp_path):
         norm = [{**r, "bytes": None if r["bytes"] is None else bytes(r["bytes"])} for r in ahead]
         assert norm == [{**r, "bytes": None if r["bytes"] is None else bytes(r["bytes"])} for r in plain]
     assert list(work.iter_rows("images", 0, read_ahead=True)) == []
+    with helper_thread("shared") as shared:  # a shared helper: used, and left running
+        got = list(work.iter_rows("images", 1, read_ahead=shared))
+        assert [r["image_url"] for r in got] == [f"http://x/{i}.jpg" for i in range(50)]
+        assert shared.submit(lambda: threading.current_thread().name).result().startswith("shared")
     rows = work.iter_rows("images", 1, batch_size=2, read_ahead=True)
     assert next(rows)["image_url"] == "http://x/0.jpg"
     assert any(t.name.startswith("lait-read") for t in threading.enumerate())
