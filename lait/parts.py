@@ -203,21 +203,20 @@ class BackgroundWrites:
             self._pending.popleft().result()
         self._pending.append(self._pool.submit(fn, *args))
 
-    def wait(self) -> None:
-        """Return once every queued write is done; raises the first one's error."""
+    def wait(self, *, errors: bool = True) -> None:
+        """Return once every queued write is done (all of them, also after one failed); raises
+        the first one's error unless `errors=False` (the caller is failing with its own)."""
+        first: BaseException | None = None
         while self._pending:
-            self._pending.popleft().result()
+            exc = self._pending.popleft().exception()
+            first = first or exc
+        if first is not None and errors:
+            raise first
 
     def close(self, *, errors: bool = True) -> None:
-        """Wait for the queued writes (and stop the thread if it is its own); `errors=False`
-        drops their errors (the caller is already failing with its own)."""
+        """Wait for the queued writes (`wait`) and stop the thread if it is its own."""
         try:
-            if errors:
-                self.wait()
-            else:
-                for f in self._pending:
-                    f.exception()
-                self._pending.clear()
+            self.wait(errors=errors)
         finally:
             if self._own:
                 self._pool.shutdown(wait=True)
@@ -309,9 +308,8 @@ class PartWriter:
 
     def abort(self) -> None:
         self.closed = True
-        if self.background is not None:
-            with contextlib.suppress(Exception):  # the part is discarded: its writes' errors are moot
-                self.background.wait()
+        if self.background is not None:  # no write may still run into the file closed below
+            self.background.wait(errors=False)  # the part is discarded: its writes' errors are moot
         if self._writer is not None:
             try:
                 self._writer.close()
