@@ -21,8 +21,12 @@ the largest copy (then the most referenced, then the URL): the same choice for a
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import itertools
 import logging
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -30,6 +34,7 @@ import numpy as np
 
 from lait.config import ConfigError, StageConfig, setting
 from lait.memory import media_heap
+from lait.parts import helper_thread
 from lait.reasons import fetch_rule
 from lait.stage import Filter, KeepResult, PartContext, Stage
 from lait.filters.image_decode import (ImageHeader, ImageRejected, decode_small, encode_for_storage,
@@ -200,6 +205,43 @@ def thumb_of(image: Any) -> np.ndarray:
 
 # -- the stage -------------------------------------------------------------------------------------
 
+HASH_BATCH = 64  # rows read per batch; a batch's sha256 digests are taken on a thread
+
+
+def _sha256_hex(rows: list[dict[str, Any]], max_bytes: int) -> list[str | None]:
+    """The hex sha256 of each row's bytes; None where there are none, more than max_bytes (such
+    rows are dropped before anything needs it) or bytes hashlib refuses (`_one` hashes those
+    itself, and rejects the row with the error)."""
+    out: list[str | None] = []
+    for row in rows:
+        data = row.get("bytes")
+        try:
+            out.append(hashlib.sha256(data).hexdigest() if data is not None and len(data) <= max_bytes else None)
+        except Exception:
+            out.append(None)
+    return out
+
+
+def _with_sha256(rows: Iterator[dict[str, Any]], max_bytes: int,
+                 helper: ThreadPoolExecutor) -> Iterator[tuple[dict[str, Any], str | None]]:
+    """(row, hex sha256 of its bytes or None) for each row, in order.
+
+    The digests are taken on the `helper` thread, a batch ahead of the caller: hashlib hashes
+    without the GIL, so hashing a batch (300 MB of photos took 0.17 s) overlaps the decoding
+    of the one before it, which Pillow also does without the GIL. One batch more of rows is
+    held."""
+    ahead: tuple[list[dict[str, Any]], Future] | None = None
+    while True:
+        batch = list(itertools.islice(rows, HASH_BATCH))
+        if batch:
+            queued = (batch, helper.submit(_sha256_hex, batch, max_bytes))
+        if ahead is not None:
+            yield from zip(ahead[0], ahead[1].result())
+        if not batch:
+            return
+        ahead = queued
+
+
 _CLASSIFIERS: dict[tuple[str, int], Any] = {}  # one per worker process
 
 
@@ -227,18 +269,28 @@ class ImageFilterStage(Stage):
         rules = header_filters(cfg)
         kept_sha: dict[str, str] = {}
         near = NearDuplicateIndex(cfg.phash_distance, cfg.near_dup_max_diff)
-        with media_heap():
-            self._process_rows(ctx, rules, classifier, kept_sha, near)
+        # One helper thread reads the next row group of images/, hashes the next batch of images
+        # and writes the finished row groups of images_ok/, while this one decodes: Arrow,
+        # hashlib and Pillow's decoder all work without the GIL. Outputs are the same as inline.
+        with media_heap(), helper_thread("lait-filter") as helper, ctx.writing_behind(helper):
+            self._process_rows(ctx, rules, classifier, kept_sha, near, helper)
             ctx.flush()  # the last row group of images_ok too
 
     def _process_rows(self, ctx: PartContext, rules: list[Filter], classifier: Any,
-                      kept_sha: dict[str, str], near: NearDuplicateIndex) -> None:
+                      kept_sha: dict[str, str], near: NearDuplicateIndex, helper: ThreadPoolExecutor) -> None:
         # Image bytes as views into the read row group: hashing and decoding need no copy, and
         # the part writer joins the kept ones into the output row group directly.
-        for row in ctx.work.iter_rows("images", ctx.partition, batch_size=64, views=True):
+        rows = ctx.work.iter_rows("images", ctx.partition, batch_size=HASH_BATCH, views=True, read_ahead=helper)
+        with contextlib.closing(rows), contextlib.closing(_with_sha256(rows, self.cfg.max_bytes, helper)) as hashed:
+            self._filter_rows(ctx, hashed, rules, classifier, kept_sha, near)
+
+    def _filter_rows(self, ctx: PartContext, hashed: Iterator[tuple[dict[str, Any], str | None]],
+                     rules: list[Filter], classifier: Any, kept_sha: dict[str, str],
+                     near: NearDuplicateIndex) -> None:
+        for row, sha in hashed:
             ctx.count("in")
             try:
-                out = self._one(row, rules, classifier, kept_sha, near)
+                out = self._one(row, rules, classifier, kept_sha, near, sha)
             except ImageRejected as rej:
                 ctx.reject(rej.rule, image_url=row["image_url"], page_url=row.get("page_url"),
                            detail=rej.detail)
@@ -253,8 +305,9 @@ class ImageFilterStage(Stage):
                 ctx.count("reencoded")
 
     def _one(self, row: dict[str, Any], rules: list[Filter], classifier: Any,
-             kept_sha: dict[str, str], near: NearDuplicateIndex) -> dict[str, Any]:
-        """The images_ok row for one images row, or ImageRejected."""
+             kept_sha: dict[str, str], near: NearDuplicateIndex, sha: str | None = None) -> dict[str, Any]:
+        """The images_ok row for one images row, or ImageRejected. `sha`: the hex sha256 of its
+        bytes when already known."""
         cfg = self.cfg
         data = row.get("bytes")
         fetched = fetch_rule(row.get("error"), "images")
@@ -264,7 +317,8 @@ class ImageFilterStage(Stage):
                                 + ("" if data is not None else ", no bytes"))
         if len(data) > cfg.max_bytes:
             raise ImageRejected("too_large", f"{len(data)} bytes > {cfg.max_bytes}")
-        sha = hashlib.sha256(data).hexdigest()
+        if sha is None:
+            sha = hashlib.sha256(data).hexdigest()
         if cfg.dedup and sha in kept_sha and data:
             raise ImageRejected("duplicate_sha256", f"same bytes as {kept_sha[sha]}")
         sniffed = sniff(data, row.get("mime"))

@@ -13,11 +13,13 @@ exception carries the rule up to the loop that calls it).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -99,6 +101,13 @@ class PartContext:
         """Write the rows buffered so far out now (a stage that changed the memory settings for
         its work writes its last row groups under them)."""
         self.parts.flush()
+
+    def writing_behind(self, executor: ThreadPoolExecutor | None = None) -> contextlib.AbstractContextManager[None]:
+        """A block inside which output row groups are written on a helper thread while the task
+        goes on (`PartitionedWriter.writing_behind`; `executor`: a `lait.parts.helper_thread`
+        to share): for a task whose own work also runs without the GIL (stage 2's decoding).
+        The parts' bytes are the same."""
+        return self.parts.writing_behind(executor)
 
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name if "/" in name else f"{self.stage}/{name}"] += n

@@ -228,3 +228,49 @@ def test_phash_matches_imagehash(td):
     for seed in range(20):
         img = td.photo(seed, 300 + seed * 7, 240 + seed * 3)
         assert phash_of(img) == int(str(imagehash.phash(img)), 16)
+
+
+def test_sha256_taken_ahead_on_a_thread_belongs_to_each_row(make_work, td, monkeypatch):
+    """The digests are taken a batch ahead on a thread: every kept row's sha256 is that of its
+    own bytes, and exact duplicates are found across batches, as when hashed inline."""
+    import hashlib
+
+    from lait.filters import image_stage
+
+    monkeypatch.setattr(image_stage, "HASH_BATCH", 4)  # several batches out of a few rows
+    photos = [td.encode(td.photo(40 + i, 320, 320), quality=85) for i in range(5)]
+    rows = [td.image_row(f"http://s.test/{i}.jpg", photos[i % 5]) for i in range(13)]
+    rows.insert(6, td.image_row("http://s.test/missing.jpg", None, status=404))
+    rows.insert(9, td.image_row("http://s.test/empty.jpg", b""))
+    for dedup in (False, True):
+        work = make_work(name=f"dedup-{dedup}")
+        td.write_table(work, "images", rows, "image_url")
+        run_filter(work, dedup=dedup)
+        kept = kept_rows(work)
+        assert len(kept) == (5 if dedup else 13)
+        for url, row in kept.items():
+            assert row["sha256"] == hashlib.sha256(photos[int(url.rsplit("/", 1)[1][:-4]) % 5]).hexdigest()
+        rejected = td.rejected_by_url(work)
+        assert rejected.pop("http://s.test/missing.jpg") == "filter/status"
+        assert rejected.pop("http://s.test/empty.jpg") == "filter/empty"
+        assert rejected == ({f"http://s.test/{i}.jpg": "filter/duplicate_sha256" for i in range(5, 13)}
+                            if dedup else {})
+
+
+def test_sha256_ahead_yields_every_row_in_order():
+    """`_with_sha256`: each row once, in order, with its digest; None where `_one` hashes (or
+    rejects) the row itself: no bytes, too many bytes, a value hashlib refuses."""
+    import hashlib
+
+    from lait.filters.image_stage import HASH_BATCH, _with_sha256
+    from lait.parts import helper_thread
+
+    values = [bytes([i]) * (3000 + i) for i in range(2 * HASH_BATCH + 3)]
+    values[1], values[2], values[HASH_BATCH + 1] = None, b"x" * 10_000, 7
+    rows = [{"image_url": str(i), "bytes": v} for i, v in enumerate(values)]
+    with helper_thread("test") as helper:
+        got = list(_with_sha256(iter(rows), 9_999, helper))
+        assert [r for r, _ in got] == rows
+        assert [d for _, d in got] == [None if i in (1, 2, HASH_BATCH + 1) else hashlib.sha256(v).hexdigest()
+                                       for i, v in enumerate(values)]
+        assert list(_with_sha256(iter([]), 10, helper)) == []

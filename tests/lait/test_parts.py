@@ -137,10 +137,11 @@ def test_markers_sizes_and_local_paths(tmp_path):
     assert not list(tmp_path.rglob(".tmp-*"))
 
 
-def test_iter_rows_holds_one_row_group_at_a_time(tmp_path):
+@pytest.mark.parametrize("read_ahead", [False, True])
+def test_iter_rows_holds_one_row_group_at_a_time(tmp_path, read_ahead):
     """A 40 MB partition of 4 MB row groups streams in about one group's worth of Arrow memory
-    (pyarrow's own `iter_batches` read the whole file ahead). Measured in a fresh process,
-    since Arrow's peak counter is process-wide."""
+    (pyarrow's own `iter_batches` read the whole file ahead), two when reading ahead. Measured
+    in a fresh process, since Arrow's peak counter is process-wide."""
     import os
     import random
     import subprocess
@@ -157,7 +158,7 @@ def test_iter_rows_holds_one_row_group_at_a_time(tmp_path):
         "import sys, pyarrow as pa\n"
         "from lait.parts import WorkDir\n"
         "work = WorkDir(sys.argv[1])\n"
-        "n = sum(len(r['bytes']) for r in work.iter_rows('images', 0, batch_size=4))\n"
+        f"n = sum(len(r['bytes']) for r in work.iter_rows('images', 0, batch_size=4, read_ahead={read_ahead}))\n"
         "print(n, pa.default_memory_pool().max_memory())\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True,
@@ -318,6 +319,16 @@ def test_write_table_writes_the_file_that_rows_one_by_one_write(tmp_path):
             files[name] = path.read_bytes()
         assert pq.ParquetFile(path).num_row_groups > (1 if limits else 0)
         assert files["table"] == files["rows"] and files["slices"] == files["rows"] and files["mixed"] == files["rows"]
+        # Row groups of a table written behind, on a helper thread, are the same too.
+        from lait.parts import PartitionedWriter
+
+        work = WorkDir(tmp_path / f"behind-{len(limits)}-{limits.get('row_group_rows')}", n_partitions=1).init()
+        out = PartitionedWriter(work, "behind", **limits)
+        with out.writing_behind():
+            out.write_table("images_ok", 0, table.slice(0, 90))
+            out.write_table("images_ok", 0, table.slice(90))
+        out.close()
+        assert work.part_path("images_ok", 0, "behind").read_bytes() == files["rows"]
 
     w = PartWriter(tmp_path / "p00000-bad.parquet", IMAGES_OK)
     with pytest.raises(ValueError, match="unknown columns"):
@@ -326,3 +337,137 @@ def test_write_table_writes_the_file_that_rows_one_by_one_write(tmp_path):
         w.write_table(table.drop_columns(["sha256"]))
     with pytest.raises(ValueError, match="width"):
         w.write_table(table.set_column(table.schema.get_field_index("width"), "width", pa.array(["x"] * 200)))
+
+
+def _write_mixed(out, rows: int = 30) -> None:
+    """Rows into two tables and three partitions, a commit and a flush on the way."""
+    for i in range(rows):
+        part = i % 3 if i <= 12 else i % 2
+        out.write("images", part, {**image_row(i), "bytes": bytes((i * 31 + k) % 256 for k in range(40 * i))})
+        if i % 4 == 0:
+            out.reject("filter/min_side", part, image_url=f"http://x/{i}.jpg", detail=f"{i}px")
+        if i == 12:
+            out.commit("images", 2)  # committed inside the block: its queued row groups first
+        if i == 20:
+            out.flush()
+
+
+def test_writing_behind_gives_the_same_parts(tmp_path, monkeypatch):
+    """Row groups written on the background thread make the same files, byte for byte, as
+    written inline; the rows counted and the stats are the same too."""
+    import threading
+
+    from lait.parts import PartitionedWriter, helper_thread
+
+    real = pq.ParquetWriter.write_table
+    threads = []
+
+    def recording(self, table, *args, **kwargs):
+        threads.append(threading.current_thread().name.split("_")[0])
+        return real(self, table, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", recording)
+    files = {}
+    for mode in ("inline", "behind", "shared"):
+        work = WorkDir(tmp_path / mode, n_partitions=3).init()
+        out = PartitionedWriter(work, "w1", row_group_bytes=2000)
+        if mode == "inline":
+            _write_mixed(out)
+        else:
+            with helper_thread("shared") as shared:
+                with out.writing_behind(shared if mode == "shared" else None):
+                    _write_mixed(out)
+                    assert out._background is not None
+                assert shared.submit(lambda: 1).result() == 1  # left running
+            assert out._background is None and all(w.background is None for w in out._open.values())
+        rows = out.close()
+        files[mode + " threads"], threads[:] = sorted(set(threads)), []
+        files[mode] = {p.relative_to(work.root).as_posix(): p.read_bytes()
+                       for p in sorted(work.root.rglob("*")) if p.is_file()}
+        files[mode + " rows"] = rows
+    assert files["inline rows"] == files["behind rows"] == files["shared rows"] == {"images": 30, "rejected": 8}
+    # Inside the block every row group was written on the thread; after it, inline again.
+    assert files["inline threads"] == ["MainThread"]
+    assert files["behind threads"] == ["MainThread", "lait-write"]
+    assert files["shared threads"] == ["MainThread", "shared"]
+    assert files["inline"].keys() == files["behind"].keys() == files["shared"].keys()
+    assert any(pq.ParquetFile(io_bytes(b)).num_row_groups > 3 for name, b in files["behind"].items()
+               if name.startswith("images/") and name.endswith(".parquet"))
+    for name, data in files["inline"].items():
+        assert files["behind"][name] == files["shared"][name] == data, name
+
+
+def io_bytes(data: bytes):
+    import io
+
+    return io.BytesIO(data)
+
+
+def test_writing_behind_raises_a_failed_write_and_aborts_cleanly(tmp_path, monkeypatch):
+    """A row group whose write fails on the thread fails the block (or the next flush): the
+    error is the writer's own, and aborting leaves no part and no temporary file."""
+    from lait.parts import PartitionedWriter
+
+    real = pq.ParquetWriter.write_table
+    calls = []
+
+    def failing(self, table, *args, **kwargs):
+        calls.append(table.num_rows)
+        if len(calls) == 3:
+            raise OSError("disk full (test)")
+        return real(self, table, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", failing)
+    work = WorkDir(tmp_path, n_partitions=1).init()
+    out = PartitionedWriter(work, "w1", row_group_rows=2)
+    with pytest.raises(OSError, match="disk full"):
+        with out.writing_behind():
+            for i in range(20):
+                out.write("images", 0, image_row(i))
+            out.flush()
+    out.abort()
+    assert len(calls) >= 3
+    assert work.part_files("images") == [] and not list(tmp_path.rglob(".tmp-*"))
+
+    # An error of the caller's own wins over the queued writes, which still finish first.
+    calls.clear()
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", real)
+    out = PartitionedWriter(work, "w2", row_group_rows=2)
+    with pytest.raises(KeyError, match="caller"):
+        with out.writing_behind():
+            for i in range(5):
+                out.write("images", 0, image_row(i))
+            raise KeyError("caller")
+    out.abort()
+    assert work.part_files("images") == [] and not list(tmp_path.rglob(".tmp-*"))
+
+
+def test_iter_rows_read_ahead_gives_the_same_rows(tmp_path):
+    """Reading the next row group on a thread changes nothing the caller sees: the same rows in
+    the same order over several parts and row groups, as bytes or views; a reader left early
+    stops its thread."""
+    import threading
+
+    from lait.parts import helper_thread
+
+    work = WorkDir(tmp_path, n_partitions=2).init()
+    for tag, start in (("a", 0), ("b", 25)):
+        w = work.writer("images", 1, tag, row_group_rows=4)
+        w.write_many({**image_row(i), "bytes": None if i % 7 == 3 else bytes([i]) * (50 * i)} for i in range(start, start + 25))
+        w.close()
+    for views in (False, True):
+        plain = list(work.iter_rows("images", 1, batch_size=3, views=views))
+        ahead = list(work.iter_rows("images", 1, batch_size=3, views=views, read_ahead=True))
+        assert len(plain) == 50 and [r["image_url"] for r in plain] == [f"http://x/{i}.jpg" for i in range(50)]
+        norm = [{**r, "bytes": None if r["bytes"] is None else bytes(r["bytes"])} for r in ahead]
+        assert norm == [{**r, "bytes": None if r["bytes"] is None else bytes(r["bytes"])} for r in plain]
+    assert list(work.iter_rows("images", 0, read_ahead=True)) == []
+    with helper_thread("shared") as shared:  # a shared helper: used, and left running
+        got = list(work.iter_rows("images", 1, read_ahead=shared))
+        assert [r["image_url"] for r in got] == [f"http://x/{i}.jpg" for i in range(50)]
+        assert shared.submit(lambda: threading.current_thread().name).result().startswith("shared")
+    rows = work.iter_rows("images", 1, batch_size=2, read_ahead=True)
+    assert next(rows)["image_url"] == "http://x/0.jpg"
+    assert any(t.name.startswith("lait-read") for t in threading.enumerate())
+    rows.close()
+    assert not any(t.name.startswith("lait-read") for t in threading.enumerate())
