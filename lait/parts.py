@@ -186,6 +186,14 @@ def compression_of(schema: pa.Schema) -> dict[str, str]:
     return {p: "none" if p.split(".")[0] in INCOMPRESSIBLE_COLUMNS else "zstd" for p in paths}
 
 
+def writer_options(schema: pa.Schema) -> dict[str, Any]:
+    """The `pq.ParquetWriter` options of every part: zstd, dictionaries and min/max statistics,
+    but none of the three on media bytes (all wasted on JPEGs)."""
+    codecs = compression_of(schema)
+    plain = [c for c, codec in codecs.items() if codec != "none"]
+    return {"compression": codecs, "use_dictionary": plain, "write_statistics": plain}
+
+
 def _rows_with_views(batch: pa.RecordBatch) -> list[dict[str, Any]]:
     """`batch.to_pylist()`, but binary columns as memoryviews into the batch's buffers."""
     columns = [binary_views(col) if col.type == pa.binary() else col.to_pylist() for col in batch.columns]
@@ -345,11 +353,7 @@ class PartWriter:
         table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
         if self._writer is None:
             self._out = storage.open_output(self.path)
-            codecs = compression_of(self.schema)
-            plain = [c for c, codec in codecs.items() if codec != "none"]
-            # Media bytes: no codec, no dictionary, no min/max statistics (all wasted on JPEGs).
-            self._writer = pq.ParquetWriter(self._out.sink, self.schema, compression=codecs,
-                                            use_dictionary=plain, write_statistics=plain)
+            self._writer = pq.ParquetWriter(self._out.sink, self.schema, **writer_options(self.schema))
         if self.background is not None:
             self.background.submit(self._writer.write_table, table)
         else:

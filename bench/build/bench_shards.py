@@ -143,7 +143,7 @@ def layout_floor(root: Path) -> float:
     tarfile / (this + tarfile) bounds the whole build's ratio at this size: what it would be if
     the passes' own work cost nothing and the shard pass were exactly as fast as tarfile."""
     from lait.build.pick import OK_COLUMNS, SCORED_COLUMNS
-    from lait.parts import compression_of, stats_path
+    from lait.parts import stats_path, writer_options
     from lait.schemas import get_table
 
     work = WorkDir(root)
@@ -161,11 +161,9 @@ def layout_floor(root: Path) -> float:
         pq.ParquetFile(f).read(columns=columns)
     for table, name, rows in writes:  # what `PartWriter.close` leaves: the part, renamed into place, and its stats
         schema = get_table(table).schema
-        codecs = compression_of(schema)
-        plain = [c for c, codec in codecs.items() if codec != "none"]
         tmp, final = out / table / f".tmp-{name}", out / table / name
         tmp.parent.mkdir(exist_ok=True)
-        with pq.ParquetWriter(tmp, schema, compression=codecs, use_dictionary=plain, write_statistics=plain) as w:
+        with pq.ParquetWriter(tmp, schema, **writer_options(schema)) as w:
             w.write_table(rows.cast(schema))
         atomic_write_json(stats_path(final), {"rows": rows.num_rows, "bytes": tmp.stat().st_size})
         os.replace(tmp, final)
