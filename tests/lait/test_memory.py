@@ -15,14 +15,39 @@ REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc only")
 
-# Large buffers freed while small blocks allocated after them stay alive: the pattern of a
-# partition's image bytes and decoded arrays among its rows. Prints the MiB still resident.
-SCRIPT = textwrap.dedent("""
-    import os, sys
+# Resident memory of the script's own process, in bytes.
+RSS = textwrap.dedent("""
+    import os
 
     def rss():
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+""")
+
+# Large buffers freed while small blocks allocated after them stay alive: the pattern of a
+# partition's image bytes and decoded arrays among its rows. `retained` is the MiB still resident.
+RETENTION = textwrap.dedent("""
+    base = rss()
+    bufs, small = [], []
+    for _ in range(100):
+        bufs.append(bytearray(2 << 20))
+        small.append(bytearray(3000))
+    del bufs
+    retained = (rss() - base) >> 20
+""")
+
+
+def _run(script: str, *args: str, env_extra: dict | None = None) -> str:
+    """stdout of `script` in a fresh interpreter, without the caller's MALLOC_ settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    env.update({"PYTHONPATH": str(REPO), **(env_extra or {})})
+    return subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True,
+                          check=True).stdout
+
+
+# The retention pattern with glibc's default or the pinned threshold. Prints the MiB still resident.
+SCRIPT = RSS + textwrap.dedent("""
+    import sys
 
     if sys.argv[1] == "fix":
         from lait.memory import fix_mmap_threshold
@@ -31,21 +56,11 @@ SCRIPT = textwrap.dedent("""
         print("default")
     big = bytearray(8 << 20)
     del big  # by default this raises glibc's mmap threshold to 8 MiB
-    base = rss()
-    bufs, small = [], []
-    for _ in range(100):
-        bufs.append(bytearray(2 << 20))
-        small.append(bytearray(3000))
-    del bufs
-    print((rss() - base) >> 20)
-""")
+""") + RETENTION + "print(retained)\n"
 
 
 def _retained(mode: str, env_extra: dict | None = None) -> tuple[str, int]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-    env.update({"PYTHONPATH": str(REPO), **(env_extra or {})})
-    out = subprocess.run([sys.executable, "-c", SCRIPT, mode], env=env, capture_output=True, text=True,
-                         check=True).stdout.split("\n")
+    out = _run(SCRIPT, mode, env_extra=env_extra).split("\n")
     return out[0], int(out[1])
 
 
@@ -108,13 +123,8 @@ def test_arrow_pool_from_the_environment_wins(tmp_path):
 
 # Many small blocks (a parse tree's nodes) freed while one allocated after them stays alive, so
 # the heap's top cannot shrink on its own. Prints the MiB still resident before and after a trim.
-TRIM_SCRIPT = textwrap.dedent("""
-    import os
+TRIM_SCRIPT = RSS + textwrap.dedent("""
     from lait.memory import release_free_memory
-
-    def rss():
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
     base = rss()
     nodes = [bytearray(700) for _ in range(200_000)]
@@ -127,10 +137,7 @@ TRIM_SCRIPT = textwrap.dedent("""
 
 
 def test_release_free_memory_gives_a_freed_heap_back():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-    env["PYTHONPATH"] = str(REPO)
-    released, before, after = subprocess.run([sys.executable, "-c", TRIM_SCRIPT], env=env, capture_output=True,
-                                             text=True, check=True).stdout.split()
+    released, before, after = _run(TRIM_SCRIPT).split()
     assert released == "True"
     assert int(before) >= 80  # ~140 MB of freed 700-byte blocks (above pymalloc's 512) stay in the heap...
     assert int(after) <= 20  # ...until the trim
@@ -139,13 +146,9 @@ def test_release_free_memory_gives_a_freed_heap_back():
 # Row groups of media (8 MiB buffers allocated and freed in turn) inside and outside
 # `media_heap`, then the retention pattern of SCRIPT after it. Prints the page faults of 20 such
 # buffers inside and outside, and the MiB retained after the block.
-MEDIA_SCRIPT = textwrap.dedent("""
-    import os, resource, sys
+MEDIA_SCRIPT = RSS + textwrap.dedent("""
+    import resource, sys
     from lait.memory import fix_mmap_threshold, media_heap
-
-    def rss():
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
     def faults_of_row_groups():
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -160,22 +163,11 @@ MEDIA_SCRIPT = textwrap.dedent("""
     outside = faults_of_row_groups()
     with media_heap():
         inside = faults_of_row_groups()
-    base = rss()
-    bufs, small = [], []
-    for _ in range(100):
-        bufs.append(bytearray(2 << 20))
-        small.append(bytearray(3000))
-    del bufs
-    print(outside, inside, (rss() - base) >> 20)
-""")
+""") + RETENTION + "print(outside, inside, retained)\n"
 
 
 def _media(mode: str) -> list[int]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-    env["PYTHONPATH"] = str(REPO)
-    out = subprocess.run([sys.executable, "-c", MEDIA_SCRIPT, mode], env=env, capture_output=True, text=True,
-                         check=True).stdout.split()
-    return [int(x) for x in out]
+    return [int(x) for x in _run(MEDIA_SCRIPT, mode).split()]
 
 
 def test_media_heap_recycles_row_group_buffers_and_restores_the_pinned_threshold():
