@@ -34,7 +34,7 @@ class PickStage(Stage):
         scored = ctx.work.read("scored", ctx.partition, columns=SCORED_COLUMNS)
         ctx.count("build/scored_pairs", scored.num_rows)
         # Each URL's texts, in the order they were scored.
-        by_url: dict[str, list[int]] = {}
+        by_url: dict[str, list[int] | None] = {}  # None once an images_ok row took the URL
         for i, url in enumerate(scored.column("image_url").to_pylist()):
             by_url.setdefault(url, []).append(i)
 
