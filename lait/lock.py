@@ -131,7 +131,7 @@ def _lock_local(work: WorkDir, command: str, shared: bool = False) -> Iterator[N
         try:
             fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _read_holder(fd)
+            holder = _holder_of_taken_lock(fd)
             raise WorkDirBusy(f"{work.root} is in use by {describe(holder)}; wait for it to finish or stop it"
                               ) from None
         left = _read_holder(fd)
@@ -157,6 +157,20 @@ def _lock_local(work: WorkDir, command: str, shared: bool = False) -> Iterator[N
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+# A holder writes its name just after it takes the lock: a run that finds the lock taken and the
+# file still empty waits up to this long for the name.
+NAME_WAIT_SECONDS = 1.0
+
+
+def _holder_of_taken_lock(fd: int) -> dict[str, object]:
+    """The record of whoever holds the lock; an empty one is read again until the holder has
+    written its name (it takes the lock first, then writes), for `NAME_WAIT_SECONDS` at most."""
+    deadline = time.monotonic() + NAME_WAIT_SECONDS
+    while not (holder := _read_holder(fd)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return holder
 
 
 def _read_holder(fd: int) -> dict[str, object]:

@@ -240,3 +240,27 @@ def test_two_concurrent_crawls_one_exits_2_and_the_other_stores_every_page_once(
     assert "is in use by `lait crawl`" in loser.stderr
     urls = WorkDir(out).read("pages", columns=["url"]).column(0).to_pylist()
     assert len(urls) == len(set(urls)) and len(urls) >= 30
+
+
+def test_a_run_that_loses_the_race_names_a_holder_that_has_not_written_its_name_yet(tmp_path):
+    """Between taking the lock and writing its name the holder leaves the lock file empty for a
+    moment; a second run that finds the lock taken then waits for the name instead of printing
+    `?` (two concurrent `lait filter` runs hit this window)."""
+    import fcntl
+    import threading
+
+    from lait.lock import LOCAL_FILE, WorkDirBusy, _lock_local
+
+    work = WorkDir(tmp_path / "w", n_partitions=2).init()
+    fd = os.open(work.root / LOCAL_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    name = json.dumps({"command": "lait filter", "pid": 1, "host": "h", "since": "now"}).encode()
+    writer = threading.Timer(0.2, os.pwrite, (fd, name, 0))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # taken, no name yet
+        writer.start()
+        with pytest.raises(WorkDirBusy, match=r"in use by `lait filter` \(pid 1 on h"):
+            with _lock_local(work, "lait filter"):
+                pass
+    finally:
+        writer.join()
+        os.close(fd)
