@@ -25,7 +25,7 @@ from typing import Any
 from lait.build.aggregate import PLAN_TAG, plan_build
 from lait.build.config import BuildConfig
 from lait.build.pick import PickStage
-from lait.build.shards import ShardStage, finish_shard_dir, write_stats
+from lait.build.shards import ShardStage, finish_shard_dir, shard_files, write_stats
 from lait import storage
 from lait.drivers import open_work_dir, record_run
 from lait.fingerprint import NEW, Fingerprint, cause, global_fingerprint
@@ -33,7 +33,7 @@ from lait.lock import locked
 from lait.config import ConfigError
 from lait.executor import make_executor
 from lait.stage import RunReport
-from lait.parts import WorkDir, atomic_write_json, stats_path
+from lait.parts import WorkDir, atomic_write_bytes, atomic_write_json, stats_path
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,61 @@ def reset(work: WorkDir) -> None:
         if tag.startswith(("build_pick", "build_shards")) or tag == PLAN_TAG:
             storage.remove(stats_path(p))
             storage.remove(p)
-    storage.remove_tree(work.root / "shards")
+    stage_rebuild(work)
+
+
+# A rebuild writes its shards beside the set it replaces and swaps them in when complete: a
+# build that fails or is killed leaves the earlier shards as they were (DESIGN.md).
+LIVE, NEXT, OLD = "shards", "shards.next", "shards.old"
+STAGING = "shards_staging.json"  # in _done/: a rebuild is writing into shards.next/
+PLACEHOLDER = ".lait-staging"  # so that shards.next/ exists (on object storage too) before its first shard
+
+
+def _staging_flag(work: WorkDir) -> storage.Location:
+    return work.root / "_done" / STAGING
+
+
+def stage_rebuild(work: WorkDir) -> None:
+    """Start a rebuild's staging folder when a set of shards exists to keep meanwhile; without
+    one (a first build, or an earlier one removed) the shards go straight into shards/."""
+    storage.remove_tree(work.root / NEXT)
+    if shard_files(work.root / LIVE):
+        atomic_write_bytes(work.root / NEXT / PLACEHOLDER, b"")
+        atomic_write_json(_staging_flag(work), {"folder": NEXT})
+    else:
+        storage.remove(_staging_flag(work))
+        storage.remove_tree(work.root / LIVE)
+
+
+def shard_dir(work: WorkDir) -> storage.Location:
+    """Where this build writes its shards: shards.next/ during a rebuild, else shards/."""
+    return work.root / (NEXT if storage.exists(_staging_flag(work)) else LIVE)
+
+
+def recover_swap(work: WorkDir) -> None:
+    """Finish a swap that a kill interrupted (see `swap_in` for its steps)."""
+    flag = _staging_flag(work)
+    if storage.exists(flag) and not storage.is_dir(work.root / NEXT) and storage.is_dir(work.root / LIVE):
+        storage.remove(flag)  # killed after the new set took its place
+    if not storage.exists(flag):
+        storage.remove_tree(work.root / OLD)
+
+
+def swap_in(work: WorkDir) -> None:
+    """A complete rebuild's shards take the place of the earlier set: shards/ -> shards.old/,
+    shards.next/ -> shards/, the staging flag removed, then shards.old/ removed. A kill at any
+    step is finished by `recover_swap` on the next run."""
+    flag = _staging_flag(work)
+    if not storage.exists(flag):
+        return
+    live, nxt, old = work.root / LIVE, work.root / NEXT, work.root / OLD
+    if storage.is_dir(live):
+        storage.remove_tree(old)
+        storage.rename_tree(live, old)
+    storage.rename_tree(nxt, live)
+    storage.remove(flag)
+    storage.remove(live / PLACEHOLDER)
+    storage.remove_tree(old)
 
 
 def build(cfg: BuildConfig) -> BuildResult:
@@ -100,6 +154,7 @@ def build(cfg: BuildConfig) -> BuildResult:
     if not work.part_files("scored"):
         raise ConfigError(f"{work.root} has no scored/ table yet: run `lait score` first")
     with locked(work, "lait build"):
+        recover_swap(work)
         why = start_build(work, cfg)
         result = run_passes(work, cfg)
         if why:
@@ -152,14 +207,16 @@ def run_passes(work: WorkDir, cfg: BuildConfig) -> BuildResult:
     result.reports.append(plan_report)
     log.debug(plan_report.summary())  # printed with the others by the command
 
-    shard_report = executor.run(ShardStage(cfg.image_options(), cfg.regions), work)
+    out = shard_dir(work)
+    shard_report = executor.run(ShardStage(cfg.image_options(), cfg.regions, out=storage.as_string(out)), work)
     result.reports.append(shard_report)
     if not shard_report.ok:
         return result
     result.reused = all(not r.done for r in result.reports)
-    sizes = finish_shard_dir(work.root / "shards")
+    sizes = finish_shard_dir(out)
     result.stats = collect_stats(work, sizes)
-    write_stats(work.root / "shards", result.stats)
+    write_stats(out, result.stats)
+    swap_in(work)
     return result
 
 

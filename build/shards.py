@@ -12,6 +12,7 @@ written with fixed tar metadata, so the same plan always gives byte-identical ta
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import json
 import logging
@@ -33,7 +34,7 @@ from lait.build.regions import RegionReader
 from lait.build.resize import ImageOptions, exif_json, prepare
 from lait.build.sample import (FAILED_TO_DOWNLOAD, FAILED_TO_RESIZE, SIDECAR, SUCCESS, make_sample, sample_json,
                                uids_to_array)
-from lait import storage
+from lait import errors, storage
 from lait.memory import media_heap
 from lait.parts import WorkDir, atomic_write_bytes, atomic_write_json, binary_views
 from lait.stage import PartContext, Stage
@@ -121,6 +122,13 @@ class TarShardWriter:
             self._thread.start()
         self.samples = 0
         self.bytes = 0
+        self._sha256 = hashlib.sha256()  # of the whole tar, for the task's marker (`lait verify`)
+        self.size = 0
+
+    @property
+    def sha256(self) -> str:
+        """Hex SHA-256 of the tar as written (complete after `close`)."""
+        return self._sha256.hexdigest()
 
     def write(self, key: str, sample: dict[str, bytes]) -> None:
         batch = self._batch
@@ -143,9 +151,12 @@ class TarShardWriter:
         self._offset += size
         if self._queue is None:
             for c in batch:
+                self._sha256.update(c)
                 self._file.write(c)
             return
         if self._error is not None:
+            if errors.is_out_of_space(self._error):
+                raise errors.out_of_space(self._error, self.path) from self._error
             raise OSError(f"writing {self.path} failed: {self._error}") from self._error
         self._queue.put((batch, size))
 
@@ -161,6 +172,8 @@ class TarShardWriter:
                 continue  # keep taking batches so that the producer never blocks
             batch, size = item
             try:
+                for c in batch:  # hashlib lets go of the GIL for the large chunks (images)
+                    self._sha256.update(c)
                 written = os.writev(fd, batch)
                 if written < size:  # a short write (a signal, a full disk): the rest in one piece
                     rest = memoryview(b"".join(bytes(c) for c in batch))[written:]
@@ -188,7 +201,10 @@ class TarShardWriter:
         self._send()
         self._stop()
         if self._error is not None:
+            if errors.is_out_of_space(self._error):
+                raise errors.out_of_space(self._error, self.path) from self._error
             raise OSError(f"writing {self.path} failed: {self._error}") from self._error
+        self.size = self._offset
         self._out.commit()  # fsync and rename; or complete the upload
 
     def abort(self) -> None:
@@ -203,9 +219,12 @@ class _RowGroupBytes:
     current one into the tar. At most `ahead` + 1 groups are held at a time.
     """
 
-    def __init__(self, work: WorkDir, groups: list[tuple[str, int]], ahead: int = 1):
+    def __init__(self, work: WorkDir, groups: list[tuple[str, int]], ahead: int = 1,
+                 rows: dict[tuple[str, int], set[int]] | None = None):
         self.dir = work.table_dir("images_ok")
         self._groups = groups
+        self._rows = rows or {}  # per group, the rows whose SHA-256 is taken on the reader thread
+        self._digests: dict[int, str] = {}
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="lait-shard-read")
         self._futures: dict[tuple[str, int], Future] = {}
         self._next = 0
@@ -213,13 +232,17 @@ class _RowGroupBytes:
         self._key: tuple[str, int] | None = None
         self._col: list[memoryview | None] = []
 
-    def _read(self, src_file: str, row_group: int) -> list[memoryview | None]:
+    def _read(self, src_file: str, row_group: int) -> tuple[list[memoryview | None], dict[int, str]]:
         # A file is opened per group, not kept open: an open ParquetFile keeps a buffer as large
         # as the last column chunk it read, which over 16 partitions' files was 130 MB a worker.
         col = storage.parquet_file(self.dir / src_file).read_row_group(row_group, columns=["bytes"]).column(0)
         col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()  # no copy when whole
         # Each row's bytes as a slice of Arrow's buffer: no copy, and no scalar per row.
-        return binary_views(col)
+        views = binary_views(col)
+        # Hashed here, beside the caller's work (hashlib runs without the GIL on large buffers).
+        digests = {i: hashlib.sha256(views[i]).hexdigest() for i in self._rows.get((src_file, row_group), ())
+                   if i < len(views) and views[i] is not None}
+        return views, digests
 
     def _fill(self) -> None:
         while self._next < len(self._groups) and len(self._futures) <= self._ahead:
@@ -232,10 +255,14 @@ class _RowGroupBytes:
         if self._key != key:
             self._fill()
             fut = self._futures.pop(key, None)
-            self._col = fut.result() if fut is not None else self._read(*key)
+            self._col, self._digests = fut.result() if fut is not None else self._read(*key)
             self._key = key
             self._fill()
         return self._col[row_index]  # a view of Arrow's buffer, not a copy: the tar writer reads it once
+
+    def sha256(self, row_index: int) -> str | None:
+        """The SHA-256 of a row of the current group that was asked for (`rows`), as read."""
+        return self._digests.get(row_index)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -265,6 +292,9 @@ class ShardStage(Stage):
         build's and the selection's own fingerprints hold every other setting)."""
         return {**dataclasses.asdict(self.images), "regions": self.regions}
 
+    def output_folder(self, work: WorkDir) -> Location:
+        return storage.location(self.out) if self.out else work.root / "shards"
+
     def process(self, ctx: PartContext) -> None:
         # Row groups of image bytes (several MB each) pass through the reader one after another:
         # recycled from the heap, not mapped and faulted in afresh each time (`media_heap`).
@@ -274,7 +304,7 @@ class ShardStage(Stage):
     def _write_shard(self, ctx: PartContext) -> None:
         started = time.time()
         source_work = WorkDir(self.source) if self.source else ctx.work
-        out_dir = storage.location(self.out) if self.out else ctx.work.root / "shards"
+        out_dir = self.output_folder(ctx.work)
         storage.make_dirs(out_dir)
         name = shard_name(ctx.partition)
         # Held as Arrow (column buffers), turned into dicts a batch at a time: a 10,000-sample
@@ -282,9 +312,12 @@ class ShardStage(Stage):
         table = ctx.work.read("build_plan", ctx.partition).sort_by(
             [("src_file", "ascending"), ("row_group", "ascending"), ("row_index", "ascending"),
              ("key", "ascending")])
-        groups = list(dict.fromkeys(zip(table.column("src_file").to_pylist(),
-                                        table.column("row_group").to_pylist())))
-        source = _RowGroupBytes(source_work, groups)
+        where = list(zip(table.column("src_file").to_pylist(), table.column("row_group").to_pylist()))
+        groups = list(dict.fromkeys(where))
+        rows: dict[tuple[str, int], set[int]] = {}
+        for g, i in zip(where, table.column("row_index").to_pylist()):
+            rows.setdefault(g, set()).add(i)
+        source = _RowGroupBytes(source_work, groups, rows=rows)
         regions = RegionReader.load(source_work, table.column("image_url").to_pylist()) if self.regions else None
         plan = (r for batch in table.select(PLAN_COLUMNS).to_batches(max_chunksize=512) for r in batch.to_pylist())
         tar = TarShardWriter(out_dir / f"{name}.tar")
@@ -296,13 +329,17 @@ class ShardStage(Stage):
                 try:
                     if data is None:
                         raise MissingBytes("images_ok row has no bytes")
+                    if meta.get("sha256") and source.sha256(r["row_index"]) != meta["sha256"]:
+                        raise CorruptImage(f"{r['src_file']} row group {r['row_group']} row {r['row_index']}: "
+                                           f"SHA-256 {source.sha256(r['row_index'])}, not the "
+                                           f"{meta['sha256']} stage 2 recorded")
                     image = prepare(data, r["format"], r["width"], r["height"], self.images)
                 except Exception as exc:  # a broken image is recorded, the shard goes on
                     # Without object addresses, so that reruns write identical sidecars.
                     err = re.sub(r" at 0x[0-9a-fA-F]+", "", f"{type(exc).__name__}: {exc}")[:500]
-                    ctx.reject("build/unreadable", image_url=r["image_url"], page_url=r["page_url"],
-                               text=r["caption"], detail=err)
-                    status = FAILED_TO_DOWNLOAD if isinstance(exc, MissingBytes) else FAILED_TO_RESIZE
+                    ctx.reject("build/corrupt_image" if isinstance(exc, CorruptImage) else "build/unreadable",
+                               image_url=r["image_url"], page_url=r["page_url"], text=r["caption"], detail=err)
+                    status = FAILED_TO_DOWNLOAD if isinstance(exc, (MissingBytes, CorruptImage)) else FAILED_TO_RESIZE
                     sidecar.append(make_sample(meta, key=r["key"], status=status, error_message=err,
                                                width=None, height=None, original_width=r["width"],
                                                original_height=r["height"], exif="{}"))
@@ -325,6 +362,7 @@ class ShardStage(Stage):
             atomic_write_bytes(out_dir / f"{name}.parquet", side_bytes.getvalue())
             atomic_write_json(out_dir / f"{name}_stats.json", shard_stats(sidecar, started))
             tar.close()
+            ctx.record_file(f"{name}.tar", tar.size, tar.sha256)
         except BaseException:
             tar.abort()
             raise
@@ -334,6 +372,10 @@ class ShardStage(Stage):
 
 class MissingBytes(ValueError):
     """The images_ok row a sample points to holds no bytes."""
+
+
+class CorruptImage(ValueError):
+    """The bytes of an images_ok row are not those stage 2 hashed: never shipped."""
 
 
 def shard_stats(sidecar: list[dict[str, Any]], started: float) -> dict[str, Any]:

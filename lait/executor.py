@@ -14,6 +14,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+from lait import errors
 from lait.log import progress
 from lait.parts import WorkDir
 from lait.fingerprint import Fingerprint
@@ -23,7 +24,13 @@ log = logging.getLogger(__name__)
 
 
 def _format_exc(exc: BaseException) -> str:
+    if isinstance(exc, errors.NoRetry):  # its message says all: the file and what is wrong with it
+        return str(exc)
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
+def _short(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, errors.NoRetry) else repr(exc)
 
 
 class LocalExecutor:
@@ -71,10 +78,14 @@ class LocalExecutor:
                     self._record(report, p, run_part(stage, root, p, fingerprints[p]), bar)
                     break
                 except Exception as exc:  # one bad partition must not stop the others
-                    log.warning("%s partition %05d attempt %d failed: %r", stage.name, p, attempt + 1, exc)
-                    if attempt == self.retries:
+                    stop = errors.stop_error(exc)
+                    if stop is not None:  # a full disk: every other partition would fail too
+                        raise stop from exc
+                    log.warning("%s partition %05d attempt %d failed: %s", stage.name, p, attempt + 1, _short(exc))
+                    if attempt == self.retries or not errors.retryable(exc):
                         report.failed[p] = _format_exc(exc)
                         bar.update(1)
+                        break
 
     def _run_pool(self, stage: Stage, root: str, pending: list[int], fingerprints: dict[int, Fingerprint],
                   report: RunReport, bar: Any) -> None:
@@ -98,6 +109,10 @@ class LocalExecutor:
                             broken = True
                             self._retry_or_fail(stage, p, exc, attempts, queue, report, bar)
                         except Exception as exc:
+                            stop = errors.stop_error(exc)
+                            if stop is not None:  # a full disk: stop every worker, retry nothing
+                                pool.shutdown(wait=True, cancel_futures=True)
+                                raise stop from exc
                             self._retry_or_fail(stage, p, exc, attempts, queue, report, bar)
                 if broken:
                     # Every partition in flight died with the pool; retry them in a new one.
@@ -109,8 +124,8 @@ class LocalExecutor:
     def _retry_or_fail(self, stage: Stage, p: int, exc: BaseException, attempts: dict[int, int],
                        queue: list[int], report: RunReport, bar: Any) -> None:
         attempts[p] += 1
-        log.warning("%s partition %05d attempt %d failed: %r", stage.name, p, attempts[p], exc)
-        if attempts[p] > self.retries:
+        log.warning("%s partition %05d attempt %d failed: %s", stage.name, p, attempts[p], _short(exc))
+        if attempts[p] > self.retries or not errors.retryable(exc):
             report.failed[p] = _format_exc(exc)
             bar.update(1)
         else:

@@ -169,6 +169,8 @@ def plan_run(stage: Any, work: WorkDir, partitions: Sequence[int] | None = None,
         plan.fingerprints[p] = fp
         marker = markers.get(p)
         why = NEW if marker is None else ("--force" if force else cause(marker.get("fingerprint"), fp))
+        if why is None and hasattr(stage, "changed_output"):
+            why = stage.changed_output(work, marker)  # a file it wrote was cut, replaced or removed
         if why is None:
             plan.current.append(p)
         else:

@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from lait import storage
+from lait.errors import on_write_error
 from lait.reasons import check as check_reason
 from lait.schemas import get_table
 from lait.storage import Location, RemotePath
@@ -191,7 +192,8 @@ def writer_options(schema: pa.Schema) -> dict[str, Any]:
     but none of the three on media bytes (all wasted on JPEGs)."""
     codecs = compression_of(schema)
     plain = [c for c, codec in codecs.items() if codec != "none"]
-    return {"compression": codecs, "use_dictionary": plain, "write_statistics": plain}
+    return {"compression": codecs, "use_dictionary": plain, "write_statistics": plain,
+            "write_page_checksum": True}  # every reader verifies them (`storage.CheckedParquetFile`)
 
 
 def _rows_with_views(batch: pa.RecordBatch) -> list[dict[str, Any]]:
@@ -355,14 +357,20 @@ class PartWriter:
             self._out = storage.open_output(self.path)
             self._writer = pq.ParquetWriter(self._out.sink, self.schema, **writer_options(self.schema))
         if self.background is not None:
-            self.background.submit(self._writer.write_table, table)
+            self.background.submit(self._write_group, table)
         else:
-            self._writer.write_table(table)
+            self._write_group(table)
         self.rows += table.num_rows
         self._buffer = []
         self._tables = []
         self._table_rows = 0
         self._buffer_bytes = 0
+
+    def _write_group(self, table: pa.Table) -> None:
+        try:
+            self._writer.write_table(table)
+        except Exception as exc:  # pyarrow's "Error writing bytes to file" names no file
+            raise on_write_error(exc, self.path) from exc
 
     def close(self) -> dict[str, Any] | None:
         """Finish the part. Returns its stats, or None when no row was written (no file)."""
@@ -372,8 +380,11 @@ class PartWriter:
         self.flush()
         if self._writer is None:
             return None
-        self._writer.close()
-        stats = {"rows": self.rows, "bytes": self._out.size(), **self.extra_stats}
+        try:
+            self._writer.close()
+            stats = {"rows": self.rows, "bytes": self._out.size(), **self.extra_stats}
+        except Exception as exc:
+            raise on_write_error(exc, self.path) from exc
         atomic_write_json(stats_path(self.path), stats)
         self._out.commit()
         return stats

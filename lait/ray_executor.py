@@ -20,6 +20,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
+from lait import errors
 from lait.log import progress
 from lait.memory import arrow_env
 from lait.parts import WorkDir
@@ -93,6 +94,11 @@ class RayExecutor:
                         report.done.append(p)
                         report.stats.append(stats)
                     except Exception as exc:  # retries are spent: report, keep going
+                        stop = errors.stop_error(getattr(exc, "cause", None) or exc)
+                        if stop is not None:  # a full disk: stop the run, retry nothing
+                            for ref in in_flight:
+                                ray.cancel(ref)
+                            raise stop from exc
                         report.failed[p] = "".join(traceback.format_exception_only(type(exc), exc))
                     bar.update(1)
         finally:

@@ -161,6 +161,8 @@ REASONS: dict[str, str] = {
     "build/top_fraction": "the best text's score is not within the top_fraction of the pictures.",
     "build/unreadable": "the image bytes cannot be read, resized or encoded for its shard (its sidecar row "
                         "says failed_to_download or failed_to_resize).",
+    "build/corrupt_image": "the image bytes read back from images_ok/ do not have the SHA-256 stage 2 recorded "
+                           "(a flipped or lost byte on disk): never shipped; `lait verify` names the part.",
 }
 
 

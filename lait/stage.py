@@ -25,9 +25,11 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
+from lait import storage
 from lait.fingerprint import Fingerprint, RunPlan, plan_run
 from lait.memory import apply_memory_settings, release_free_memory
 from lait.parts import PartitionedWriter, PartWriter, WorkDir
+from lait.storage import Location
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,7 @@ class PartContext:
         self.partition = partition
         self.tag = task_tag(stage, partition)
         self.counters: Counter[str] = Counter()
+        self.files: dict[str, dict[str, Any]] = {}
         # Every part carries the digest of the task that wrote it: what its readers fingerprint.
         self.parts = PartitionedWriter(work, self.tag, extra_stats={
             "stage": stage, "input_partition": partition, "fingerprint": fingerprint})
@@ -109,6 +112,12 @@ class PartContext:
         The parts' bytes are the same."""
         return self.parts.writing_behind(executor)
 
+    def record_file(self, name: str, size: int, sha256: str) -> None:
+        """A file this task wrote besides its parts (a shard's tar), by its name in the stage's
+        output folder: its size and digest go into the task's marker, so that a rerun and `lait
+        status` notice a changed size (`Stage.changed_output`) and `lait verify` a changed byte."""
+        self.files[name] = {"bytes": int(size), "sha256": sha256}
+
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name if "/" in name else f"{self.stage}/{name}"] += n
 
@@ -131,8 +140,11 @@ class PartContext:
     def close(self) -> dict[str, Any]:
         """Finish every output part; returns the task's stats."""
         outputs = self.parts.close()
-        return {"stage": self.stage, "partition": self.partition, "outputs": outputs,
-                "counters": dict(sorted(self.counters.items()))}
+        stats = {"stage": self.stage, "partition": self.partition, "outputs": outputs,
+                 "counters": dict(sorted(self.counters.items()))}
+        if self.files:
+            stats["files"] = dict(sorted(self.files.items()))
+        return stats
 
     def abort(self) -> None:
         self.parts.abort()
@@ -170,6 +182,25 @@ class Stage(ABC):
     def global_inputs(self, work: WorkDir) -> dict[str, Any]:
         """Digests of what every task reads besides its partition (a codebook); {} by default."""
         return {}
+
+    def output_folder(self, work: WorkDir) -> Location | None:
+        """Where the files a task records with `PartContext.record_file` live; None: it records none."""
+        return None
+
+    def changed_output(self, work: WorkDir, marker: Mapping[str, Any]) -> str | None:
+        """Why a finished task's recorded files are no longer what it wrote (one stat per file:
+        missing, or another size), or None. A changed byte of the same size is `lait verify`'s
+        to find: it reads every file back against its digest."""
+        files = marker.get("files") or {}
+        folder = self.output_folder(work) if files else None
+        for name, rec in files.items():
+            path = folder / name
+            size = storage.size(path) if storage.exists(path) else None
+            if size is None:
+                return f"{name} is missing"
+            if size != rec.get("bytes"):
+                return f"{name} is {size:,} bytes, not the {rec.get('bytes'):,} it was written with"
+        return None
 
     @abstractmethod
     def process(self, ctx: PartContext) -> None: ...

@@ -30,6 +30,7 @@ workers on this machine see the same ones: the standard AWS variables (`AWS_ACCE
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -41,6 +42,7 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lait import errors
 from lait.memory import glibc
 
 STORAGE_OPTIONS_ENV = "LAIT_STORAGE_OPTIONS"
@@ -241,12 +243,55 @@ def _parquet_source(path: Location) -> Any:
     return path
 
 
-def parquet_file(path: Location) -> pq.ParquetFile:
-    return pq.ParquetFile(_parquet_source(path))
+def _is_corruption(exc: BaseException) -> bool:
+    """Whether a Parquet read failed on the file's bytes (checksum, footer, page header), not
+    on its absence, its permissions, the network or a full disk."""
+    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, ConnectionError, TimeoutError)):
+        return False
+    return isinstance(exc, (pa.ArrowInvalid, OSError)) and not errors.is_out_of_space(exc)
+
+
+class CheckedParquetFile:
+    """`pq.ParquetFile` whose reads verify every page's checksum (parts are written with them,
+    see `lait.parts.writer_options`) and raise `CorruptPart` naming the file when its bytes are
+    not what was written. Parts written before checksums simply have none to verify."""
+
+    def __init__(self, path: Location):
+        self.path = path
+        try:
+            self._file = pq.ParquetFile(_parquet_source(path), page_checksum_verification=True)
+        except Exception as exc:
+            raise errors.corrupt(path, exc) if _is_corruption(exc) else exc
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._file, name)
+        if not callable(attr):
+            return attr
+
+        @functools.wraps(attr)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return attr(*args, **kwargs)
+            except Exception as exc:
+                raise errors.corrupt(self.path, exc) if _is_corruption(exc) else exc
+        return checked
+
+
+def parquet_file(path: Location) -> CheckedParquetFile:
+    return CheckedParquetFile(path)
 
 
 def read_table(path: Location, **kwargs: Any) -> pa.Table:
-    """`pyarrow.parquet.read_table` of one file (a native path locally)."""
+    """`pyarrow.parquet.read_table` of one file (a native path locally), page checksums
+    verified; a file whose bytes are not what was written raises `CorruptPart` naming it."""
+    kwargs.setdefault("page_checksum_verification", True)
+    try:
+        return _read_table(path, **kwargs)
+    except Exception as exc:
+        raise errors.corrupt(path, exc) if _is_corruption(exc) else exc
+
+
+def _read_table(path: Location, **kwargs: Any) -> pa.Table:
     if isinstance(path, RemotePath):
         # From a Python file object (every object-storage read), pyarrow 26's threaded read can
         # leave the last reference to a buffer Python's `read` returned on one of its pool
@@ -273,7 +318,11 @@ def write_atomic(path: Location, data: bytes) -> None:
         filesystem(path).pipe_file(path.url, data)  # one PUT: visible only when complete
         return
     out = LocalOutput(path)
-    out.stream().write(data)
+    try:
+        out.stream().write(data)
+    except BaseException as exc:
+        out.discard()
+        raise errors.on_write_error(exc, path) from exc
     out.commit()
 
 
@@ -286,6 +335,20 @@ def remove(path: Location) -> None:
             pass
         return
     path.unlink(missing_ok=True)
+
+
+def rename_tree(src: Location, dst: Location) -> None:
+    """Move a folder to a name that does not exist yet: one rename locally; object by object
+    on object storage, which has no folders to rename."""
+    if isinstance(src, RemotePath):
+        filesystem(src).mv(src.url, dst.url, recursive=True)
+        return
+    os.rename(src, dst)
+
+
+def as_string(path: Location) -> str:
+    """A location as a string that `location` turns back into it (a path, or a URL)."""
+    return path.url if isinstance(path, RemotePath) else str(path)
 
 
 def remove_tree(path: Location) -> None:
@@ -341,15 +404,24 @@ class LocalOutput:
         return self.tmp.stat().st_size
 
     def commit(self) -> None:
-        if self._file is not None:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._file.close()
-        os.replace(self.tmp, self.path)
+        try:
+            if self._file is not None:
+                self._file.flush()
+                os.fsync(self._file.fileno())
+                self._file.close()
+            os.replace(self.tmp, self.path)
+        except OSError as exc:  # a full disk shows at the last flush: say which file, keep no half
+            if not errors.is_out_of_space(exc):
+                raise
+            self.discard()
+            raise errors.out_of_space(exc, self.path) from exc
 
     def discard(self) -> None:
         if self._file is not None:
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError:  # its buffered bytes could not be flushed (disk full): dropped anyway
+                pass
         self.tmp.unlink(missing_ok=True)
 
 

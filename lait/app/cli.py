@@ -11,7 +11,7 @@ import importlib
 import logging
 import sys
 
-from lait import __version__
+from lait import __version__, errors
 from lait.app.commands import Parser, add_global_flags, finish_sub_commands
 from lait.config import ConfigError
 from lait.log import setup_logging
@@ -85,6 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"lait {args.command}: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # a full disk: one line naming the path, no traceback
+        stop = errors.stop_error(exc)
+        if stop is None:
+            raise
+        print(f"lait {args.command}: {stop}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"lait {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -279,8 +279,10 @@ def test_tar_writer_error_surfaces_and_leaves_no_file(tmp_path, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(shards.os, "writev", full)
+    from lait.errors import OutOfSpace
+
     w = shards.TarShardWriter(tmp_path / "a.tar")
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(OutOfSpace, match=r"a\.tar: no space left on device"):
         for key, sample in _many_samples(50):
             w.write(key, sample)
         w.close()

@@ -1,0 +1,83 @@
+"""Errors that a retry cannot fix: what every executor and the command line treat alike.
+
+- `CorruptPart`: a file of the work directory does not read back as it was written (a page
+  checksum fails, a footer is cut, an image's sha256 is not its row's). The task that read it
+  fails at once, naming the file; other partitions go on. `lait verify` names what to redo.
+- `OutOfSpace`: the disk (or quota) is full. Every later write would fail too, so the whole run
+  stops at once with one line naming the path, and exits 1.
+
+Both cross process boundaries (a pool worker, a Ray task) as their message alone.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Any
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+class NoRetry(Exception):
+    """A task error that the same task, run again on the same input, would hit again."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class CorruptPart(NoRetry):
+    """A work directory file that fails its integrity check (names the file and why)."""
+
+
+class StopRun(NoRetry):
+    """An error after which no partition can succeed: the run stops at once."""
+
+
+class OutOfSpace(StopRun):
+    """No space left where the run writes."""
+
+
+def is_out_of_space(exc: BaseException) -> bool:
+    """An OSError of a full disk or quota, also as pyarrow words it ('[errno 28] ...')."""
+    if isinstance(exc, OutOfSpace):
+        return True
+    if not isinstance(exc, OSError):
+        return False
+    return exc.errno in _FULL or any(f"[errno {n}]" in str(exc).lower() for n in _FULL)
+
+
+def out_of_space(exc: BaseException, path: Any) -> OutOfSpace:
+    """The one line a full disk is reported with: the path written and the cause."""
+    if isinstance(exc, OutOfSpace):
+        return exc
+    cause = "disk quota exceeded" if getattr(exc, "errno", None) == errno.EDQUOT else "no space left on device"
+    return OutOfSpace(f"cannot write {path}: {cause}; free some space and rerun the command (finished work is kept)")
+
+
+def on_write_error(exc: BaseException, path: Any) -> BaseException:
+    """What a writer raises for `exc` hit while writing `path`: a full disk becomes
+    `OutOfSpace` naming the path, anything else is left as it is."""
+    return out_of_space(exc, path) if is_out_of_space(exc) else exc
+
+
+def corrupt(path: Any, exc: BaseException | str, partition: int | None = None) -> CorruptPart:
+    """A `CorruptPart` for a file that failed to read back: names the file, its partition and why."""
+    where = f" (partition {partition:05d})" if partition is not None else ""
+    return CorruptPart(f"{path}{where} is corrupt: {exc}")
+
+
+def stop_error(exc: BaseException) -> StopRun | None:
+    """The `StopRun` that `exc` is or stands for (a bare full-disk OSError), else None."""
+    if isinstance(exc, StopRun):
+        return exc
+    if is_out_of_space(exc):
+        where = getattr(exc, "filename", None)
+        return out_of_space(exc, where) if where else OutOfSpace(f"{exc}; free some space and rerun the command")
+    return None
+
+
+def retryable(exc: BaseException) -> bool:
+    """Whether running the same task again may succeed."""
+    return not isinstance(exc, NoRetry) and stop_error(exc) is None

@@ -1,0 +1,191 @@
+"""Issue 29, stage 5: flipped bytes, cut shards and failed rebuilds are found, named, and never
+shipped; a rebuild replaces the earlier shards only once complete."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lait.build.config import BuildConfig
+from lait.build.pipeline import build
+from lait.parts import WorkDir
+
+HERE = Path(__file__).parent
+_spec = importlib.util.spec_from_file_location("build_data", HERE / "build_data.py")
+data = importlib.util.module_from_spec(_spec)
+sys.modules["build_data"] = data
+_spec.loader.exec_module(data)
+
+
+def _cfg(work: Path, **kw) -> BuildConfig:
+    return BuildConfig(**{"work": str(work), "workers": 1, "progress": False, "samples_per_shard": 16, **kw})
+
+
+def snapshot(folder: Path, *, timings: bool = True) -> dict[str, bytes]:
+    """Every file of a folder by name; without `timings`, less the stats files that hold them."""
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())
+            if p.is_file() and (timings or not p.name.endswith("stats.json"))}
+
+
+def flip(path: Path, at: float = 0.5, n: int = 16) -> None:
+    raw = bytearray(path.read_bytes())
+    start = int(len(raw) * at)
+    for i in range(start, start + n):
+        raw[i] ^= 0xFF
+    path.write_bytes(bytes(raw))
+
+
+def failures(result) -> str:
+    return "\n".join(err for r in result.reports for err in r.failed.values())
+
+
+@pytest.fixture()
+def built(tmp_path) -> Path:
+    work = tmp_path / "w"
+    data.make_work(work)
+    assert build(_cfg(work)).ok
+    return work
+
+
+def test_flipped_bytes_in_images_ok_are_named_and_the_earlier_shards_stay(built):
+    before = snapshot(built / "shards")
+    part = max((built / "images_ok").glob("*.parquet"), key=lambda p: p.stat().st_size)
+    flip(part)
+    result = build(_cfg(built, force=True))
+    assert not result.ok
+    assert f"{part} (partition" in failures(result) or str(part) in failures(result)
+    assert "corrupt" in failures(result)
+    assert snapshot(built / "shards") == before  # the failed rebuild touched nothing shipped
+
+
+def test_a_corrupt_scored_part_is_named_and_deletes_no_shard(built):
+    before = snapshot(built / "shards")
+    part = max((built / "scored").glob("*.parquet"), key=lambda p: p.stat().st_size)
+    flip(part, at=0.3)
+    result = build(_cfg(built, force=True))
+    assert not result.ok
+    assert str(part) in failures(result)
+    assert snapshot(built / "shards") == before
+
+
+def test_a_cut_shard_is_noticed_and_rewritten_the_same(built):
+    shards = built / "shards"
+    before = snapshot(shards)
+    tar = sorted(shards.glob("*.tar"))[0]
+    tar.write_bytes(tar.read_bytes()[: tar.stat().st_size // 2])
+    result = build(_cfg(built))
+    assert result.ok
+    shard_report = result.reports[-1]
+    assert shard_report.done == [int(tar.stem)]
+    assert any(f"{tar.name} is" in line for line in shard_report.plan)
+    assert snapshot(shards, timings=False) == {k: v for k, v in before.items() if not k.endswith("stats.json")}
+
+
+def test_a_removed_shard_is_rewritten(built):
+    tar = sorted((built / "shards").glob("*.tar"))[-1]
+    original = tar.read_bytes()
+    tar.unlink()
+    result = build(_cfg(built))
+    assert result.ok and result.reports[-1].done == [int(tar.stem)]
+    assert tar.read_bytes() == original
+
+
+def test_a_complete_rebuild_replaces_the_set_and_leaves_no_staging(built):
+    before = snapshot(built / "shards")
+    result = build(_cfg(built, samples_per_shard=8))
+    assert result.ok and not result.reused
+    after = snapshot(built / "shards")
+    assert after != before and len([n for n in after if n.endswith(".tar")]) > len(
+        [n for n in before if n.endswith(".tar")])
+    assert sorted(p.name for p in built.iterdir() if p.name.startswith("shards")) == ["shards"]
+    marker = json.loads((built / "_done" / "build_shards" / "p00000.json").read_text())
+    tar = built / "shards" / "00000.tar"
+    assert marker["files"]["00000.tar"]["bytes"] == tar.stat().st_size
+    import hashlib
+
+    assert marker["files"]["00000.tar"]["sha256"] == hashlib.sha256(tar.read_bytes()).hexdigest()
+
+
+def test_a_rebuild_killed_between_the_renames_is_finished_by_the_next_run(built):
+    from lait.build import pipeline
+
+    build(_cfg(built, samples_per_shard=8))  # shards of 8
+    expected = snapshot(built / "shards")
+    build(_cfg(built))  # back to 16 a shard
+    # Interrupt a rebuild to 8 right after shards/ moved aside (swap_in's first rename).
+    real = pipeline.storage.rename_tree
+    calls = []
+
+    def first_only(src, dst):
+        calls.append((src, dst))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        real(src, dst)
+
+    pipeline.storage.rename_tree = first_only
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            build(_cfg(built, samples_per_shard=8))
+    finally:
+        pipeline.storage.rename_tree = real
+    assert not (built / "shards").exists() and (built / "shards.next").is_dir()
+    again = build(_cfg(built, samples_per_shard=8))
+    assert again.ok and again.reused  # nothing redone: the complete set only had to move in
+    assert snapshot(built / "shards", timings=False) == {k: v for k, v in expected.items()
+                                                         if not k.endswith("stats.json")}
+    assert not (built / "shards.old").exists() and not (built / "shards.next").exists()
+
+
+def test_an_image_whose_bytes_changed_without_a_checksum_is_never_shipped(tmp_path):
+    """A part written without page checksums (an older lait, another tool) whose image bytes
+    are not those stage 2 hashed: the sample is refused with its reason, the rest ships."""
+    work_dir = tmp_path / "w"
+    work, expect = data.make_work(work_dir)
+    victim = f"{data.SITE}/img/photo4.jpg"
+    for part in (work_dir / "images_ok").glob("*.parquet"):
+        table = pq.read_table(part)
+        urls = table.column("image_url").to_pylist()
+        if victim not in urls:
+            continue
+        blobs = table.column("bytes").to_pylist()
+        blobs[urls.index(victim)] = data.photo(999)  # a valid JPEG, but not the one hashed
+        table = table.set_column(table.schema.get_field_index("bytes"), "bytes",
+                                 pa.array(blobs, type=table.schema.field("bytes").type))
+        pq.write_table(table, part, compression="none")  # no page checksums
+    result = build(_cfg(work_dir))
+    assert result.ok
+    shipped = set()
+    for tar in (work_dir / "shards").glob("*.tar"):
+        with tarfile.open(tar) as tf:
+            for m in tf.getmembers():
+                if m.name.endswith(".json"):
+                    shipped.add(json.loads(tf.extractfile(m).read())["url"])
+    assert victim not in shipped
+    assert f"{data.SITE}/img/photo5.jpg" in shipped
+    rejected = WorkDir(work_dir).read("rejected").to_pylist()
+    hit = [r for r in rejected if r["image_url"] == victim and r["reason"] == "build/corrupt_image"]
+    assert hit and "SHA-256" in hit[0]["detail"]
+    sidecars = pa.concat_tables([pq.read_table(p) for p in (work_dir / "shards").glob("*.parquet")])
+    row = [r for r in sidecars.to_pylist() if r["url"] == victim]
+    assert row and row[0]["status"] != "success"
+
+
+def test_checksums_are_written_on_every_part(built):
+    part = next((built / "images_ok").glob("*.parquet"))
+    raw = part.read_bytes()
+    meta = pq.ParquetFile(io.BytesIO(raw)).metadata
+    assert meta.num_row_groups >= 1
+    flip(part)
+    from lait import storage
+    from lait.errors import CorruptPart
+
+    with pytest.raises(CorruptPart, match="CRC|checksum"):
+        storage.read_table(part)
