@@ -32,6 +32,7 @@ COMMAND_MODULES = [
     "lait.app.export",
     "lait.app.run",
     "lait.app.status",
+    "lait.app.verify",
     "lait.app.stats",
     "lait.app.demo",
     "lait.app.train",
@@ -46,6 +47,7 @@ the pipeline (LAIT, ImageBERT paper):
   lait clean work/                                  3. sentence detection and cleaning
   lait score work/                                  4. image-text semantic scoring
   lait build work/                                  5. aggregation into WebDataset shards
+  lait verify work/                                 read every part, image and shard back
   lait select work/ --out sel/ --top-fraction 0.3   other shards from the scored pool, no rescoring
   lait export-embeddings work/ --out embs/          embeddings for clip-retrieval and faiss
   lait run work/ --config pipeline.yaml             stages 2-5 in one go, resumable

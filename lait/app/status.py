@@ -96,7 +96,8 @@ def _build_status(work: Any, cfg: Any) -> StageStatus:
     import json
 
     from lait import storage
-    from lait.build.pipeline import FINGERPRINT, fingerprint
+    from lait.build.pipeline import FINGERPRINT, fingerprint, shard_dir
+    from lait.build.shards import ShardStage
     from lait.fingerprint import cause
 
     st = StageStatus("build", total=1)
@@ -110,6 +111,9 @@ def _build_status(work: Any, cfg: Any) -> StageStatus:
         return st
     old = json.loads(storage.read_text(path)).get("fingerprint")
     why = cause(old if isinstance(old, dict) else None, fingerprint(work, cfg))
+    if not why:  # a shard cut, replaced or removed since the build finished it
+        shards = ShardStage(out=storage.as_string(shard_dir(work)))
+        why = next(filter(None, (shards.changed_output(work, m) for m in work.markers(shards.name).values())), None)
     if why:
         st.stale[why] += 1
     else:

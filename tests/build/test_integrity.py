@@ -189,3 +189,51 @@ def test_checksums_are_written_on_every_part(built):
 
     with pytest.raises(CorruptPart, match="CRC|checksum"):
         storage.read_table(part)
+
+
+def _lait(*args: str) -> "subprocess.CompletedProcess[str]":
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", "lait", "-q", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_verify_names_each_damaged_file_and_repair_lets_the_build_redo_it(built):
+    clean = _lait("verify", str(built))
+    assert clean.returncode == 0, clean.stderr
+    assert "all intact" in clean.stderr
+    intact = snapshot(built / "shards", timings=False)
+
+    part = max((built / "images_ok").glob("*.parquet"), key=lambda p: p.stat().st_size)
+    flip(part)
+    tar = sorted((built / "shards").glob("*.tar"))[0]
+    raw = bytearray(tar.read_bytes())
+    raw[len(raw) // 3] ^= 0xFF  # same size: only a digest can tell
+    tar.write_bytes(bytes(raw))
+
+    found = _lait("verify", str(built))
+    assert found.returncode == 1
+    lines = [line for line in found.stderr.splitlines() if not line.startswith("verify:")]
+    assert any(line.startswith(f"images_ok/{part.name} (partition") for line in lines), found.stderr
+    assert any(line.startswith(f"shards/{tar.name} (partition") and "SHA-256" in line
+               and "lait build redoes it" in line for line in lines), found.stderr
+    assert "2 damaged" in found.stderr
+
+    # The shard's marker is cleared by --repair: the next build writes it again.
+    fixed = _lait("verify", str(built), "--repair")
+    assert fixed.returncode == 1 and not tar.exists()
+    assert not (built / "_done" / "build_shards" / f"p{int(tar.stem):05d}.json").exists()
+    # The images_ok part was written by the fixture (not a stage task): named, not removable.
+    assert part.exists()
+    flip(part)  # the same 16 bytes back: the part is whole again
+    again = build(_cfg(built))
+    assert again.ok and again.reports[-1].done == [int(tar.stem)]
+    assert snapshot(built / "shards", timings=False) == intact
+    assert _lait("verify", str(built)).returncode == 0
+
+
+def test_status_notices_a_cut_shard(built):
+    tar = sorted((built / "shards").glob("*.tar"))[0]
+    assert "00000.tar is" not in _lait("status", str(built)).stdout
+    tar.write_bytes(tar.read_bytes()[:1024])
+    out = _lait("status", str(built))
+    assert f"{tar.name} is 1,024 bytes" in out.stdout + out.stderr

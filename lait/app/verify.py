@@ -1,0 +1,169 @@
+"""`lait verify WORK`: read back everything a work directory holds and say what is damaged.
+
+- every Parquet part of every table, each page against the checksum it was written with (parts
+  written before lait kept checksums are read through, which still finds a cut or garbled file);
+- every image body of `images_ok/` against the SHA-256 stage 2 recorded for it;
+- every shard a build finished, against the size and SHA-256 in its task's marker.
+
+Each problem is one line naming the file, its partition and what will redo it. With `--repair`
+the damaged files and the markers of the tasks that wrote them are removed, so that the next run
+of that stage (or `lait run`) redoes exactly those partitions and what depends on them. Exit 0
+when everything is intact, 1 when something is not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+# The command that redoes a stage's task, by the stage name its parts and markers carry.
+REDO = {"filter": "lait filter", "clean": "lait clean", "score": "lait score", "build_pick": "lait build",
+        "build_shards": "lait build"}
+
+
+@dataclass
+class Damage:
+    """One damaged file: where, what is wrong, and which task wrote it."""
+
+    path: Any
+    problem: str
+    stage: str | None = None
+    partition: int | None = None  # the writer's task (its input partition)
+
+    def line(self, root: Any) -> str:
+        name = str(self.path).removeprefix(str(root)).lstrip("/")
+        m = re.match(r"p(\d{5})-", self.path.name)
+        table_partition = int(m.group(1)) if m else self.partition
+        where = f" (partition {table_partition:05d})" if table_partition is not None else ""
+        redo = REDO.get(self.stage or "")
+        then = (f"{redo} redoes it" if redo else
+                f"written by {self.stage or 'stage 1 (crawl, download, ingest-warc)'}: cannot be redone "
+                f"from the work directory; fetch it again or remove it")
+        return f"{name}{where}: {self.problem}; {then}"
+
+
+def _writer_of(part: Any) -> tuple[str | None, int | None]:
+    """The stage and input partition of the task that wrote a part (from its stats file)."""
+    from lait import storage
+    from lait.parts import stats_path
+
+    try:
+        stats = json.loads(storage.read_text(stats_path(part)))
+    except (OSError, ValueError):
+        return None, None
+    return stats.get("stage"), stats.get("input_partition")
+
+
+def check_part(work: Any, table: str, part: Any) -> tuple[str | None, int]:
+    """Read one part through (and hash its image bodies in images_ok/); returns the problem or
+    None, and the bytes read."""
+    from lait import storage
+    from lait.errors import CorruptPart
+
+    try:
+        pf = storage.parquet_file(part)
+        for i in range(pf.num_row_groups):
+            group = pf.read_row_group(i)
+            if table == "images_ok":
+                for j, (body, digest) in enumerate(zip(group.column("bytes").to_pylist(),
+                                                       group.column("sha256").to_pylist())):
+                    if body is not None and digest and hashlib.sha256(body).hexdigest() != digest:
+                        return f"row group {i} row {j}: image bytes do not match their SHA-256", storage.size(part)
+    except CorruptPart as exc:
+        return str(exc).split(" is corrupt: ", 1)[-1], 0
+    return None, storage.size(part)
+
+
+def check_files(work: Any, stage: Any) -> list[Damage]:
+    """The files a stage's finished tasks recorded (a build's shards), against their markers."""
+    from lait import storage
+
+    damaged = []
+    folder = stage.output_folder(work)
+    for partition, marker in sorted(work.markers(stage.name).items()):
+        for name, rec in (marker.get("files") or {}).items():
+            path = folder / name
+            if not storage.exists(path):
+                damaged.append(Damage(path, "missing", stage.name, partition))
+                continue
+            h = hashlib.sha256()
+            with storage.open_input(path) as f:
+                while chunk := f.read(8 << 20):
+                    h.update(chunk)
+            if h.hexdigest() != rec.get("sha256"):
+                damaged.append(Damage(path, "its SHA-256 is not the one it was written with", stage.name, partition))
+    return damaged
+
+
+def verify(work: Any, *, progress: bool = True) -> tuple[list[Damage], dict[str, int]]:
+    """Every damaged file of a work directory, and counts of what was checked."""
+    from lait import storage
+    from lait.build.pipeline import shard_dir
+    from lait.build.shards import ShardStage
+    from lait.log import progress as bar
+    from lait.schemas import TABLES
+
+    parts = [(t, p) for t in TABLES for p in work.part_files(t)]
+    damaged: list[Damage] = []
+    counts = {"parts": 0, "bytes": 0, "shards": 0}
+    for table, part in bar(parts, desc="verify", unit="part", disable=not progress):
+        problem, size = check_part(work, table, part)
+        counts["parts"] += 1
+        counts["bytes"] += size
+        if problem:
+            damaged.append(Damage(part, problem, *_writer_of(part)))
+    shards = ShardStage(out=storage.as_string(shard_dir(work)))
+    counts["shards"] = sum(len(m.get("files") or {}) for m in work.markers(shards.name).values())
+    damaged += check_files(work, shards)
+    return damaged, counts
+
+
+def repair(work: Any, damaged: list[Damage]) -> None:
+    """Remove each damaged file and the marker of the task that wrote it: the next run redoes it."""
+    from lait import storage
+    from lait.parts import stats_path
+
+    for d in damaged:
+        if d.stage not in REDO:
+            continue
+        if str(d.path).endswith(".parquet") and d.stage != "build_shards":
+            storage.remove(stats_path(d.path))
+        storage.remove(d.path)
+        if d.partition is not None:
+            work.clear_done(d.stage, d.partition)
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from lait.drivers import open_work_dir
+    from lait.lock import locked
+
+    work = open_work_dir(args.work, initialized=True)
+    with locked(work, "lait verify"):
+        damaged, counts = verify(work, progress=not args.quiet)
+        for d in damaged:
+            print(d.line(work.root), file=sys.stderr)
+        if damaged and args.repair:
+            repair(work, damaged)
+            print("verify: removed the damaged files the pipeline can redo; rerun the commands named above",
+                  file=sys.stderr)
+    state = f"{len(damaged)} damaged" if damaged else "all intact"
+    print(f"verify: {counts['parts']} parts ({counts['bytes'] / 1e6:.1f} MB) and {counts['shards']} shards "
+          f"read back: {state}", file=sys.stderr)
+    return 1 if damaged else 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `lait verify`."""
+    p = sub.add_parser("verify", help="read back every part, image and shard; name what is damaged",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="examples:\n  lait verify work/\n"
+                              "  lait verify work/ --repair     then `lait run work/` redoes what was damaged")
+    p.add_argument("work", metavar="WORK", help="work directory")
+    p.add_argument("--repair", action="store_true",
+                   help="remove the damaged files and their tasks' markers so that the next run redoes them")
+    p.set_defaults(func=run_verify)
