@@ -355,7 +355,10 @@ class PartWriter:
         table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
         if self._writer is None:
             self._out = storage.open_output(self.path)
-            self._writer = pq.ParquetWriter(self._out.sink, self.schema, **writer_options(self.schema))
+            try:
+                self._writer = pq.ParquetWriter(self._out.sink, self.schema, **writer_options(self.schema))
+            except Exception as exc:
+                raise on_write_error(exc, self.path) from exc
         if self.background is not None:
             self.background.submit(self._write_group, table)
         else:
