@@ -20,8 +20,12 @@ import logging
 import os
 import uuid
 
+from lait import errors
 from lait.lock import locked
 from lait.parts import RollingPartitionedWriter, WorkDir
+
+# The finish reason of a crawl stopped by a full disk (its stats' `lait/stop` says where).
+STOP_REASON = "disk_full"
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +54,18 @@ class PartsPipeline:
         self.run_id = new_run_id()
         self.parts: RollingPartitionedWriter | None = None
         self._pages_written: set[str] = set()
+        self.crawler = None
+        self.stopped = False  # a full disk: nothing more is written, the crawl is closing
 
     @classmethod
     def from_crawler(cls, crawler):
         s = crawler.settings
         parts = s.get("LAIT_PARTITIONS")
-        return cls(s.get("LAIT_OUT"), int(parts) if parts else None, s.getint("LAIT_PART_ROWS"),
+        pipe = cls(s.get("LAIT_OUT"), int(parts) if parts else None, s.getint("LAIT_PART_ROWS"),
                    s.getint("LAIT_PART_BYTES"), s.getfloat("LAIT_PART_SECONDS"), crawler.stats,
                    buffer_bytes=s.getint("LAIT_PART_BUFFER_BYTES", 32 << 20), redis_url=s.get("REDIS_URL"))
+        pipe.crawler = crawler
+        return pipe
 
     def open_spider(self, spider=None):
         self.work = WorkDir(self.out, n_partitions=self.n_partitions).init()
@@ -77,11 +85,35 @@ class PartsPipeline:
                  self.out, self.work.n_partitions, self.run_id)
 
     def process_item(self, item, spider=None):
+        if self.stopped:
+            return item
+        try:
+            self._store(item)
+        except Exception as exc:
+            self._stop(exc)
+        return item
+
+    def _stop(self, exc: BaseException) -> None:
+        """A full disk: every later write would fail too. The crawl closes with `STOP_REASON`
+        and the error in its stats (`lait/stop`), and exits 1 with that one line; anything
+        else is raised as before (Scrapy logs it and goes on)."""
+        stop = errors.stop_error(exc)
+        if stop is None:
+            raise exc
+        self.stopped = True
+        if self.stats is not None:
+            self.stats.set_value("lait/stop", str(stop))
+        if self.crawler is not None and self.crawler.engine is not None:
+            from scrapy.utils.defer import deferred_from_coro
+
+            deferred_from_coro(self.crawler.engine.close_spider_async(reason=STOP_REASON))
+
+    def _store(self, item) -> None:
         if item.table == "pages":
             # One row per page per process, whatever the scheduler does (redirects, replays).
             if item.url in self._pages_written:
                 self._inc("crawl/duplicate_page_dropped")
-                return item
+                return
             self._pages_written.add(item.url)
         partition = self.parts.partition_of(item.key())
         if item.table == "rejected":
@@ -90,7 +122,6 @@ class PartsPipeline:
         else:
             self.parts.write(item.table, partition, item.row())
         self._inc(f"crawl/rows_{item.table}")
-        return item
 
     def commit_all(self) -> None:
         """Close every open part, so that everything written so far is durable."""
@@ -98,7 +129,12 @@ class PartsPipeline:
 
     def close_spider(self, spider=None):
         try:
-            self.parts.close()
+            if not self.stopped:
+                self.parts.close()
+            else:
+                self.parts.abort()
+        except Exception as exc:
+            self._stop(exc)
         finally:
             self._lock.__exit__(None, None, None)
 

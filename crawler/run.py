@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lait import errors
 from lait.config import ConfigError
 from lait.lock import child_env
 from lait.crawler.config import CrawlConfig, FetchConfig, ImageFetchConfig, scrapy_settings
@@ -139,11 +140,15 @@ def _crawl_subprocesses(cfgs: list[FetchConfig], work: Any, *, timeout: float | 
         if isinstance(cfgs[0], CrawlConfig):
             log.info("crawling %d seed(s) into %s", len(cfgs[0].seed_urls()), work.url)
         returncodes = _run_crawlers(cmds, env, timeout, quiet)
+        texts = [p.read_text() if p.exists() else "" for p in stats_paths]
+        stats = [json.loads(t) if t.strip() else {} for t in texts]
+        stop = next((s["lait/stop"] for s in stats if s.get("lait/stop")), None)
+        if stop:  # a full disk: one line, exit 1 (lait.app.cli)
+            raise errors.OutOfSpace(stop)
         failed = [rc for rc in returncodes if rc != 0]
         if failed:
             raise RuntimeError(f"crawler process exited with status {failed[0]}")
-        texts = [p.read_text() if p.exists() else "" for p in stats_paths]
-        return [json.loads(t) if t.strip() else {} for t in texts]
+        return stats
 
 
 def _run_crawlers(cmds: list[list[str]], env: dict, timeout: float | None, quiet: bool) -> list[int]:

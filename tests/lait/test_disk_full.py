@@ -113,3 +113,24 @@ def test_a_full_disk_stops_the_stage_with_one_line_and_a_rerun_equals_an_undistu
     assert tables(WorkDir(work)) == tables(undisturbed)
     assert shard_members(WorkDir(work)) == shard_members(undisturbed)
     shutil.rmtree(work)
+
+
+@pytest.mark.slow
+def test_a_crawl_that_fills_the_disk_exits_1_with_one_line(tmpfs, tmp_path):
+    """Today's failure: 'No space left on device' in the log, stats 'finished', exit 0."""
+    from lait.testkit.generator import generate_site
+    from lait.testkit.server import SiteServer
+
+    out = tmpfs / "crawl"
+    shutil.rmtree(out, ignore_errors=True)
+    filler = fill(tmpfs, leave=256 << 10)
+    try:
+        with SiteServer(generate_site(40, seed=5)) as srv:
+            done = lait(["-q", "crawl", "--seeds", srv.url + "/", "--out", str(out), "--allow-loopback",
+                         "--no-autothrottle", "--log-level", "WARNING"])
+    finally:
+        filler.unlink()
+    assert done.returncode == 1, done.stderr[-3000:]
+    line = [x for x in done.stderr.splitlines() if x.startswith("lait crawl: ")]
+    assert line and "no space left on device" in line[0] and str(tmpfs) in line[0], done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
