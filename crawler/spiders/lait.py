@@ -428,7 +428,7 @@ class LaitSpider(scrapy.Spider):
             log.warning("crawl stopped: %s in %s; run the same command again to resume",
                         self.stored_text(), self.cfg.out)
         jobdir = self.settings.get("JOBDIR")
-        if jobdir:
+        if jobdir and reason != "disk_full":  # rows were lost: the next run rebuilds its state from the parts
             (Path(jobdir) / RUNNING_MARKER).unlink(missing_ok=True)
         if self.stats_json:
             stats = dict(self.crawler.stats.get_stats())

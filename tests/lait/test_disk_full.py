@@ -115,22 +115,44 @@ def test_a_full_disk_stops_the_stage_with_one_line_and_a_rerun_equals_an_undistu
     shutil.rmtree(work)
 
 
+def _crawl(out: Path, port: int) -> subprocess.CompletedProcess:
+    return lait(["-q", "crawl", "--seeds", f"http://127.0.0.1:{port}/", "--out", str(out), "--allow-loopback",
+                 "--no-autothrottle", "--log-level", "WARNING", "--n-partitions", "4"])
+
+
+def _pages(out: Path) -> list[tuple[str, int]]:
+    work = WorkDir(out)
+    return sorted((r["url"], r["status"]) for r in work.read("pages", columns=["url", "status"]).to_pylist())
+
+
+def _images(out: Path) -> list[tuple[str, str]]:
+    work = WorkDir(out)
+    return sorted((r["image_url"], r["status"]) for r in work.read("images", columns=["image_url", "status"]).to_pylist())
+
+
 @pytest.mark.slow
-def test_a_crawl_that_fills_the_disk_exits_1_with_one_line(tmpfs, tmp_path):
-    """Today's failure: 'No space left on device' in the log, stats 'finished', exit 0."""
+def test_a_crawl_that_fills_the_disk_exits_1_with_one_line_and_its_rerun_is_whole(tmpfs, tmp_path):
+    """Today's failure: 'No space left on device' in the log, stats 'finished', exit 0, and the
+    tables short of pages and images."""
     from lait.testkit.generator import generate_site
     from lait.testkit.server import SiteServer
 
     out = tmpfs / "crawl"
     shutil.rmtree(out, ignore_errors=True)
-    filler = fill(tmpfs, leave=256 << 10)
-    try:
-        with SiteServer(generate_site(40, seed=5)) as srv:
-            done = lait(["-q", "crawl", "--seeds", srv.url + "/", "--out", str(out), "--allow-loopback",
-                         "--no-autothrottle", "--log-level", "WARNING"])
-    finally:
-        filler.unlink()
-    assert done.returncode == 1, done.stderr[-3000:]
-    line = [x for x in done.stderr.splitlines() if x.startswith("lait crawl: ")]
-    assert line and "no space left on device" in line[0] and str(tmpfs) in line[0], done.stderr[-3000:]
-    assert "Traceback" not in done.stderr
+    with SiteServer(generate_site(40, seed=5)) as srv:
+        whole = tmp_path / "whole"
+        assert _crawl(whole, srv.port).returncode == 0
+        filler = fill(tmpfs, leave=256 << 10)
+        try:
+            done = _crawl(out, srv.port)
+        finally:
+            filler.unlink()
+        assert done.returncode == 1, done.stderr[-3000:]
+        line = [x for x in done.stderr.splitlines() if x.startswith("lait crawl: ")]
+        assert line and "no space left on device" in line[0] and str(tmpfs) in line[0], done.stderr[-3000:]
+        assert "Traceback" not in done.stderr
+        assert len(_pages(out)) < len(_pages(whole))  # it did stop short
+        again = _crawl(out, srv.port)
+        assert again.returncode == 0, again.stderr[-3000:]
+    assert _pages(out) == _pages(whole)  # every page once
+    assert _images(out) == _images(whole)
