@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from .model import ImageBert, ImageBertConfig
+from lait.train.model import ImageBert, ImageBertConfig
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ import torch
 
 from lait.config import ConfigError
 
-from .batch import Batch, Example, SpecialTokens, collate, set_regions
+from lait.train.batch import Batch, Example, SpecialTokens, collate, set_regions
 
 log = logging.getLogger(__name__)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # forked data workers tokenise themselves
@@ -215,7 +215,7 @@ class WordPiece:
 def default_tokenizer(data_tokenizer: str | None, init_from: str | None) -> WordPiece:
     """The tokenizer ``data.tokenizer`` names, else ``init_from``'s; a ConfigError that says
     which setting to fix when neither gives one."""
-    from .bert_init import resolve_checkpoint
+    from lait.train.bert_init import resolve_checkpoint
 
     setting, spec = ("data.tokenizer", data_tokenizer) if data_tokenizer else ("init_from", init_from)
     if not spec:

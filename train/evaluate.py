@@ -20,8 +20,8 @@ from tqdm import tqdm
 
 from lait.config import build
 
-from .batch import Example, collate, round_up
-from .config import DataConfig, EvalConfig
+from lait.train.batch import Example, collate, round_up
+from lait.train.config import DataConfig, EvalConfig
 
 log = logging.getLogger(__name__)
 KS = (1, 5, 10)
@@ -62,7 +62,7 @@ class RetrievalSet:
 
 def load_shard_set(urls: list[str], decoder, limit: int | None) -> RetrievalSet:
     """One image and its caption per shard sample, in shard order."""
-    from .data import ShardStream
+    from lait.train.data import ShardStream
 
     images, texts = [], []
     raw = ShardStream(urls, decoder, 1, 0, {}, loop=False)._raw_samples(0, 1)
@@ -106,7 +106,7 @@ class RetrievalScorer:
             chunk = data.images[i : i + batch_size]
             b = collate(chunk, special, max_text_len, max_regions, g, mask_prob=0.0, region_mask_prob=0.0).to(device)
             if online is not None:
-                from .regions import fill_regions
+                from lait.train.regions import fill_regions
 
                 b = fill_regions(b, online, 0.0)
             feats.append(b.region_features)
@@ -182,10 +182,10 @@ class RetrievalScorer:
 
 def run_eval(cfg: EvalConfig) -> dict:
     """Evaluate a checkpoint; returns (and optionally writes) the metrics with their mode."""
-    from .data import Decoder, default_tokenizer, expand_shards
-    from .finetune import load_trained
-    from .pretrain import check_shard_regions, region_setup
-    from .runtime import setup_runtime
+    from lait.train.data import Decoder, default_tokenizer, expand_shards
+    from lait.train.finetune import load_trained
+    from lait.train.pretrain import check_shard_regions, region_setup
+    from lait.train.runtime import setup_runtime
 
     cfg.validate()
     urls = None if cfg.karpathy_json else expand_shards(cfg.shards, "shards")

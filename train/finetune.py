@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .batch import Batch
-from .config import FinetuneConfig
-from .model import TEMPERATURE, ImageBert, ImageBertConfig
+from lait.train.batch import Batch
+from lait.train.config import FinetuneConfig
+from lait.train.model import TEMPERATURE, ImageBert, ImageBertConfig
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ def load_trained(path: str | Path) -> tuple[ImageBert, dict]:
     """An ImageBERT and its run config from a lait checkpoint (weights_only load)."""
     from lait.config import ConfigError, build
 
-    from .checkpoint import load_checkpoint, load_weights
+    from lait.train.checkpoint import load_checkpoint, load_weights
 
     ck = load_checkpoint(path)
     config = ck.get("config") or {}
@@ -113,15 +113,13 @@ class FinetuneTask(nn.Module):
 
 def run_finetune(cfg: FinetuneConfig) -> list[dict]:
     """Finetune for retrieval; returns the per-step log records."""
-    from .data import default_tokenizer, check_enough_shards, expand_shards
-    from .loop import StagePlan, Trainer
-    from .pretrain import (Decoder, build_model, check_shard_regions, make_prepare, region_setup, stage_steps,
+    from lait.train.data import default_tokenizer, check_enough_shards, expand_shards
+    from lait.train.loop import StagePlan, Trainer
+    from lait.train.pretrain import (Decoder, build_model, check_shard_regions, make_prepare, region_setup, stage_steps,
                            stream_factory)
-    from .runtime import seed_everything, setup_runtime
+    from lait.train.runtime import start_training
 
-    cfg.validate()
-    rt = setup_runtime(cfg.device, cfg.precision, cfg.cpu_threads)
-    seed_everything(cfg.seed + rt.rank)
+    rt = start_training(cfg)
     urls = expand_shards(cfg.stage.shards, "stage.shards")  # checked before any model loads
     check_enough_shards(urls, rt.world_size, cfg.data.num_workers, "stage.shards")
     check_shard_regions(cfg.data.regions, urls)
@@ -147,7 +145,4 @@ def run_finetune(cfg: FinetuneConfig) -> list[dict]:
                      stream_factory(urls, decoder, cfg.stage.batch_size, cfg.seed * 1000 + 17, collate_kwargs, rt, cfg.data),
                      make_prepare(model, regions, 0.0))
     task = FinetuneTask(model, cfg.loss, cfg.num_negatives, cfg.hard_negatives, cfg.margin, cfg.contrastive_weight)
-    trainer = Trainer(task, model, rt, out, cfg.to_dict(), log_every=cfg.log_every, checkpoint_every=cfg.checkpoint_every,
-                      keep_checkpoints=cfg.keep_checkpoints, tensorboard=cfg.tensorboard, peak_flops=cfg.peak_flops,
-                      num_workers=cfg.data.num_workers)
-    return trainer.run([plan], resume=cfg.resume)
+    return Trainer.for_run(task, model, rt, cfg).run([plan], resume=cfg.resume)

@@ -14,19 +14,19 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from tqdm import tqdm
 
 from lait.config import ConfigError
 
-from .batch import Batch
-from .checkpoint import (Position, find_latest, load_checkpoint, load_weights, make_payload, prune, rng_state,
+from lait.train.batch import Batch
+from lait.train.checkpoint import (Position, find_latest, load_checkpoint, load_weights, make_payload, prune, rng_state,
                          save_checkpoint, set_rng_state, write_latest)
-from .config import TrainStageConfig
-from .model import ImageBert, flops_per_token
-from .runtime import MetricLogger, Runtime, make_optimizer, make_scheduler
+from lait.train.config import TrainStageConfig
+from lait.train.model import ImageBert, flops_per_token
+from lait.train.runtime import MetricLogger, Runtime, make_optimizer, make_scheduler
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +40,6 @@ class StagePlan:
     steps: int
     open_stream: Callable[[int], Iterator[Batch]]  # batches already consumed -> stream
     prepare: Callable[[Batch], Batch] = lambda b: b  # on-device work before the forward (regions)
-    on_start: Callable[[], None] | None = None  # e.g. switch the task weights to this stage's
-
-
-def unwrap(module: torch.nn.Module) -> torch.nn.Module:
-    return module.module if isinstance(module, torch.nn.parallel.DistributedDataParallel) else module
 
 
 class Trainer:
@@ -59,6 +54,7 @@ class Trainer:
         self.log_every, self.checkpoint_every, self.keep = log_every, checkpoint_every, keep_checkpoints
         self.peak = rt.peak_flops(peak_flops)
         self.num_workers = num_workers
+        self.base_task = task  # the task itself, also when DDP wraps it below
         task.to(rt.device)
         if rt.distributed:
             # Some heads sit idle in some runs (MOC without labels, the embedding head while
@@ -69,6 +65,14 @@ class Trainer:
         self.task = task
         self.logger = MetricLogger(self.out_dir, rt.is_main, tensorboard)
         self.history: list[dict] = []  # every logged record, for callers and tests
+
+    @classmethod
+    def for_run(cls, task: torch.nn.Module, model: ImageBert, rt: Runtime, cfg: Any) -> Trainer:
+        """The trainer of a pretraining or finetuning run, set up from its config (the output
+        folder, logging, checkpointing and data-loader settings both share)."""
+        return cls(task, model, rt, Path(cfg.output_dir), cfg.to_dict(), log_every=cfg.log_every,
+                   checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
+                   tensorboard=cfg.tensorboard, peak_flops=cfg.peak_flops, num_workers=cfg.data.num_workers)
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def _all_rng(self) -> list:
@@ -157,8 +161,8 @@ class Trainer:
 
     def _start_stage(self, plan: StagePlan, pos: Position, ck: dict | None):
         """The stage's optimiser, schedule and data stream, restored to ``ck`` when resuming."""
-        if plan.on_start is not None:
-            plan.on_start()
+        if hasattr(self.base_task, "start_stage"):  # e.g. the stage's own task weights
+            self.base_task.start_stage(plan.config)
         opt = make_optimizer(self.task, plan.config.optim, self.rt.device)
         sched = make_scheduler(opt, plan.config.optim, plan.steps)
         # Open the stream first: a DataLoader draws its workers' base seed from the global RNG,

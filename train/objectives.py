@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .batch import IGNORE, Batch
-from .config import TaskWeights
-from .model import TEMPERATURE, ImageBert
+from lait.train.batch import IGNORE, Batch
+from lait.train.config import TaskWeights, TrainStageConfig
+from lait.train.model import TEMPERATURE, ImageBert
 
 
 def _mean_over(total: torch.Tensor, n: int) -> torch.Tensor:
@@ -91,6 +91,10 @@ class PretrainTask(nn.Module):
         super().__init__()
         self.model = model
         self.weights = weights
+
+    def start_stage(self, stage: TrainStageConfig) -> None:
+        """Each pretraining stage trains with its own task weights (called by the Trainer)."""
+        self.weights = stage.tasks
 
     def forward(self, batch: Batch):
         m = self.model

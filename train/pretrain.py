@@ -10,22 +10,21 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from .batch import Batch
+from lait.train.batch import Batch
 from lait.config import ConfigError
 
-from .config import DataConfig, PretrainConfig, RegionConfig, TaskWeights, TrainStageConfig
-from .data import (Decoder, ShardStream, check_enough_shards, count_samples, default_tokenizer, expand_shards,
+from lait.train.config import DataConfig, PretrainConfig, RegionConfig, TaskWeights, TrainStageConfig
+from lait.train.data import (Decoder, ShardStream, check_enough_shards, count_samples, default_tokenizer, expand_shards,
                    first_sample_keys, make_loader)
-from .loop import StagePlan, Trainer
-from .model import ImageBert, ImageBertConfig
-from .regions import PatchPooling, build_online_regions, fill_regions
-from .runtime import Runtime, seed_everything, setup_runtime
+from lait.train.loop import StagePlan, Trainer
+from lait.train.model import ImageBert, ImageBertConfig
+from lait.train.regions import PatchPooling, build_online_regions, fill_regions
+from lait.train.runtime import Runtime, start_training
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +64,7 @@ def build_model(model: str, regions: RegionSetup, init_from: str | None) -> Imag
         mcfg.num_object_classes = regions.num_classes
     m = ImageBert(mcfg)
     if init_from:
-        from .bert_init import load_bert_weights
+        from lait.train.bert_init import load_bert_weights
 
         try:  # raises when missing or mismatched: never a silent random init
             load_bert_weights(m, init_from)
@@ -148,9 +147,7 @@ def stage_shards(cfg: PretrainConfig, world_size: int) -> list[tuple[list[str], 
 
 def run_pretrain(cfg: PretrainConfig) -> list[dict]:
     """Run every stage of ``cfg``; returns the per-step log records (rank 0 writes them to disk)."""
-    cfg.validate()
-    rt = setup_runtime(cfg.device, cfg.precision, cfg.cpu_threads)
-    seed_everything(cfg.seed + rt.rank)
+    rt = start_training(cfg)
     shards = stage_shards(cfg, rt.world_size)
     out = Path(cfg.output_dir)
     tok = default_tokenizer(cfg.data.tokenizer, cfg.init_from)
@@ -176,16 +173,11 @@ def run_pretrain(cfg: PretrainConfig) -> list[dict]:
             stream_factory(urls, decoder, stage.batch_size, cfg.seed * 1000 + i, collate_kwargs, rt, cfg.data),
             make_prepare(model, regions, cfg.region_mask_prob),
         ))
-    from .objectives import PretrainTask
+    from lait.train.objectives import PretrainTask
 
-    # The task weights change per stage; the task module reads them from the plan's config.
+    # The task weights change per stage (`PretrainTask.start_stage`).
     task = PretrainTask(model, cfg.stages[0].tasks)
-    trainer = Trainer(task, model, rt, out, cfg.to_dict(), log_every=cfg.log_every, checkpoint_every=cfg.checkpoint_every,
-                      keep_checkpoints=cfg.keep_checkpoints, tensorboard=cfg.tensorboard, peak_flops=cfg.peak_flops,
-                      num_workers=cfg.data.num_workers)
-    for plan in plans:
-        plan.on_start = partial(setattr, task, "weights", plan.config.tasks)
-    return trainer.run(plans, resume=cfg.resume)
+    return Trainer.for_run(task, model, rt, cfg).run(plans, resume=cfg.resume)
 
 
 __all__ = ["RegionSetup", "build_model", "region_setup", "run_pretrain"]

@@ -11,8 +11,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .batch import Batch, box_locations, round_up, set_regions
-from .config import RegionConfig
+from lait.train.batch import Batch, box_locations, round_up, set_regions
+from lait.train.config import RegionConfig
 
 log = logging.getLogger(__name__)
 

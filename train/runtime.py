@@ -10,11 +10,12 @@ import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from .config import OptimConfig
+from lait.train.config import OptimConfig
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,15 @@ def setup_runtime(device: str = "auto", precision: str = "auto", cpu_threads: in
     else:
         dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
     return Runtime(dev, dtype, rank, world, local)
+
+
+def start_training(cfg: Any) -> Runtime:
+    """What every training run does first (pretraining and finetuning): check the config, set
+    up the device and precision, and seed each rank differently."""
+    cfg.validate()
+    rt = setup_runtime(cfg.device, cfg.precision, cfg.cpu_threads)
+    seed_everything(cfg.seed + rt.rank)
+    return rt
 
 
 def seed_everything(seed: int) -> None:
