@@ -31,11 +31,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests" / "scoring"))
 sys.path.insert(0, str(REPO / "bench"))
 
 from pairs import Pair  # noqa: E402
-from scoring_testdata import tiny_config_file, write_work  # noqa: E402
+from lait.testkit.scoring_data import tiny_config_file, write_work  # noqa: E402
 
 from lait.scoring.config import ScoreConfig  # noqa: E402
 from lait.scoring.decode import ImageDecoder  # noqa: E402

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import os
-import sys
 import tarfile
 from pathlib import Path
 
@@ -20,11 +18,7 @@ from lait.build.pipeline import build
 from lait.config import ConfigError
 from lait.parts import WorkDir
 
-HERE = Path(__file__).parent
-_spec = importlib.util.spec_from_file_location("build_data", HERE / "build_data.py")
-data = importlib.util.module_from_spec(_spec)
-sys.modules["build_data"] = data
-_spec.loader.exec_module(data)
+from lait.testkit import build_data as data  # noqa: E402
 
 
 def read_shards(root: Path) -> dict[str, dict[str, bytes]]:

@@ -9,13 +9,10 @@ become the other's. A resized, slightly brightened copy of one photo stays one s
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import io
 import json
-import sys
 import tarfile
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 from PIL import Image, ImageEnhance
@@ -30,11 +27,7 @@ from lait.parts import PartitionedWriter, WorkDir  # noqa: E402
 from lait.scoring.config import ScoreConfig  # noqa: E402
 from lait.scoring.pipeline import score_work  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("scoring_testdata", Path(__file__).parents[1] / "scoring" /
-                                               "scoring_testdata.py")
-testdata = importlib.util.module_from_spec(_spec)
-sys.modules["scoring_testdata"] = testdata
-_spec.loader.exec_module(testdata)
+from lait.testkit import scoring_data as testdata  # noqa: E402
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 SITE = "http://site.test"

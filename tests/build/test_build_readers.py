@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,11 +11,7 @@ import pytest
 from lait.build.config import BuildConfig
 from lait.build.pipeline import build
 
-HERE = Path(__file__).parent
-_spec = importlib.util.spec_from_file_location("build_data", HERE / "build_data.py")
-data = importlib.util.module_from_spec(_spec)
-sys.modules["build_data"] = data
-_spec.loader.exec_module(data)
+from lait.testkit import build_data as data  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -16,11 +13,7 @@ from lait.build.config import BuildConfig
 from lait.build.pipeline import build
 from lait.app.report import summary_text, write_report
 
-HERE = Path(__file__).parent
-_spec = importlib.util.spec_from_file_location("build_data", HERE / "build_data.py")
-data = importlib.util.module_from_spec(_spec)
-sys.modules["build_data"] = data
-_spec.loader.exec_module(data)
+from lait.testkit import build_data as data  # noqa: E402
 
 CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
-import sys
 import tarfile
 from pathlib import Path
 
@@ -18,11 +16,7 @@ from lait.parts import PartitionedWriter, WorkDir
 
 tables = pytest.importorskip("lait.arrays")
 
-HERE = Path(__file__).parent
-_spec = importlib.util.spec_from_file_location("build_data", HERE / "build_data.py")
-data = importlib.util.module_from_spec(_spec)
-sys.modules["build_data"] = data
-_spec.loader.exec_module(data)
+from lait.testkit import build_data as data  # noqa: E402
 
 
 def _write(work: WorkDir, table: str, rows: list[dict], key: str) -> None:

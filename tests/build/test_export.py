@@ -3,8 +3,6 @@ image itself (the stage 5 fixture with stage 4's embedding tables, tests/build/b
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,11 +16,7 @@ from lait.build.pipeline import build
 from lait.build.select import select
 from lait.config import ConfigError
 
-HERE = Path(__file__).parent
-_spec = importlib.util.spec_from_file_location("build_data", HERE / "build_data.py")
-data = importlib.util.module_from_spec(_spec)
-sys.modules["build_data"] = data
-_spec.loader.exec_module(data)
+from lait.testkit import build_data as data  # noqa: E402
 
 
 def load_export(out: Path) -> tuple[np.ndarray, np.ndarray, list[dict]]:

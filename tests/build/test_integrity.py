@@ -3,9 +3,9 @@ shipped; a rebuild replaces the earlier shards only once complete."""
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
+import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -18,11 +18,7 @@ from lait.build.config import BuildConfig
 from lait.build.pipeline import build
 from lait.parts import WorkDir
 
-HERE = Path(__file__).parent
-_spec = importlib.util.spec_from_file_location("build_data", HERE / "build_data.py")
-data = importlib.util.module_from_spec(_spec)
-sys.modules["build_data"] = data
-_spec.loader.exec_module(data)
+from lait.testkit import build_data as data  # noqa: E402
 
 
 def _cfg(work: Path, **kw) -> BuildConfig:
@@ -191,9 +187,7 @@ def test_checksums_are_written_on_every_part(built):
         storage.read_table(part)
 
 
-def _lait(*args: str) -> "subprocess.CompletedProcess[str]":
-    import subprocess
-
+def _lait(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "lait", "-q", *args], capture_output=True, text=True, timeout=300)
 
 

@@ -3,11 +3,8 @@ the default that copies JPEGs as fetched."""
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,11 +15,7 @@ from lait.build.pipeline import build
 from lait.build.resize import ImageOptions, exif_json, prepare, resample, target_size
 from lait.config import ConfigError
 
-HERE = Path(__file__).parent
-_spec = importlib.util.spec_from_file_location("build_data", HERE / "build_data.py")
-data = importlib.util.module_from_spec(_spec)
-sys.modules["build_data"] = data
-_spec.loader.exec_module(data)
+from lait.testkit import build_data as data  # noqa: E402
 
 
 def decode(b: bytes) -> Image.Image:

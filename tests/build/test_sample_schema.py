@@ -4,10 +4,8 @@ sidecar, whatever order readers meet the samples in."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import io
 import json
-import sys
 import tarfile
 from pathlib import Path
 
@@ -19,11 +17,7 @@ from lait.build.config import BuildConfig
 from lait.build.pipeline import build
 from lait.build.sample import FIELDS, KEYS, SIDECAR, array_to_uids, check_sample, make_sample, sample_uid
 
-HERE = Path(__file__).parent
-_spec = importlib.util.spec_from_file_location("build_data", HERE / "build_data.py")
-data = importlib.util.module_from_spec(_spec)
-sys.modules["build_data"] = data
-_spec.loader.exec_module(data)
+from lait.testkit import build_data as data  # noqa: E402
 
 
 @pytest.fixture(scope="module")

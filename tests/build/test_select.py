@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import tarfile
 from pathlib import Path
 
@@ -18,11 +16,7 @@ from lait.build.sample import array_to_uids, uids_to_array
 from lait.build.select import select
 from lait.config import ConfigError
 
-HERE = Path(__file__).parent
-_spec = importlib.util.spec_from_file_location("build_data", HERE / "build_data.py")
-data = importlib.util.module_from_spec(_spec)
-sys.modules["build_data"] = data
-_spec.loader.exec_module(data)
+from lait.testkit import build_data as data  # noqa: E402
 
 
 @pytest.fixture(scope="module")

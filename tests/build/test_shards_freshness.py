@@ -4,7 +4,6 @@ write, and a selection refuses a pool its work directory no longer matches."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -22,11 +21,7 @@ from lait.config import ConfigError
 from lait.lock import locked
 from lait.parts import WorkDir
 
-HERE = Path(__file__).parent
-_spec = importlib.util.spec_from_file_location("build_data", HERE / "build_data.py")
-data = importlib.util.module_from_spec(_spec)
-sys.modules["build_data"] = data
-_spec.loader.exec_module(data)
+from lait.testkit import build_data as data  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -17,9 +17,7 @@ import pytest
 
 from lait.parts import WorkDir
 
-sys.path.insert(0, str(Path(__file__).parent))
-from pipeline_kit import TINY_CLIP, shard_members, stage_commands, tables  # noqa: E402
-from test_freshness import crawl_site  # noqa: E402
+from lait.testkit.pipeline_kit import TINY_CLIP, crawl_site, shard_members, stage_commands, tables
 
 STAGES = ("filter", "clean", "score", "build")
 

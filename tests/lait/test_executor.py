@@ -1,4 +1,3 @@
-import importlib.util
 import os
 import signal
 import subprocess
@@ -11,11 +10,7 @@ import pytest
 from lait.executor import LocalExecutor
 from lait.stage import run_part
 
-HERE = Path(__file__).parent
-_spec = importlib.util.spec_from_file_location("toy_stage", HERE / "toy_stage.py")
-toy = importlib.util.module_from_spec(_spec)
-sys.modules["toy_stage"] = toy  # so forked workers unpickle ToyStage by name
-_spec.loader.exec_module(toy)
+from lait.testkit import toy_stage as toy  # noqa: E402
 
 
 def output_bytes(root: Path) -> dict[str, bytes]:
@@ -66,7 +61,7 @@ def test_failing_partition_is_reported_and_others_complete(tmp_path):
 def test_failing_partition_in_subprocess_is_named_and_exit_code_is_nonzero(tmp_path):
     work = toy.make_input(tmp_path)
     bad = work.partitions("images")[0]
-    proc = subprocess.run([sys.executable, str(HERE / "toy_stage.py"), str(work.root), "2", str(bad)],
+    proc = subprocess.run([sys.executable, "-m", "lait.testkit.toy_stage", str(work.root), "2", str(bad)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert f"partition {bad:05d} failed" in proc.stdout
@@ -86,7 +81,7 @@ def test_worker_killed_midway_is_retried(tmp_path):
             super().process(ctx)
 
     toy.KillOnce = KillOnce
-    KillOnce.__module__, KillOnce.__qualname__ = "toy_stage", "KillOnce"
+    KillOnce.__module__, KillOnce.__qualname__ = toy.__name__, "KillOnce"
     report = LocalExecutor(workers=2, retries=1, show_progress=False).run(KillOnce(), work)
     assert report.ok, report.summary()
     assert report.done == work.partitions("images")
@@ -102,7 +97,7 @@ def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path, workers):
 
     work = toy.make_input(tmp_path / "killed")
     env = {**os.environ, "TOY_SLEEP": "0.4"}
-    cmd = [sys.executable, str(HERE / "toy_stage.py"), str(work.root), str(workers)]
+    cmd = [sys.executable, "-m", "lait.testkit.toy_stage", str(work.root), str(workers)]
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + 60
     while time.time() < deadline and len(work.done_stats("toy")) < 2:

@@ -16,27 +16,11 @@ import pytest
 from lait.app.cli import main as lait
 from lait.parts import WorkDir
 
-sys.path.insert(0, str(Path(__file__).parent))
-from pipeline_kit import TINY_CLIP, part_bytes, shard_members, stage_commands, tables  # noqa: E402
+from lait.testkit.pipeline_kit import TINY_CLIP, crawl_site, part_bytes, shard_members, stage_commands, tables
 
 QUIET = ["--no-progress", "--workers", "2"]
 
 
-def crawl_site(out: Path, pages: int = 30, max_pages: int = 0) -> None:
-    from lait.crawler.config import CrawlConfig
-    from lait.crawler.run import crawl
-    from lait.testkit.generator import generate_site
-    from lait.testkit.server import SiteServer
-
-    with SiteServer(generate_site(pages, seed=5), port=PORTS.setdefault(pages, 0) or 0) as srv:
-        PORTS[pages] = srv.port  # a resumed crawl must see the same URLs
-        stats = crawl(CrawlConfig(seeds=[srv.url + "/"], out=str(out), allow_loopback=True, autothrottle=False,
-                                  n_partitions=4, part_rows=5, max_pages=max_pages, log_level="WARNING"),
-                      quiet=True)
-    assert stats["finish_reason"] in ("finished", "max_pages")
-
-
-PORTS: dict[int, int] = {}
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,5 @@
 """The Ray executor on a real local Ray cluster (2 CPUs), against the local executor's output."""
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,11 +10,7 @@ import cloudpickle  # noqa: E402  (ships with ray)
 from lait.executor import LocalExecutor  # noqa: E402
 from lait.ray_executor import RayExecutor  # noqa: E402
 
-HERE = Path(__file__).parent
-_spec = importlib.util.spec_from_file_location("toy_stage_ray", HERE / "toy_stage.py")
-toy = importlib.util.module_from_spec(_spec)
-sys.modules["toy_stage_ray"] = toy
-_spec.loader.exec_module(toy)
+from lait.testkit import toy_stage as toy  # noqa: E402
 # Ray workers cannot import a test module by name: ship its code with the task.
 cloudpickle.register_pickle_by_value(toy)
 

@@ -32,14 +32,10 @@ from lait.executor import LocalExecutor
 from lait.parts import WorkDir, stats_path
 from lait.storage import RemotePath
 
-sys.path.insert(0, str(Path(__file__).parent))
-from pipeline_kit import TINY_CLIP, shard_members, stage_commands, tables  # noqa: E402
+from lait.testkit.pipeline_kit import TINY_CLIP, shard_members, stage_commands, tables  # noqa: E402
 
 HERE = Path(__file__).parent
-_spec = importlib.util.spec_from_file_location("toy_stage_s3", HERE / "toy_stage.py")
-toy = importlib.util.module_from_spec(_spec)
-sys.modules["toy_stage_s3"] = toy  # so forked workers unpickle ToyStage by name
-_spec.loader.exec_module(toy)
+from lait.testkit import toy_stage as toy  # noqa: E402
 
 BLOCK = 5 << 20  # S3's smallest multipart part: parts above it go up as multipart uploads
 

@@ -5,14 +5,11 @@ credits, the captions of the page's other pictures)."""
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from scoring_testdata import write_work  # noqa: E402
+from lait.testkit.scoring_data import write_work  # noqa: E402
 
 from lait.scoring.config import ScoreConfig  # noqa: E402
 from lait.scoring.pipeline import score_work  # noqa: E402

@@ -5,14 +5,12 @@ Also the near-duplicate pairs found over the image embeddings."""
 from __future__ import annotations
 
 import io
-import sys
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).parent))
-from scoring_testdata import jpeg, tiny_config_file, write_work  # noqa: E402
+from lait.testkit.scoring_data import jpeg, tiny_config_file, write_work  # noqa: E402
 
 from lait.scoring.config import ScoreConfig  # noqa: E402
 from lait.scoring.pipeline import score_work  # noqa: E402

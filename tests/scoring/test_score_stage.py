@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,8 +14,7 @@ from lait.scoring.config import ScoreConfig
 from lait.scoring.pipeline import score_work
 from lait.arrays import stack_embs
 
-sys.path.insert(0, str(Path(__file__).parent))
-from scoring_testdata import jpeg, tiny_config_file, write_work  # noqa: E402
+from lait.testkit.scoring_data import jpeg, tiny_config_file, write_work  # noqa: E402
 
 TEXTS = ["a red square", "click here", "IMG_2041.JPG", "a photo of a dog on a beach"]
 

@@ -11,9 +11,7 @@ its candidates.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import tarfile
 from pathlib import Path
 
@@ -22,11 +20,7 @@ import pytest
 pytest.importorskip("lait.crawler.run")
 pytest.importorskip("lait.scoring.pipeline")
 
-_spec = importlib.util.spec_from_file_location("scoring_testdata", Path(__file__).parents[1] / "scoring" /
-                                               "scoring_testdata.py")
-testdata = importlib.util.module_from_spec(_spec)
-sys.modules["scoring_testdata"] = testdata
-_spec.loader.exec_module(testdata)
+from lait.testkit import scoring_data as testdata  # noqa: E402
 
 
 def _samples(shards: Path) -> list[dict]:

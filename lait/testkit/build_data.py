@@ -12,7 +12,6 @@ from datetime import datetime, timezone
 
 import numpy as np
 from PIL import Image
-import imagehash
 
 from lait.parts import WorkDir, partition_of
 
@@ -41,6 +40,8 @@ def _ok_row(url: str, data: bytes, fmt: str | None = None) -> dict:
     try:
         with Image.open(io.BytesIO(data)) as im:
             w, h, f = im.width, im.height, im.format
+            import imagehash  # a test dependency (the dev extra): the reference phash
+
             ph = str(imagehash.phash(im))
     except Exception:
         w, h, f, ph = 400, 400, fmt or "PNG", "0" * 16

@@ -51,3 +51,24 @@ def shard_members(work: WorkDir) -> dict[str, bytes]:
         out[tar.with_suffix(".parquet").name] = storage.read_bytes(tar.with_suffix(".parquet"))
     out["sizes.json"] = storage.read_bytes(work.root / "shards" / "sizes.json")
     return out
+
+
+def crawl_site(out: Path, pages: int = 30, max_pages: int = 0) -> None:
+    """Crawl a generated site of `pages` pages into `out` (4 partitions, small parts); the same
+    size of site is served on the same port each time, so that a resumed crawl sees its URLs."""
+    from lait.crawler.config import CrawlConfig
+    from lait.crawler.run import crawl
+    from lait.testkit.generator import generate_site
+    from lait.testkit.server import SiteServer
+
+    with SiteServer(generate_site(pages, seed=5), port=PORTS.setdefault(pages, 0) or 0) as srv:
+        PORTS[pages] = srv.port  # a resumed crawl must see the same URLs
+        stats = crawl(CrawlConfig(seeds=[srv.url + "/"], out=str(out), allow_loopback=True, autothrottle=False,
+                                  n_partitions=4, part_rows=5, max_pages=max_pages, log_level="WARNING"),
+                      quiet=True)
+    if stats["finish_reason"] not in ("finished", "max_pages"):
+        raise RuntimeError(f"crawl of the generated site ended with {stats['finish_reason']!r}")
+
+
+# The port each size of site was first served on: a resumed crawl must see the same URLs.
+PORTS: dict[int, int] = {}
