@@ -177,6 +177,20 @@ def read_rows(path: str, fmt: str, columns: list[str]) -> Iterator[RawRow]:
         raise ConfigError(f"unknown list format {fmt!r}; known: {', '.join(FORMATS)}")
 
 
+def check_not_empty(path: str, fmt: str, columns: list[str]) -> None:
+    """ConfigError when a list holds no row at all (an empty file, a header alone, comments
+    only): a command given nothing to do says so at once, before it writes anything. Reads
+    up to the first row only."""
+    rows = read_rows(path, fmt, columns)
+    try:
+        first = next(rows, None)
+    finally:
+        rows.close()
+    if first is None:
+        raise ConfigError(f"list {path}: holds no URL (no row" + (" below its header" if fmt in ("csv", "tsv") else "")
+                          + "); nothing to download")
+
+
 def _missing(path: str, wanted: list[str], have: list[str]) -> ConfigError:
     missing = [c for c in wanted if c not in have]
     return ConfigError(f"list {path}: no column {', '.join(map(repr, missing))}; its columns are "

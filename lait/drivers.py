@@ -17,12 +17,14 @@ log = logging.getLogger(__name__)
 
 
 def open_work_dir(root: str, *, create: bool = False, n_partitions: int | None = None,
-                  initialized: bool = False) -> WorkDir:
+                  initialized: bool = True) -> WorkDir:
     """The work directory of a command, or a ConfigError that says what is wrong with it.
 
-    `create` makes it (crawl, ingest); otherwise it must exist and, with `initialized`, hold
-    `lait.json`. Storage failures (no such bucket, no credentials, s3fs missing) become errors
-    with the location in the message instead of tracebacks.
+    `create` makes it (crawl, ingest); otherwise it must exist and hold `lait.json` (unless
+    `initialized` is False): a command given an empty folder, or a table folder such as
+    WORK/images_ok, is refused here, before it writes its lock or `_configs/` into it.
+    Storage failures (no such bucket, no credentials, s3fs missing) become errors with the
+    location in the message instead of tracebacks.
     """
     try:
         work = WorkDir(root, n_partitions=n_partitions)
@@ -38,7 +40,7 @@ def open_work_dir(root: str, *, create: bool = False, n_partitions: int | None =
                 raise ConfigError(f"bucket not found (or not accessible): {work.root.bucket}")
             raise ConfigError(f"work directory not found: {work.root}")
         if initialized and not work.is_initialized():
-            raise ConfigError(f"not a lait work directory (no lait.json): {work.root}")
+            raise ConfigError(f"not a lait work directory (no lait.json): {work.root}{_inside_work_dir(work)}")
         return work
     except ConfigError:
         raise
@@ -53,6 +55,16 @@ def open_work_dir(root: str, *, create: bool = False, n_partitions: int | None =
             raise
         # botocore's own errors: no credentials, endpoint unreachable, ...
         raise ConfigError(f"cannot open work directory {root}: {type(exc).__name__}: {exc}") from None
+
+
+def _inside_work_dir(work: WorkDir) -> str:
+    """`; it is the folder TABLE of the work directory W` when it lies inside one, else ''."""
+    if work.remote:
+        return ""
+    for parent in list(work.root.resolve().parents)[:3]:
+        if WorkDir(parent).is_initialized():
+            return f"; it is inside the work directory {parent}: give that one"
+    return " (lait crawl, ingest-warc and download make work directories)"
 
 
 def run_stage(stage: Stage, cfg: StageConfig, command: str) -> RunReport:
