@@ -151,6 +151,17 @@ def test_a_folder_that_is_not_a_work_directory_is_refused_before_anything_is_wri
         assert listing(folder) == before and listing(work) == work_before
 
 
+def test_a_table_folder_is_not_made_a_work_directory_by_stage_1(tmp_path, work):
+    urls = tmp_path / "urls.txt"
+    urls.write_text("http://a.test/x.jpg\n")
+    table = work / "images"
+    for argv in (["download", str(urls), "--caption-col", "", "--no-fetch", "--out", str(table)],
+                 ["crawl", "--seeds", "http://a.test/", "--out", str(table)]):
+        before = listing(work)
+        refused(lait(*argv), "inside the work directory", str(work))
+        assert listing(work) == before
+
+
 # -- an empty URL list --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name, text, flags", [("urls.txt", "", ["--caption-col", ""]),
