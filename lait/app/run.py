@@ -139,9 +139,9 @@ def last_settings(work: str) -> tuple[dict[str, dict], list[str]]:
     """The sections of the settings each stage of `work` last completed with
     (`WORK/_configs/STAGE.yaml`), what they write only (not workers, progress, force), and the
     files read; empty when the directory has none."""
-    from lait import storage
     import yaml
 
+    from lait import storage
     from lait.app.steps import STEPS
     from lait.parts import WorkDir
 

@@ -11,6 +11,7 @@ import fcntl
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -198,6 +199,24 @@ def test_run_without_config_keeps_the_settings_the_work_directory_was_built_with
     other = lait("run", str(work), "--config", str(tmp_path / "q.yaml"), "--from", "clean", "--to", "clean",
                  "--no-progress")
     assert other.returncode == 0 and "clean: 1 done" in other.stderr and "no --config" not in other.stderr
+
+
+@pytest.mark.slow
+def test_run_without_config_on_the_demo_redoes_nothing(demo_run, tmp_path):
+    """The issue's case: `lait run WORK` on a demo work directory used the defaults, redid
+    clean with other settings and stopped at score (the demo scores with `model: demo`)."""
+    import shutil
+
+    out, _ = demo_run
+    work = tmp_path / "work"
+    shutil.copytree(out / "work", work)
+    shards = listing(work / "shards")
+    again = lait("run", str(work), "--no-progress", timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "filter.yaml, clean.yaml, score.yaml, build.yaml" in again.stderr
+    for stage in ("filter", "clean", "score"):
+        assert re.search(rf"^{stage}: 0 done, \d+ up to date, 0 failed", again.stderr, re.M), again.stderr[-3000:]
+    assert listing(work / "shards") == shards
 
 
 # -- waiting on another process ----------------------------------------------------------------------
