@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from lait.config import Config, ConfigError, setting
 from lait.crawler.dns import parse_resolve
+from lait.urls import is_http_url
 
 
 @dataclass
@@ -139,10 +140,12 @@ class CrawlConfig(FetchConfig):
         """The seed URLs: the URLs given, and the lines of the files given."""
         urls: list[str] = []
         for seed in self.seeds:
-            if "://" in seed:
+            if is_http_url(seed.strip()):
                 urls.append(seed.strip())
                 continue
             path = Path(seed)
+            if ":" in seed and not path.is_file():  # javascript:..., file://..., ftp://...
+                raise ConfigError(f"seed {seed[:200]!r} is not an http(s) URL")
             if not path.is_file():
                 raise ConfigError(f"seed {seed!r} is neither a URL (scheme://...) nor a file")
             try:
@@ -156,7 +159,7 @@ class CrawlConfig(FetchConfig):
                 line = line.split("#", 1)[0].strip()
                 if not line:
                     continue
-                if not line.startswith(("http://", "https://")):
+                if not is_http_url(line):
                     raise ConfigError(f"{path}:{n}: not an http(s) URL: {line!r}")
                 urls.append(line)
         if not urls:

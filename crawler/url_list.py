@@ -6,11 +6,13 @@ TSV, JSON lines, Parquet or plain text (one URL a line), local or on object stor
 compressed or not, streaming, and writes
 
 - `url_list/`: one row per usable list row, partitioned by image URL like `images/`:
-  image_url (normalised as the crawler requests it), caption, page_url, extra (the kept
+  image_url and page_url (normalised as the crawler requests them), caption, extra (the kept
   columns as a JSON object), list_file (its path or URL), row (1-based, header not counted);
 - `rejected/`: every other row with its reason: `download/bad_url` (empty, not http(s), no
-  host, longer than a request may be), `download/duplicate_url` (the URL of an earlier row,
-  in this list or one read before), `download/bad_row` (a line the reader cannot parse).
+  host, longer than a request may be), `download/bad_page_url` (a page URL given that is not
+  one by the same rule: `javascript:`, `data:`, ...), `download/duplicate_url` (the URL of
+  an earlier row, in this list or one read before), `download/bad_row` (a line the reader
+  cannot parse).
 
 The images are fetched afterwards by the crawler's fetcher (`lait.crawler.run.fetch_images`);
 stage 3 makes each caption a candidate text with source `list`.
@@ -175,6 +177,20 @@ def read_rows(path: str, fmt: str, columns: list[str]) -> Iterator[RawRow]:
         raise ConfigError(f"unknown list format {fmt!r}; known: {', '.join(FORMATS)}")
 
 
+def check_not_empty(path: str, fmt: str, columns: list[str]) -> None:
+    """ConfigError when a list holds no row at all (an empty file, a header alone, comments
+    only): a command given nothing to do says so at once, before it writes anything. Reads
+    up to the first row only."""
+    rows = read_rows(path, fmt, columns)
+    try:
+        first = next(rows, None)
+    finally:
+        rows.close()
+    if first is None:
+        raise ConfigError(f"list {path}: holds no URL (no row" + (" below its header" if fmt in ("csv", "tsv") else "")
+                          + "); nothing to download")
+
+
 def _missing(path: str, wanted: list[str], have: list[str]) -> ConfigError:
     missing = [c for c in wanted if c not in have]
     return ConfigError(f"list {path}: no column {', '.join(map(repr, missing))}; its columns are "
@@ -258,7 +274,7 @@ def normalise_url(raw: Any) -> tuple[str | None, str | None]:
         return None, f"longer than {MAX_URL_LENGTH} characters"
     url = resolve_slow(text, text)
     if url is None:
-        return None, "not an http(s) URL"
+        return None, "no host" if text[:8].lower().startswith(("http://", "https://")) else "not an http(s) URL"
     try:
         host = urlsplit(url).hostname
     except ValueError:
@@ -373,12 +389,18 @@ def _read_list(path: str, fmt: str, work: WorkDir, opts: ListOptions, seen: _Url
                 continue
             v = raw.values
             caption = _text(v.get(opts.caption_col)) if opts.caption_col else None
-            page = _text(v.get(opts.page_col)) if opts.page_col else None
+            raw_page = _text(v.get(opts.page_col)) if opts.page_col else None
             url, problem = normalise_url(v.get(opts.url_col))
             if url is None:
                 raw_url = _text(v.get(opts.url_col))
                 reject("bad_url", raw_url or f"{path}#{raw.number}", f"{where}: {problem}",
-                       image_url=raw_url, page_url=page, text=caption)
+                       image_url=raw_url, page_url=raw_page, text=caption)
+                continue
+            # The page URL reaches shard JSON and the report's links: the same rule as the image's.
+            page, problem = normalise_url(raw_page) if raw_page else (None, None)
+            if raw_page and page is None:
+                reject("bad_page_url", url, f"{where}: page URL {problem}", image_url=url,
+                       page_url=raw_page, text=caption)
                 continue
             first = seen.first(url)
             if first is not None:

@@ -49,6 +49,7 @@ from lait.crawler.reasons import ERROR_TDM_RESERVED
 from lait.pagereader import (is_noai, is_tdm_reserved, page_license, page_meta, parse_page, robots_directives,
                              tdm_reservation)
 from lait.reasons import http_error
+from lait.urls import is_http_url
 from lait.lock import locked
 from lait.parts import PartitionedWriter, WorkDir, atomic_write_json, input_done, input_marker
 from lait.storage import Location
@@ -200,6 +201,9 @@ class _FileIngest:
 
     def capture(self, rec: WarcRecord) -> None:
         url = rec.url.strip()
+        if not is_http_url(url):  # a javascript: or file: target would become a page or image URL
+            self.reject("bad_url", key=url, page_url=url, detail="WARC-Target-URI is not an http(s) URL")
+            return
         fetched_at = _parse_date(rec.date)
         if rec.type == "response" and (rec.content_type or "application/http").startswith("application/http"):
             try:
@@ -294,6 +298,9 @@ class _FileIngest:
             return
         if page is None:
             self.counters["ingest/wat_no_html"] += 1
+            return
+        if not is_http_url(page.url):
+            self.reject("bad_url", key=page.url, page_url=page.url, detail="WAT page URL is not an http(s) URL")
             return
         if is_noai(robots_directives(page.x_robots_tag)):
             self.reject("noai_page", key=page.url, page_url=page.url, detail=f"X-Robots-Tag: {page.x_robots_tag}")

@@ -12,11 +12,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from lxml import html as lxml_html
+from lxml import etree, html as lxml_html
 
 from lait.pagereader import BLOCK_TAGS, Resolver, base_url, image_elements
 
-__all__ = ["BLOCK_TAGS", "PageImage", "find_images", "normalise_space", "og_owner", "site_names"]
+__all__ = ["BLOCK_TAGS", "PageImage", "find_images", "normalise_space", "og_owner", "site_names", "visible_text"]
 
 _CREDIT = re.compile(r"\b(credit|copyright|byline|attribution|caption-source|photographer)\b", re.I)
 
@@ -37,14 +37,30 @@ def normalise_space(text: str | None) -> str:
     return " ".join(text.split()) if text else ""
 
 
+# Elements whose content a reader never sees as text: code, styles, and the fallback of pages
+# without scripts (lxml parses a <noscript> as markup). Their content never becomes a text.
+UNSEEN_TAGS = ("script", "style", "noscript", "template")
+_SEEN_TEXT = etree.XPath("descendant-or-self::text()[not(ancestor::script or ancestor::style or "
+                         "ancestor::noscript or ancestor::template)]")
+
+
+def visible_text(el: lxml_html.HtmlElement) -> str:
+    """The text of an element as a reader sees it: `text_content()` without what lies inside
+    `UNSEEN_TAGS` (nor comments, which are no text either)."""
+    if next(el.iter(*UNSEEN_TAGS), None) is None:  # the common case, at C speed
+        return el.text_content()
+    return "".join(_SEEN_TEXT(el))
+
+
 def _caption_text(figcaption: lxml_html.HtmlElement) -> str:
     """A figcaption's text without the parts marked as credits: class credit, copyright...,
     and `<small>`/`<cite>`, where pages put the photographer and agency."""
     parts: list[str] = []
 
     def walk(el: lxml_html.HtmlElement) -> None:
-        if isinstance(el.tag, str) and (el.tag in ("small", "cite") or _CREDIT.search(
-                el.get("class", "") + " " + el.get("itemprop", ""))):
+        # A comment, script or style inside the caption is not part of it; credits are left out.
+        if not isinstance(el.tag, str) or el.tag in UNSEEN_TAGS or el.tag in ("small", "cite") or _CREDIT.search(
+                el.get("class", "") + " " + el.get("itemprop", "")):
             parts.append(el.tail or "")
             return
         parts.append(el.text or "")
@@ -143,7 +159,7 @@ def site_names(tree: lxml_html.HtmlElement) -> frozenset[str]:
             names.add(normalise_space(el.get("content")).lstrip("@"))
     title = next(tree.iter("title"), None)
     if title is not None:
-        parts = _TITLE_SEPARATORS.split(normalise_space(title.text_content()))
+        parts = _TITLE_SEPARATORS.split(normalise_space(visible_text(title)))
         if len(parts) >= 2 and len(parts[-1].split()) <= 5:
             names.add(parts[-1])
     return frozenset(n.casefold() for n in names if n)

@@ -39,13 +39,20 @@ _FURNITURE = re.compile(r"\b(logo|logos|icon|icons|banner|avatar|headshot|thumbn
                         r"sprite|button|badge|emoji|image for post|foto facebook)$")
 
 
+# Bidirectional controls: embeddings and overrides (U+202A-U+202E), isolates (U+2066-U+2069),
+# the LRM/RLM marks (U+200E, U+200F) and the Arabic letter mark (U+061C). A caption carrying
+# them shows other text than it holds ("gnp.exe" displayed as "exe.png"); ftfy keeps them.
+_BIDI_CONTROLS = dict.fromkeys([*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C])
+
+
 def repair(text: str) -> str:
-    """Unicode repair (mojibake, HTML entities left over, odd spaces) and whitespace folding."""
+    """Unicode repair (mojibake, HTML entities left over, odd spaces), bidirectional control
+    characters removed, and whitespace folding: the one place stage 3 normalises a text."""
     if text.isascii() and "&" not in text:  # nothing for ftfy to repair, and it is slow
         return " ".join(text.split())
     import ftfy
 
-    text = ftfy.fix_text(text, unescape_html=True, normalization="NFC")
+    text = ftfy.fix_text(text, unescape_html=True, normalization="NFC").translate(_BIDI_CONTROLS)
     return " ".join(text.split())
 
 

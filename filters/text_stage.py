@@ -32,7 +32,8 @@ from lait.memory import release_free_memory
 from lait.parts import partition_of
 from lait.reasons import fetch_rule
 from lait.stage import PartContext, Rejected, Stage
-from lait.filters.html_images import BLOCK_TAGS, PageImage, find_images, normalise_space, og_owner, site_names
+from lait.filters.html_images import (BLOCK_TAGS, PageImage, find_images, normalise_space, og_owner, site_names,
+                                      visible_text)
 from lait.filters.page_texts import ImageTexts, SharedText, assign
 from lait.filters.text_rules import TextRules, repair, split_sentences, text_filters
 
@@ -178,7 +179,7 @@ def _blocks(elements: list[Any], images: list[PageImage], window: int) -> list[t
         if pos < len(elements):
             el = elements[pos]
             if el.tag != "img":
-                text = normalise_space(el.text_content())
+                text = normalise_space(visible_text(el))  # no script, style or noscript text
                 if text:
                     out.append((pos, text))
     return out

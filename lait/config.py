@@ -21,6 +21,7 @@ import argparse
 import copy
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from pathlib import Path
@@ -121,6 +122,10 @@ def _coerce(value: Any, tp: Any, where: str, path: str) -> Any:
             raise _error(where, path, f"expected {base.__name__}, got {value!r}") from None
         if base is int and isinstance(value, float) and value != out:
             raise _error(where, path, f"expected an integer, got {value!r}")
+        if base is float and not math.isfinite(out):
+            # nan passes every comparison a rule makes as False, inf every bound: a threshold of
+            # either would empty or keep everything without a word.
+            raise _error(where, path, f"expected a finite number, got {value!r}")
         return out
     return value
 

@@ -4,6 +4,7 @@ the executor its config names."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from lait import storage
 from lait.config import Config, ConfigError, StageConfig
@@ -17,16 +18,20 @@ log = logging.getLogger(__name__)
 
 
 def open_work_dir(root: str, *, create: bool = False, n_partitions: int | None = None,
-                  initialized: bool = False) -> WorkDir:
+                  initialized: bool = True) -> WorkDir:
     """The work directory of a command, or a ConfigError that says what is wrong with it.
 
-    `create` makes it (crawl, ingest); otherwise it must exist and, with `initialized`, hold
-    `lait.json`. Storage failures (no such bucket, no credentials, s3fs missing) become errors
-    with the location in the message instead of tracebacks.
+    `create` makes it (crawl, ingest); otherwise it must exist and hold `lait.json` (unless
+    `initialized` is False): a command given an empty folder, or a table folder such as
+    WORK/images_ok, is refused here, before it writes its lock or `_configs/` into it.
+    Storage failures (no such bucket, no credentials, s3fs missing) become errors with the
+    location in the message instead of tracebacks.
     """
     try:
         work = WorkDir(root, n_partitions=n_partitions)
         if create:
+            if not work.is_initialized() and _work_dir_above(work) is not None:
+                raise _not_a_work_dir(work)  # a table folder must not become a work directory
             try:
                 return work.init()
             except FileNotFoundError as exc:
@@ -38,7 +43,7 @@ def open_work_dir(root: str, *, create: bool = False, n_partitions: int | None =
                 raise ConfigError(f"bucket not found (or not accessible): {work.root.bucket}")
             raise ConfigError(f"work directory not found: {work.root}")
         if initialized and not work.is_initialized():
-            raise ConfigError(f"not a lait work directory (no lait.json): {work.root}")
+            raise _not_a_work_dir(work)
         return work
     except ConfigError:
         raise
@@ -53,6 +58,20 @@ def open_work_dir(root: str, *, create: bool = False, n_partitions: int | None =
             raise
         # botocore's own errors: no credentials, endpoint unreachable, ...
         raise ConfigError(f"cannot open work directory {root}: {type(exc).__name__}: {exc}") from None
+
+
+def _work_dir_above(work: WorkDir) -> Path | None:
+    """The work directory `work` lies inside (a table folder such as WORK/images_ok), if any."""
+    if work.remote:
+        return None
+    return next((p for p in list(work.root.resolve().parents)[:3] if WorkDir(p).is_initialized()), None)
+
+
+def _not_a_work_dir(work: WorkDir) -> ConfigError:
+    above = _work_dir_above(work)
+    hint = (f"; it is inside the work directory {above}: give that one" if above else
+            " (lait crawl, ingest-warc and download make work directories)")
+    return ConfigError(f"not a lait work directory (no lait.json): {work.root}{hint}")
 
 
 def run_stage(stage: Stage, cfg: StageConfig, command: str) -> RunReport:

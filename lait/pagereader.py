@@ -17,8 +17,9 @@ Images. An image is an ``<img>`` element, with all the URLs it may load:
 
 URLs. Every reference is resolved against ``<base href>`` (itself resolved against the page
 URL) or else the page URL: ``urljoin`` semantics, fragment dropped, unsafe characters
-percent-encoded (``w3lib.url.safe_url_string``); only http(s) results are kept
-(``data:``, ``javascript:``, ``mailto:``, ``tel:``, ``blob:``, ``about:``, ``#...`` never).
+percent-encoded (``w3lib.url.safe_url_string``); only http(s) results are kept, as
+`is_http_url` (the one rule for that) says (``data:``, ``javascript:``, ``mailto:``, ``tel:``,
+``blob:``, ``about:``, ``#...`` never).
 A srcset is parsed as the HTML standard says, so URLs may contain commas.
 
 Links: ``<a href>`` and ``<area href>`` without ``rel="nofollow"``.
@@ -55,6 +56,8 @@ from urllib.parse import urldefrag, urljoin, urlsplit
 import lxml.html
 from lxml import etree
 from w3lib.url import safe_url_string
+
+from lait.urls import is_http_url
 
 log = logging.getLogger(__name__)
 
@@ -99,10 +102,8 @@ def resolve_slow(base: str, raw: str | None) -> str | None:
     if not raw or raw[:11].lower().startswith(_SKIP_PREFIXES):
         return None
     try:
-        url = urldefrag(urljoin(base, raw))[0]
-        if urlsplit(url).scheme not in ("http", "https"):
-            return None
-        return safe_url_string(url)
+        url = safe_url_string(urldefrag(urljoin(base, raw))[0])
+        return url if is_http_url(url) else None
     except ValueError:  # e.g. an invalid IPv6 literal in a hand-written href
         return None
 
@@ -136,7 +137,7 @@ class Resolver:
         if "/." not in raw and "\\" not in raw:
             if raw.startswith(("http://", "https://")) and "/" in raw[8:] and raw.count("//") == 1:
                 netloc = raw.split("/", 3)[2]
-                if netloc == netloc.lower():
+                if netloc == netloc.lower() and is_http_url(raw):  # a host, as the slow path wants
                     url = raw
             elif self.origin and raw[0] == "/" and not raw.startswith("//"):
                 url = self.origin + raw

@@ -46,6 +46,7 @@ from lait.errors import on_write_error
 from lait.reasons import check as check_reason
 from lait.schemas import get_table
 from lait.storage import Location, RemotePath
+from lait.urls import is_http_url
 
 log = logging.getLogger(__name__)
 
@@ -688,9 +689,23 @@ class PartitionedWriter:
 
     def reject(self, reason: str, partition: int, *, image_url: str | None = None,
                page_url: str | None = None, text: str | None = None, detail: Any = None) -> str:
-        """Write a dropped row into `rejected/` with its registered `stage/rule` reason."""
+        """Write a dropped row into `rejected/` with its registered `stage/rule` reason.
+
+        Its URL columns hold http(s) URLs only (`lait.urls.is_http_url`): a row dropped for a
+        `javascript:` URL keeps that URL as text in its detail, where the report shows it as
+        text, never in a column that is read as a link."""
+        check_reason(reason)
+        notes = []
+        if image_url and not is_http_url(image_url):
+            notes.append(f"image URL {image_url[:300]!r}")
+            image_url = None
+        if page_url and not is_http_url(page_url):
+            notes.append(f"page URL {page_url[:300]!r}")
+            page_url = None
+        if notes:
+            detail = "; ".join([*notes, *([] if detail is None else [str(detail)])])
         self.write("rejected", partition, {
-            "reason": check_reason(reason), "image_url": image_url, "page_url": page_url, "text": text,
+            "reason": reason, "image_url": image_url, "page_url": page_url, "text": text,
             "detail": None if detail is None else str(detail)[:1000]})
         return reason
 

@@ -62,6 +62,8 @@ REASONS: dict[str, str] = {
     "ingest/body_too_large": "a record whose payload is, or decodes to (a compression bomb), more than "
                              "the crawler's size limit for its kind (--max-page-bytes, "
                              "--max-image-bytes); decoding stopped there, nothing stored.",
+    "ingest/bad_url": "a record whose target URI (WARC-Target-URI, or the page URL of a WAT record) "
+                      "is not an http(s) URL with a host (javascript:, data:, file:, ...); not stored.",
     "ingest/bad_http": "a response record whose HTTP status line or headers cannot be parsed.",
     "ingest/content_encoding": "a response whose Content-Encoding is unsupported or cannot be undone "
                                "(damaged or mislabelled); not stored.",
@@ -83,6 +85,9 @@ REASONS: dict[str, str] = {
     # Stage 1 from URL lists (`lait download`): list rows that name no image to fetch.
     "download/bad_url": "the row's URL is empty, not http(s), has no host or is longer than a request "
                         "may be (2083 characters); nothing was fetched.",
+    "download/bad_page_url": "the row names a page URL that is not an http(s) URL with a host "
+                             "(javascript:, data:, vbscript:, file:, ...); the row is not kept, "
+                             "nothing was fetched.",
     "download/duplicate_url": "the row's URL is the URL of an earlier row (of this list or of one read "
                               "before into the work directory); the image is fetched once, for the "
                               "first row.",

@@ -102,16 +102,17 @@ def summary(reports, stats: dict | None) -> str:
 def run(cfg: DownloadConfig) -> int:
     from lait.crawler.config import ImageFetchConfig
     from lait.crawler.run import crawl_stopped, crawl_succeeded, default_processes, fetch_images
-    from lait.crawler.url_list import ListOptions, expand_lists, list_format, read_lists
+    from lait.crawler.url_list import ListOptions, check_not_empty, expand_lists, list_format, read_lists
     from lait.drivers import open_work_dir
     from lait.lock import locked
 
     paths = expand_lists(cfg.lists)
-    for p in paths:
-        list_format(p, cfg.input_format)  # an unknown suffix fails before the work directory is made
-    work = open_work_dir(cfg.out, create=True, n_partitions=cfg.n_partitions or None)
     opts = ListOptions(input_format=cfg.input_format, url_col=cfg.url_col, caption_col=cfg.caption_col,
                        page_col=cfg.page_col, extra_cols=list(cfg.save_additional_columns), force=cfg.force)
+    for p in paths:
+        # An unknown suffix, a missing column or an empty list fails before the work directory is made.
+        check_not_empty(p, list_format(p, cfg.input_format), opts.columns())
+    work = open_work_dir(cfg.out, create=True, n_partitions=cfg.n_partitions or None)
     with locked(work, "lait download"):
         work.write_config("download", cfg.to_yaml())
         reports = read_lists(paths, work, opts, show_progress=cfg.progress)

@@ -36,6 +36,7 @@ from lait import storage
 from lait.parts import WorkDir
 from lait.reasons import REASONS
 from lait.storage import Location
+from lait.urls import is_http_url
 
 log = logging.getLogger(__name__)
 
@@ -235,9 +236,12 @@ figure.example blockquote{margin:0 0 4px;font-style:italic}
 
 
 def _page_link(url: str | None) -> str:
-    """A link to the page a row came from, shown as its host and path."""
+    """A link to the page a row came from, shown as its host and path; a URL that is not
+    http(s) (`javascript:` from an old table, say) is shown as text, never as a link."""
     if not url:
         return "no page"
+    if not is_http_url(url):
+        return f'<span class="page">{html.escape(url[:200])}</span>'
     parts = urlsplit(url)
     shown = parts.netloc + (parts.path if len(parts.path) <= 48 else parts.path[:45] + "...")
     return f'<a class="page" href="{html.escape(url)}" title="{html.escape(url)}">{html.escape(shown or url)}</a>'

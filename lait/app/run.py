@@ -84,8 +84,9 @@ def resolve_configs(work: str, sections: dict[str, dict], steps: list[str],
 
 
 def run_pipeline(work: str, sections: dict[str, dict], *, steps: list[str] | None = None,
-                 overrides: dict[str, Any] | None = None, where: str = "pipeline") -> bool:
-    """Run the steps in order; stops at the first that fails. Returns True when all succeeded."""
+                 overrides: dict[str, Any] | None = None, where: str = "pipeline", note: str | None = None) -> bool:
+    """Run the steps in order; stops at the first that fails. Returns True when all succeeded.
+    `note`: a line saying where the settings come from, printed once the work directory is known good."""
     from lait.drivers import open_work_dir
 
     from lait.app.status import status_text
@@ -96,6 +97,8 @@ def run_pipeline(work: str, sections: dict[str, dict], *, steps: list[str] | Non
         work_dir = open_work_dir(work, initialized=True)
     except ConfigError as exc:
         raise ConfigError(f"{exc}; crawl into it first") from None
+    if note:
+        print(note, file=sys.stderr, flush=True)
     # Resolve every config first, so a typo in `build:` fails before an hour of scoring.
     configs = resolve_configs(work, sections, steps, overrides, where)
     with locked(work_dir, "lait run"):
@@ -132,13 +135,58 @@ status` first.
 """
 
 
+def last_settings(work: str) -> tuple[dict[str, dict], list[str]]:
+    """The sections of the settings each stage of `work` last completed with
+    (`WORK/_configs/STAGE.yaml`), what they write only (not workers, progress, force), and the
+    files read; empty when the directory has none."""
+    import yaml
+
+    from lait import storage
+    from lait.app.steps import STEPS
+    from lait.parts import WorkDir
+
+    try:
+        root = WorkDir(work).root
+    except ValueError:
+        return {}, []
+    sections: dict[str, dict] = {}
+    used: list[str] = []
+    for step in STEPS:
+        path = root / "_configs" / f"{step.name}.yaml"
+        if not storage.exists(path):
+            continue
+        try:
+            data = yaml.safe_load(storage.read_text(path)) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML ({exc}); give --config") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a mapping of settings; give --config")
+        written = {f.name for f, _ in step.config_class()._fields() if not f.metadata.get("run")}
+        sections[step.name] = {k: v for k, v in data.items() if k in written}
+        used.append(f"{step.name}.yaml")
+    return sections, used
+
+
 def run_run(args: argparse.Namespace) -> int:
     steps = STEP_NAMES[STEP_NAMES.index(args.from_stage): STEP_NAMES.index(args.to_stage) + 1]
     if not steps:
         raise ConfigError(f"--from {args.from_stage} comes after --to {args.to_stage}")
     overrides = {"workers": args.workers, "progress": args.progress}
-    ok = run_pipeline(args.work, load_pipeline_yaml(args.config), steps=steps, overrides=overrides,
-                      where=args.config or "defaults")
+    note = None
+    if args.config:
+        sections, where = load_pipeline_yaml(args.config), args.config
+    else:
+        # Without --config a rerun keeps the settings the directory was built with: the defaults
+        # would silently redo stages with other settings (and a demo's `model: demo` would be lost).
+        sections, used = last_settings(args.work)
+        where = f"{args.work}/_configs"
+        if used:
+            rest = "" if len(used) == len(STEP_NAMES) else "; the defaults for the other stages"
+            note = (f"lait run: no --config given: using the settings {args.work} was last built with "
+                    f"({where}/: {', '.join(used)}{rest})")
+        else:
+            note = "lait run: no --config given and no earlier settings in the work directory: the defaults"
+    ok = run_pipeline(args.work, sections, steps=steps, overrides=overrides, where=where, note=note)
     return 0 if ok else 1
 
 

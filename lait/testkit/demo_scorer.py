@@ -84,7 +84,14 @@ def ensure_demo_model(cache_dir: str | os.PathLike | None = None, *, steps: int 
         return model
     out.mkdir(parents=True, exist_ok=True)
     with open(out / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            # Another process builds it (a minute or two): say so rather than sit silent.
+            log.info("waiting for another process that is building the demo scorer in %s", out)
+            start = time.monotonic()
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            log.info("the demo scorer is ready after %.0f s of waiting", time.monotonic() - start)
         if not model.checkpoint_path.exists():
             log.info("building the demo scorer in %s (one-off, about a minute or two)", out)
             train_demo_model(out, steps=steps, seed=seed)

@@ -58,10 +58,11 @@ def mutate(data: bytes, ops: list[tuple[int, int, int]]) -> bytes:
 def page_reader(data: bytes, encoding: str | None = None) -> None:
     """Read a page as the crawl, the WARC ingest and stage 3 do; nothing may raise."""
     from lait.pagereader import image_elements, is_noai, parse_page, read_page, robots_directives
+    from lait.urls import is_http_url
 
     read = read_page(data, PAGE_URL, encoding)
     for url in read.images + read.links:
-        assert url.startswith(("http://", "https://")), url
+        assert is_http_url(url), url
     tree, _ = parse_page(data, encoding)
     if tree is not None:
         for image in image_elements(tree, PAGE_URL):

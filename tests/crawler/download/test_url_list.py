@@ -66,9 +66,11 @@ def test_every_format_gives_the_same_rows(tmp_path, name):
     assert kept == [("http://a.test/1.jpg", "a red bus on a street", "http://a.test/p1", 1),
                     ("http://b.test/2.jpg", "two dogs in the snow", None, 2),
                     ("http://d.test/4%20x.jpg", None, None, 6)]  # escaped as requested, no fragment
+    # rejected/'s URL columns hold http(s) URLs only: the ftp URL is in the detail, as text
     assert [(r, u) for r, u, _ in rejected] == [
-        ("download/bad_url", None), ("download/bad_url", "ftp://c.test/3.jpg"),
+        ("download/bad_url", None), ("download/bad_url", None),
         ("download/duplicate_url", "http://a.test/1.jpg")]
+    assert any("'ftp://c.test/3.jpg'" in d for r, _, d in rejected if r == "download/bad_url")
     dup = [d for r, _, d in rejected if r == "download/duplicate_url"][0]
     assert dup == f"{name} row 5: the URL of {name} row 1"
     assert report.rows == 6 and report.kept == 3

@@ -56,6 +56,14 @@ def test_seeds_file_and_bad_seeds(tmp_path):
     seeds.write_text("ftp://x/\n")
     with pytest.raises(ConfigError, match="not an http"):
         CrawlConfig(seeds=[str(seeds)], out="w").seed_urls()
+    # Issue 29: no other scheme, in any case mix, as a seed given or listed.
+    for bad in ("JaVaScRiPt:alert(1)", "javascript://a.example/%0aalert(1)", "data:text/html,x", "vbscript:x",
+                "file:///etc/passwd"):
+        with pytest.raises(ConfigError, match="not an http"):
+            CrawlConfig(seeds=[bad], out="w").seed_urls()
+        seeds.write_text(f"http://a.example/\n{bad}\n")
+        with pytest.raises(ConfigError, match="not an http"):
+            CrawlConfig(seeds=[str(seeds)], out="w").seed_urls()
 
 
 @pytest.mark.parametrize("argv,message", [
