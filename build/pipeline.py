@@ -12,10 +12,8 @@ build state is cleared and rebuilt, so shards never mix two configurations.
 
 from __future__ import annotations
 
-import json
 import logging
 import multiprocessing
-import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -28,18 +26,18 @@ from lait.build.pick import PickStage
 from lait.build.shards import ShardStage, finish_shard_dir, shard_files, write_stats
 from lait import storage
 from lait.drivers import open_work_dir, record_run
-from lait.fingerprint import NEW, Fingerprint, cause, global_fingerprint
+from lait.fingerprint import Fingerprint, global_fingerprint
 from lait.lock import locked
 from lait.config import ConfigError
 from lait.executor import make_executor
-from lait.stage import RunReport
+from lait.stage import RunReport, run_global_step
 from lait.parts import WorkDir, atomic_write_bytes, atomic_write_json, stats_path
 
 log = logging.getLogger(__name__)
 
 STAGES = ("build_pick", "build_plan", "build_shards")
 INPUT_TABLES = ("scored", "images_ok", "near_dups", "regions", "region_labels")
-FINGERPRINT = "build_fingerprint.json"
+BUILD_STEP = "build"  # the global step whose marker holds the build's fingerprint and settings
 # The version of the build's rules: bump it when a change of code changes what the build writes,
 # so that a build made by an older lait is redone (2: the fixed sample schema, uids, the pool).
 VERSION = 2
@@ -78,6 +76,12 @@ class BuildResult(Reports):
 def fingerprint(work: WorkDir, cfg: BuildConfig) -> Fingerprint:
     """The build's inputs (every part, with the digest of the task that wrote it) and settings."""
     return global_fingerprint(work, "build", cfg.content(), INPUT_TABLES, version=VERSION)
+
+
+def build_record(work: WorkDir) -> dict[str, Any] | None:
+    """The marker of the build's global step: the fingerprint and settings the build state was
+    made with (None before any build)."""
+    return work.markers(BUILD_STEP).get(0)
 
 
 def reset(work: WorkDir) -> None:
@@ -166,23 +170,10 @@ def build(cfg: BuildConfig) -> BuildResult:
 def start_build(work: WorkDir, cfg: BuildConfig) -> str | None:
     """Clear an earlier build made from other inputs or settings (the plan is global: any
     change redoes it, and every shard after it); returns the line that says why, if any."""
-    fp = fingerprint(work, cfg)
-    fp_path = work.root / "_done" / FINGERPRINT
-    old = json.loads(storage.read_text(fp_path)) if storage.exists(fp_path) else None
-    prev = old.get("fingerprint") if old else None
-    if old is None:
-        why = NEW
-    else:
-        why = "--force" if cfg.force else cause(prev if isinstance(prev, dict) else None, fp)
-    if why is None:
-        return None
-    line = None
-    if why != NEW:
-        line = f"build: {why}: rebuilding"
-        log.info(line)
-    reset(work)
-    atomic_write_json(fp_path, {"fingerprint": fp.to_json(), "config": cfg.content()})
-    return line
+    report = RunReport("build")
+    run_global_step(work, fingerprint(work, cfg), lambda: reset(work) or {"config": cfg.content()},
+                    label="build", force=cfg.force, report=report)
+    return report.plan[0] if report.plan else None
 
 
 def run_passes(work: WorkDir, cfg: BuildConfig) -> BuildResult:
@@ -196,13 +187,12 @@ def run_passes(work: WorkDir, cfg: BuildConfig) -> BuildResult:
         return result
 
     plan_report = RunReport("build_plan")
-    if work.is_done("build_plan", 0):
+    # The plan reads what the build read: the same inputs and settings, fingerprinted as its own step.
+    plan_fp = global_fingerprint(work, "build_plan", cfg.content(), INPUT_TABLES, version=VERSION)
+    if run_global_step(work, plan_fp, lambda: {"stage": "build_plan", "partition": 0, "counters": run_plan(work, cfg)},
+                       label="build_plan", report=plan_report) is None:
         plan_report.skipped.append(0)
     else:
-        start = time.perf_counter()
-        counters = run_plan(work, cfg)
-        work.mark_done("build_plan", 0, {"stage": "build_plan", "partition": 0, "counters": counters,
-                                          "seconds": round(time.perf_counter() - start, 3)})
         plan_report.done.append(0)
     result.reports.append(plan_report)
     log.debug(plan_report.summary())  # printed with the others by the command
@@ -267,6 +257,6 @@ def collect_stats(work: WorkDir, sizes: dict[str, int]) -> dict[str, Any]:
         "shards": len(sizes),
         "shard_bytes": int(counters.get("build/shard_bytes", 0)),
         "counters": dict(sorted(counters.items())),
-        "config": json.loads(storage.read_text(work.root / "_done" / FINGERPRINT))["config"],
+        "config": (build_record(work) or {}).get("config"),
         "plan_seconds": plan[0].get("seconds") if plan else None,
     }

@@ -43,7 +43,8 @@ from lait.build.shards import ShardStage, finish_shard_dir, shard_files, write_s
 from lait.config import ConfigError
 from lait.drivers import open_work_dir
 from lait.executor import make_executor
-from lait.fingerprint import global_fingerprint
+from lait.stage import run_global_step
+from lait.fingerprint import Fingerprint, global_fingerprint
 from lait.lock import LOCAL_FILE, REMOTE_FILE, locked_output
 from lait.parts import WorkDir, atomic_write_json
 
@@ -114,10 +115,9 @@ def source_inputs(work: WorkDir) -> dict[str, Any]:
     """What a selection reads from the work directory, as `lait.fingerprint` lists it: the pool
     (and the build's own record of its inputs) and the tables the shard writer reads bytes and
     region arrays from, every part with its size and the digest of the task that wrote it."""
-    from lait.build.pipeline import FINGERPRINT
+    from lait.build.pipeline import build_record
 
-    record = work.root / "_done" / FINGERPRINT
-    build = json.loads(storage.read_text(record)).get("fingerprint") if storage.exists(record) else None
+    build = (build_record(work) or {}).get("fingerprint")
     listed = global_fingerprint(work, "select", {}, ("pool", "images_ok", "regions", "region_labels")).inputs
     return {"build": (build or {}).get("digest"),
             "inputs": {t: [list(p) for p in parts] for t, parts in listed.items()}}
@@ -126,10 +126,9 @@ def source_inputs(work: WorkDir) -> dict[str, Any]:
 def check_build_current(work: WorkDir) -> None:
     """A ConfigError when the tables the build read changed since it made the pool: its rows
     point into `images_ok/` by file and row, so a pool older than them would select wrong bytes."""
-    from lait.build.pipeline import FINGERPRINT, INPUT_TABLES
+    from lait.build.pipeline import INPUT_TABLES, build_record
 
-    record = work.root / "_done" / FINGERPRINT
-    old = json.loads(storage.read_text(record)).get("fingerprint") if storage.exists(record) else None
+    old = (build_record(work) or {}).get("fingerprint")
     if not isinstance(old, dict) or "inputs" not in old:
         raise ConfigError(f"{work.root}: the pool was made by an older lait build; run `lait build` again first")
     now = global_fingerprint(work, "build", {}, INPUT_TABLES).inputs
@@ -147,13 +146,13 @@ def fingerprint(work: WorkDir, cfg: SelectConfig, source: dict[str, Any]) -> str
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def prepare_out(out: storage.Location, state: WorkDir, fp: str, overwrite: bool, force: bool = False) -> bool:
-    """Make the folder ready for this selection; True when an earlier run of the same selection
-    left its plan (resume), False when it starts afresh (always with `force`)."""
+def prepare_out(out: storage.Location, state: WorkDir, fp: str, overwrite: bool, force: bool = False) -> None:
+    """Make the folder ready for this selection: kept as it is when an earlier run of the same
+    selection left it (a resume), emptied when it starts afresh (always with `force`)."""
     marker = state.root / SELECTION_FILE
     earlier = json.loads(storage.read_text(marker))["fingerprint"] if storage.exists(marker) else None
     if earlier == fp and not force:
-        return state.is_done(PLAN_STAGE, 0)
+        return
     if earlier == fp:
         overwrite = True  # --force: the same selection, redone from its plan on
     ours = [p for p in storage.list_dir(out) if OUTPUT_NAME.fullmatch(p.name)]
@@ -168,7 +167,6 @@ def prepare_out(out: storage.Location, state: WorkDir, fp: str, overwrite: bool,
     storage.remove_tree(state.root)
     state.init()
     atomic_write_json(marker, {"fingerprint": fp})
-    return False
 
 
 def select(cfg: SelectConfig) -> SelectResult:
@@ -188,14 +186,18 @@ def select_into(work: WorkDir, out: storage.Location, cfg: SelectConfig) -> Sele
     read = source_inputs(work)
     state = WorkDir(out / STATE_DIR, n_partitions=1)
     wanted = read_uids(cfg.uids) if cfg.uids else None
-    resumed = prepare_out(out, state, fingerprint(work, cfg, read), cfg.overwrite, cfg.force)
-    if resumed:
-        counts = state.done_stats(PLAN_STAGE)[0]["counts"]
-    else:
+    selection = fingerprint(work, cfg, read)
+    prepare_out(out, state, selection, cfg.overwrite, cfg.force)
+
+    def plan() -> dict[str, Any]:
         chosen, counts = choose(work, cfg, wanted)
         counts["selected"] = len(chosen)
         counts["shards_planned"] = write_plan(state, pool_rows(work, chosen), cfg.samples_per_shard, PLAN_STAGE)
-        state.mark_done(PLAN_STAGE, 0, {"stage": PLAN_STAGE, "partition": 0, "counts": counts})
+        return {"stage": PLAN_STAGE, "partition": 0, "counts": counts}
+
+    # The selection's digest stands for everything it reads (`fingerprint`); a new one empties `state`.
+    run_global_step(state, Fingerprint(PLAN_STAGE, 1, {"selection": selection}, {}), plan, label="select")
+    counts = state.markers(PLAN_STAGE)[0]["counts"]
     log.info("select: %d of %d pool samples chosen", counts["selected"], counts["pool"])
     executor = make_executor(cfg.executor, ray_address=cfg.ray_address, workers=cfg.workers or None,
                              retries=cfg.retries, show_progress=cfg.progress)

@@ -18,7 +18,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from lait import storage
-from lait.fingerprint import Fingerprint, RunPlan, plan_run
+from lait.fingerprint import NEW, Fingerprint, RunPlan, global_step_cause, plan_run
 from lait.memory import apply_memory_settings, release_free_memory
 from lait.parts import PartitionedWriter, PartWriter, WorkDir
 from lait.storage import Location
@@ -272,6 +272,32 @@ class RunReport:
         for p, err in sorted(self.failed.items()):
             s += f"\n  partition {p:05d} failed: {err.strip().splitlines()[-1] if err.strip() else err}"
         return s
+
+
+def run_global_step(work: WorkDir, fp: Fingerprint, run: Callable[[], Mapping[str, Any] | None], *,
+                    label: str, force: bool = False, report: RunReport | None = None) -> dict[str, Any] | None:
+    """A step that reads whole tables at once (near-duplicates, a codebook, the build's plan),
+    the one way: when `fp` differs from the fingerprint in the step's marker (`fp.stage`,
+    partition 0), or with `force`, say why in one line (`LABEL: CAUSE: redoing`, into the log
+    and `report.plan`), clear the marker, call `run`, and write the marker last with what `run`
+    returned, the fingerprint and the seconds it took. Returns those stats; None when the step
+    was current, or when `run` returned None (it made nothing: no marker, so it runs again)."""
+    why = global_step_cause(work, fp, force=force)
+    if why is None:
+        return None
+    if why != NEW:
+        line = f"{label}: {why}: redoing"
+        log.info(line)
+        if report is not None:
+            report.plan.append(line)
+    work.clear_done(fp.stage, 0)
+    start = time.perf_counter()
+    made = run()
+    if made is None:
+        return None
+    stats = {**made, "seconds": round(time.perf_counter() - start, 3), "fingerprint": fp.to_json()}
+    work.mark_done(fp.stage, 0, stats)
+    return stats
 
 
 def start_report(stage: Stage, work: WorkDir, partitions: Sequence[int] | None, *,

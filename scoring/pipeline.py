@@ -16,10 +16,10 @@ import os
 
 from lait import storage
 from lait.drivers import open_work_dir, record_run
-from lait.fingerprint import NEW, global_fingerprint, global_step_cause
+from lait.fingerprint import global_fingerprint
 from lait.lock import locked
 from lait.config import ConfigError
-from lait.stage import RunReport
+from lait.stage import RunReport, run_global_step
 from lait.parts import WorkDir
 from lait.scoring.config import ScoreConfig
 from lait.scoring.model import get_scorer, load_scorer, pick_device
@@ -81,15 +81,9 @@ def near_dups_step(work: WorkDir, cfg: ScoreConfig, report: RunReport) -> None:
     the step changed since it last ran."""
     fp = global_fingerprint(work, NEAR_DUPS_STEP, {"near_dup_threshold": cfg.near_dup_threshold,
                                                     "near_dup_k": cfg.near_dup_k}, ["image_embs"])
-    why = global_step_cause(work, fp, force=cfg.force)
-    if why is None:
-        return
-    if why != NEW:
-        report.plan.append(f"score: near-duplicates: {why}: redoing")
-        log.info(report.plan[-1])
-    work.clear_done(NEAR_DUPS_STEP, 0)
-    n = write_near_dups(work, cfg.near_dup_threshold, cfg.near_dup_k, fp.digest)
-    work.mark_done(NEAR_DUPS_STEP, 0, {"pairs": n, "fingerprint": fp.to_json()})
+    run_global_step(work, fp, lambda: {"pairs": write_near_dups(work, cfg.near_dup_threshold, cfg.near_dup_k,
+                                                                fp.digest)},
+                    label="score: near-duplicates", force=cfg.force, report=report)
 
 
 def run_region_labels(work: WorkDir, cfg: ScoreConfig, report: RunReport) -> RunReport:
@@ -99,17 +93,17 @@ def run_region_labels(work: WorkDir, cfg: ScoreConfig, report: RunReport) -> Run
     fp = global_fingerprint(work, CODEBOOK_STEP, {k: getattr(cfg, k) for k in
                                                   ("codebook_k", "codebook_sample", "codebook_iters", "seed")},
                             ["regions"])
-    why = global_step_cause(work, fp, force=cfg.force)
-    if why is not None:
-        if why != NEW:
-            report.plan.append(f"score: codebook: {why}: redoing")
-            log.info(report.plan[-1])
-        work.clear_done(CODEBOOK_STEP, 0)
+
+    def codebook() -> dict[str, int] | None:
         centroids = train_codebook(work, cfg.codebook_k, cfg.codebook_sample, cfg.codebook_iters, cfg.seed)
         if centroids is None:
             log.warning("score: --regions is set but no region features were written")
             storage.remove_tree(work.root / CODEBOOK_DIR)
-            return RunReport(stage.name)
-        work.mark_done(CODEBOOK_STEP, 0, {"k": int(centroids.shape[0]), "fingerprint": fp.to_json()})
+            return None
+        return {"k": int(centroids.shape[0])}
+
+    run_global_step(work, fp, codebook, label="score: codebook", force=cfg.force, report=report)
+    if not work.is_done(CODEBOOK_STEP, 0):
+        return RunReport(stage.name)
     # Labelling is light (nearest centroid, numpy only): one process is enough.
     return make_stage_executor(cfg, workers=1).run(stage, work)

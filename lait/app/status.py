@@ -93,23 +93,22 @@ def _stage_status(name: str, stage: Any, work: Any) -> StageStatus:
 
 
 def _build_status(work: Any, cfg: Any) -> StageStatus:
-    import json
 
     from lait import storage
-    from lait.build.pipeline import FINGERPRINT, fingerprint, shard_dir
+    from lait.build.pipeline import build_record, fingerprint, shard_dir
     from lait.build.shards import ShardStage
     from lait.fingerprint import cause
 
     st = StageStatus("build", total=1)
-    path = work.root / "_done" / FINGERPRINT
-    done = storage.exists(path) and work.is_done("build_plan", 0) and bool(work.markers("build_shards"))
+    record = build_record(work)
+    done = record is not None and work.is_done("build_plan", 0) and bool(work.markers("build_shards"))
     if not work.part_files("scored"):
         st.todo, st.note = 1, "no scored/ yet"
         return st
     if not done:
         st.todo = 1
         return st
-    old = json.loads(storage.read_text(path)).get("fingerprint")
+    old = record.get("fingerprint")
     why = cause(old if isinstance(old, dict) else None, fingerprint(work, cfg))
     if not why:  # a shard cut, replaced or removed since the build finished it
         shards = ShardStage(out=storage.as_string(shard_dir(work)))

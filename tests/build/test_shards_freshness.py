@@ -53,7 +53,7 @@ def test_image_settings_are_in_the_build_fingerprint_and_run_settings_are_not(tm
 
     resized = build(cfg.replace(resize_mode="center_crop", image_size=64))
     assert resized.ok and not resized.reused
-    assert resized.reports[0].plan[0] == "build: image_size 256 -> 64, resize_mode no -> center_crop: rebuilding"
+    assert resized.reports[0].plan[0] == "build: image_size 256 -> 64, resize_mode no -> center_crop: redoing"
     assert image_sizes(work / "shards") == {(64, 64)}
     webp = build(cfg.replace(resize_mode="center_crop", image_size=64, encode_format="webp"))
     assert "encode_format jpg -> webp" in webp.reports[0].plan[0]

@@ -69,7 +69,7 @@ def test_changed_setting_redoes_what_it_affects_and_equals_a_fresh_run(crawled, 
     assert "filter: min_side 300 -> 200: redoing 4 of 4 partitions" in log
     assert "clean: all 4 partitions up to date" in log
     assert "score: 4 partitions have changed input: redoing 4" in log
-    assert "build: changed input: rebuilding" in log
+    assert "build: changed input: redoing" in log
 
     fresh = copy(crawled, tmp_path / "fresh")
     run(stage_commands(fresh, model, QUIET, filter_args=("--min-side", "200")), capsys)
