@@ -29,7 +29,7 @@ from lait.drivers import open_work_dir, record_run
 from lait.fingerprint import Fingerprint, global_fingerprint
 from lait.lock import locked
 from lait.config import ConfigError
-from lait.executor import make_executor
+from lait.executor import executor_for
 from lait.stage import RunReport, run_global_step
 from lait.parts import WorkDir, atomic_write_bytes, atomic_write_json, stats_path
 
@@ -178,8 +178,7 @@ def start_build(work: WorkDir, cfg: BuildConfig) -> str | None:
 
 def run_passes(work: WorkDir, cfg: BuildConfig) -> BuildResult:
     """Pick per partition, plan once, shards per shard; each pass skips what is done."""
-    executor = make_executor(cfg.executor, ray_address=cfg.ray_address, workers=cfg.workers or None,
-                             retries=cfg.retries, show_progress=cfg.progress)
+    executor = executor_for(cfg)
     result = BuildResult()
 
     result.reports.append(executor.run(PickStage(), work))

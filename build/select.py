@@ -42,7 +42,7 @@ from lait.build.sample import UID_DTYPE, array_to_uids
 from lait.build.shards import ShardStage, finish_shard_dir, shard_files, write_stats
 from lait.config import ConfigError
 from lait.drivers import open_work_dir
-from lait.executor import make_executor
+from lait.executor import executor_for
 from lait.stage import run_global_step
 from lait.fingerprint import Fingerprint, global_fingerprint
 from lait.lock import LOCAL_FILE, REMOTE_FILE, locked_output
@@ -199,8 +199,7 @@ def select_into(work: WorkDir, out: storage.Location, cfg: SelectConfig) -> Sele
     run_global_step(state, Fingerprint(PLAN_STAGE, 1, {"selection": selection}, {}), plan, label="select")
     counts = state.markers(PLAN_STAGE)[0]["counts"]
     log.info("select: %d of %d pool samples chosen", counts["selected"], counts["pool"])
-    executor = make_executor(cfg.executor, ray_address=cfg.ray_address, workers=cfg.workers or None,
-                             retries=cfg.retries, show_progress=cfg.progress)
+    executor = executor_for(cfg)
     stage = ShardStage(cfg.image_options(), cfg.regions, source=work.url, out=str(out))
     result = SelectResult([executor.run(stage, state)])
     if not result.ok:

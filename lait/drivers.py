@@ -8,7 +8,7 @@ from pathlib import Path
 
 from lait import storage
 from lait.config import Config, ConfigError, StageConfig
-from lait.executor import make_executor
+from lait.executor import executor_for
 from lait.stage import RunReport
 from lait.lock import locked
 from lait.parts import WorkDir
@@ -79,8 +79,7 @@ def run_stage(stage: Stage, cfg: StageConfig, command: str) -> RunReport:
     directory's lock, and record the run's settings and what it redid."""
     work = open_work_dir(cfg.work)
     with locked(work, f"lait {command}"):
-        executor = make_executor(cfg.executor, ray_address=cfg.ray_address, workers=cfg.workers or None,
-                                 retries=cfg.retries, show_progress=cfg.progress, force=cfg.force)
+        executor = executor_for(cfg)
         report = executor.run(stage, work)
         record_run(work, command, cfg, [report])
     return report

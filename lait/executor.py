@@ -15,6 +15,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from lait import errors
+from lait.config import ConfigError
 from lait.log import progress
 from lait.parts import WorkDir
 from lait.fingerprint import Fingerprint
@@ -144,3 +145,16 @@ def make_executor(name: str = "local", *, ray_address: str | None = None, **kwar
 
         return RayExecutor(address=ray_address, **kwargs)
     raise ValueError(f"unknown executor {name!r}: choose from {EXECUTORS}")
+
+
+def executor_for(cfg: Any, **overrides: Any) -> Any:
+    """The executor a command's config names (`lait.config.StageConfig`: executor, ray_address,
+    workers, retries, progress, force), for every command that runs a stage; `overrides` are
+    the few things a command decides itself (scoring's spawned workers)."""
+    kwargs: dict[str, Any] = {"workers": cfg.workers or None, "retries": cfg.retries, "show_progress": cfg.progress,
+                              "force": cfg.force, "ray_address": cfg.ray_address}
+    kwargs.update(overrides)
+    try:
+        return make_executor(cfg.executor, **kwargs)
+    except ValueError as exc:  # an unknown --executor
+        raise ConfigError(str(exc)) from None

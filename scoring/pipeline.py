@@ -16,9 +16,9 @@ import os
 
 from lait import storage
 from lait.drivers import open_work_dir, record_run
+from lait.executor import executor_for
 from lait.fingerprint import global_fingerprint
 from lait.lock import locked
-from lait.config import ConfigError
 from lait.stage import RunReport, run_global_step
 from lait.parts import WorkDir
 from lait.scoring.config import ScoreConfig
@@ -45,18 +45,9 @@ def preflight(cfg: ScoreConfig) -> None:
 def make_stage_executor(cfg: ScoreConfig, workers: int | None = None):
     """The configured executor. Several local scoring processes are spawned, not forked: this
     process has torch (and its OpenMP pool) initialised, which a forked child can hang on."""
-    from lait.executor import make_executor
-
     n = workers or cfg.workers or os.cpu_count() or 1
-    kwargs = {"workers": n, "retries": cfg.retries, "show_progress": cfg.progress, "force": cfg.force}
-    if cfg.executor == "local":
-        kwargs["start_method"] = "spawn" if n > 1 else "fork"
-    else:
-        kwargs["ray_address"] = cfg.ray_address
-    try:
-        return make_executor(cfg.executor, **kwargs)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    local = {"start_method": "spawn" if n > 1 else "fork"} if cfg.executor == "local" else {}
+    return executor_for(cfg, workers=n, **local)
 
 
 def score_work(cfg: ScoreConfig) -> RunReport:
