@@ -36,7 +36,7 @@ from lait.config import ConfigError, StageConfig, setting
 from lait.memory import media_heap
 from lait.parts import helper_thread
 from lait.reasons import fetch_rule
-from lait.stage import Filter, KeepResult, PartContext, Stage
+from lait.stage import Filter, KeepResult, PartContext, Stage, first_rejection
 from lait.filters.image_decode import (ImageHeader, ImageRejected, decode_small, encode_for_storage,
                                   open_image, sniff)
 
@@ -325,10 +325,9 @@ class ImageFilterStage(Stage):
         if sniffed:
             raise ImageRejected(*sniffed)
         header = open_image(data, max_pixels=cfg.max_pixels)
-        for rule in rules:
-            verdict = rule.keep(header)
-            if verdict is not True:
-                raise ImageRejected(rule.name, verdict[1] if isinstance(verdict, tuple) else "")
+        dropped = first_rejection(rules, header)
+        if dropped is not None:
+            raise ImageRejected(dropped[0].name, dropped[1] or "")
         preview = decode_small(header)
         small = preview.image
         flagged, detail = classifier.judge(preview)

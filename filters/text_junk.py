@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from lait.stage import Filter, KeepResult
+from lait.stage import Filter, KeepResult, RegexFilter
 
 # -- credits and bylines -------------------------------------------------------------------
 
@@ -180,14 +180,12 @@ _PROMO = re.compile(
     r"|^get\b.{0,60}\bfor free\b|^get (?:started|the recipe|the app|yours|your free|it now)\b)", re.I)
 
 
-class PromoFilter(Filter):
+class PromoFilter(RegexFilter):
     """Cookie notices, newsletter and subscription prompts, advertising and legal lines."""
 
     name = "promo"
-
-    def keep(self, c) -> KeepResult:
-        m = _PROMO.search(c.text)
-        return m is None or (False, m.group(0)[:40])
+    pattern = _PROMO
+    detail_chars = 40
 
 
 # -- navigation and interface text ----------------------------------------------------------
@@ -205,15 +203,15 @@ _NAVIGATION = re.compile(
     r"|^(?:save|print|download|edit|submit|cancel|reset|zoom in|zoom out|expand|collapse)(?:\s+\w+)?$", re.I)
 
 
-class NavigationFilter(Filter):
+class NavigationFilter(RegexFilter):
     """Navigation, read-more prompts and interface labels."""
 
     name = "navigation"
+    pattern = _NAVIGATION
+    detail_chars = 40
 
-    def keep(self, c) -> KeepResult:
-        text = c.text.strip().rstrip(":.!…?").strip()
-        m = _NAVIGATION.search(text)
-        return m is None or (False, m.group(0)[:40])
+    def text_of(self, c) -> str:
+        return c.text.strip().rstrip(":.!…?").strip()
 
 
 # -- markup and placeholder text -------------------------------------------------------------

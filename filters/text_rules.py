@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from lait.stage import Filter, KeepResult
+from lait.stage import Filter, KeepResult, RegexFilter, first_rejection
 
 # Abbreviations that end with a dot inside a sentence.
 _ABBREV = re.compile(r"\b(?:Mr|Mrs|Ms|Dr|Prof|Sr|Jr|St|Mt|vs|etc|No|Fig|Figs|Inc|Ltd|Co|Corp|Gen|Gov|"
@@ -113,20 +113,17 @@ class LetterShareFilter(Filter):
         return share >= self.min_share or (False, f"{share:.2f} letters < {self.min_share}")
 
 
-class UrlFilter(Filter):
+class UrlFilter(RegexFilter):
     name = "url"
-
-    def keep(self, c: Candidate) -> KeepResult:
-        m = _URL.search(c.text)
-        return m is None or (False, m.group(0))
+    pattern = _URL
 
 
-class FileNameFilter(Filter):
+class FileNameFilter(RegexFilter):
     name = "filename"
+    pattern = _FILENAME
 
-    def keep(self, c: Candidate) -> KeepResult:
-        m = _FILENAME.search(c.text.strip())
-        return m is None or (False, m.group(0))
+    def text_of(self, c: Candidate) -> str:
+        return c.text.strip()
 
 
 class BoilerplateFilter(Filter):
@@ -228,10 +225,8 @@ class TextRules:
 
     def _judge(self, text: str) -> Verdict:
         c = Candidate(text, "", "", "")
-        for rule in self.rules:
-            kept = rule.keep(c)
-            ok, detail = (kept, None) if isinstance(kept, bool) else kept
-            if not ok:
-                return Verdict(rule.name, detail, c.lang)
+        dropped = first_rejection(self.rules, c)
+        if dropped is not None:
+            return Verdict(dropped[0].name, dropped[1], c.lang)
         return Verdict(None, None, c.lang)
 

@@ -6,19 +6,21 @@ through a `PartContext`, which owns the output parts, the `rejected/` part and t
 so every stage gets atomic outputs, reasons for every drop and a stats funnel for free.
 
 A row is dropped in one of two ways, both ending in `PartContext.reject` with a reason
-registered in `lait.reasons`: a `Filter` applied with `PartContext.apply_filters`, or, for a
-rule that is not a test of one record, a call to `reject` (deep inside a decoder, a `Rejected`
-exception carries the rule up to the loop that calls it).
+registered in `lait.reasons`: the first of a list of `Filter`s that drops a record
+(`first_rejection`, which reads every `keep` result the one way), or, for a rule that is not a
+test of one record, a call to `reject` (deep inside a decoder, a `Rejected` exception carries
+the rule up to the loop that calls it).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -39,14 +41,46 @@ KeepResult = bool | tuple[bool, str]
 class Filter(ABC):
     """A rule that keeps a record or names why it drops it.
 
-    `keep` returns True, or `(False, detail)`; the drop is recorded as `STAGE/NAME` with the
-    detail, by `PartContext.apply_filters`.
+    `keep` returns True, or `(False, detail)`; `first_rejection` reads it, and the stage records
+    the drop as `STAGE/NAME` with the detail (`PartContext.reject`).
     """
 
     name: ClassVar[str]
 
     @abstractmethod
     def keep(self, record: Any) -> KeepResult: ...
+
+
+class RegexFilter(Filter):
+    """A rule that drops a record whose text matches `pattern`; the detail is the match (its
+    first `detail_chars` characters when set). `text_of` picks the text (default: `.text`)."""
+
+    pattern: ClassVar[re.Pattern[str]]
+    detail_chars: ClassVar[int | None] = None
+
+    def text_of(self, record: Any) -> str:
+        return record.text
+
+    def keep(self, record: Any) -> KeepResult:
+        m = self.pattern.search(self.text_of(record))
+        return m is None or (False, m.group(0)[: self.detail_chars])
+
+
+def read_verdict(result: KeepResult) -> tuple[bool, str | None]:
+    """A `Filter.keep` result as (kept, detail): True, False, or a `(kept, detail)` pair."""
+    if isinstance(result, tuple):
+        kept, detail = result
+        return bool(kept), detail
+    return bool(result), None
+
+
+def first_rejection(filters: Sequence[Filter], record: Any) -> tuple[Filter, str | None] | None:
+    """The first filter that drops `record`, with its detail; None when every filter keeps it."""
+    for f in filters:
+        kept, detail = read_verdict(f.keep(record))
+        if not kept:
+            return f, detail
+    return None
 
 
 class Rejected(Exception):
@@ -120,22 +154,6 @@ class PartContext:
 
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name if "/" in name else f"{self.stage}/{name}"] += n
-
-    def apply_filters(self, records: Iterable[Any], filters: Sequence[Filter], *,
-                      ids: Any = None) -> Iterator[Any]:
-        """Yield the records every filter keeps; route the others to `rejected/`.
-
-        `ids(record)` gives the `image_url`, `page_url` and `text` columns of a reject.
-        """
-        for record in records:
-            for f in filters:
-                verdict = f.keep(record)
-                ok, detail = (verdict, None) if isinstance(verdict, bool) else verdict
-                if not ok:
-                    self.reject(f.name, detail=detail, **(ids(record) if ids else {}))
-                    break
-            else:
-                yield record
 
     def close(self) -> dict[str, Any]:
         """Finish every output part; returns the task's stats."""

@@ -75,7 +75,7 @@ def _rules_in(tree: ast.AST) -> set[str]:
             name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
             if name in DROP_CALLS:
                 found |= _strings(node.args[0])
-        elif isinstance(node, ast.ClassDef) and any(getattr(b, "id", "") == "Filter" for b in node.bases):
+        elif isinstance(node, ast.ClassDef) and any(getattr(b, "id", "") in ("Filter", "RegexFilter") for b in node.bases):
             for stmt in node.body:
                 if isinstance(stmt, ast.Assign) and [getattr(t, "id", "") for t in stmt.targets] == ["name"]:
                     found |= _strings(stmt.value)

@@ -1,0 +1,60 @@
+"""One way each (issue 37): the things lait had written by hand in several places, each drifting
+from the others, now have one definition; these scans keep callers from growing their own."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ("lait", "crawler", "filters", "scoring", "build", "train")
+
+
+def modules(*roots: str) -> dict[str, ast.AST]:
+    return {str(p.relative_to(REPO)): ast.parse(p.read_text(), str(p))
+            for root in roots for p in sorted((REPO / root).rglob("*.py"))}
+
+
+def calls(tree: ast.AST, name: str) -> int:
+    """Calls of `name(...)` or `x.name(...)` in a module."""
+    return sum(1 for n in ast.walk(tree) if isinstance(n, ast.Call) and (
+        getattr(n.func, "attr", None) == name or getattr(n.func, "id", None) == name))
+
+
+def where_called(name: str, roots: tuple[str, ...] = PACKAGES) -> list[str]:
+    return sorted(path for path, tree in modules(*roots).items() if calls(tree, name))
+
+
+def test_filter_verdicts_are_read_in_one_place():
+    # `keep` results are read by `lait.stage.first_rejection` only (stages call that).
+    assert where_called("keep") == ["lait/stage.py"]
+
+
+def test_executors_are_made_from_a_config_in_one_place():
+    assert where_called("make_executor") == ["lait/executor.py"]
+
+
+def test_global_steps_run_through_one_runner():
+    # Fingerprint check, cause line, clear, run, marker: `lait.stage.run_global_step`.
+    assert where_called("global_step_cause") == ["lait/stage.py"]
+    assert where_called("run_global_step") == ["build/pipeline.py", "build/select.py", "scoring/pipeline.py"]
+
+
+def test_the_trainer_is_set_up_in_one_place():
+    assert where_called("Trainer") == []  # constructed by `Trainer.for_run` (a classmethod: `cls(...)`)
+    assert where_called("for_run") == ["train/finetune.py", "train/pretrain.py"]
+
+
+def test_tests_import_their_data_builders_from_the_test_kit():
+    # Loading a helper module by file path (a copy per test file) is how the loaders drifted;
+    # the two left load a `conftest.py`, which pytest itself owns.
+    for path, tree in modules("tests").items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "spec_from_file_location":
+                assert "conftest" in ast.unparse(node), f"{path}: {ast.unparse(node)}"
+
+
+def test_train_uses_absolute_imports_like_the_rest_of_lait():
+    relative = [f"{path}:{n.lineno}" for path, tree in modules(*PACKAGES).items() for n in ast.walk(tree)
+                if isinstance(n, ast.ImportFrom) and n.level]
+    assert relative == []
