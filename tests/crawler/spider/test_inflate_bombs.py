@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import os
 import subprocess
+import sys
 import threading
 
 import pytest
@@ -136,3 +137,30 @@ def test_a_tdmrep_bomb_reserves_nothing(bombed, host):
     assert pages[base + "/"]["html"] and pages[base + "/a.html"]["html"]
     images = {r["image_url"]: r for r in work.read("images").to_pylist()}
     assert images[base + "/pic.jpg"]["error"] is None
+
+
+def test_lait_download_is_bounded_the_same(tmp_path, helpers):
+    """`lait download` fetches with the crawl's fetcher: a list's images on a host whose
+    robots.txt is a bomb are refused with a row, those on a host whose tdmrep.json is one are
+    fetched, and no process of the download grows past 512 MiB."""
+    from lait.testkit.server import SiteServer
+
+    robots, tdmrep = _BombHost("/robots.txt", brotli_bomb(), "br"), \
+        _BombHost("/.well-known/tdmrep.json", gzip_gzip_bomb(), "gzip, gzip")
+    with SiteServer(robots) as a, SiteServer(tdmrep) as b:
+        (tmp_path / "list.csv").write_text(f"url,caption\n{a.url}/pic.jpg,one\n{b.url}/pic.jpg,two\n")
+        cmd = [sys.executable, "-m", "lait", "download", str(tmp_path / "list.csv"), "--out",
+               str(tmp_path / "w"), "--allow-loopback", "--processes", "1", "--retries", "0",
+               "--no-progress", "--log-level", "WARNING"]
+        proc = subprocess.Popen(cmd, env=helpers.crawler_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        stderr = proc.stderr.read()
+        _, status, usage = os.wait4(proc.pid, 0)  # the largest of it and its fetcher process
+    assert os.waitstatus_to_exitcode(status) == 0, stderr.decode(errors="replace")[-3000:]
+    assert usage.ru_maxrss < RSS_LIMIT_KIB, f"peak RSS {usage.ru_maxrss // 1024} MiB"
+    work = WorkDir(tmp_path / "w")
+    rejected = {(r["reason"], r["image_url"] or r["page_url"]) for r in work.read("rejected").to_pylist()}
+    assert ("crawl/decompression_bomb", a.url + "/robots.txt") in rejected
+    assert ("crawl/decompression_bomb", b.url + "/.well-known/tdmrep.json") in rejected
+    assert ("crawl/robots_unreachable", a.url + "/pic.jpg") in rejected
+    images = {r["image_url"]: r for r in work.read("images").to_pylist()}
+    assert images[b.url + "/pic.jpg"]["error"] is None
