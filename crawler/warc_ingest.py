@@ -374,6 +374,7 @@ def _ingest_all(paths: list[str | Path], work: WorkDir, opts: IngestOptions, *, 
                 show_progress: bool) -> list[FileReport]:
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
+    from lait import lifeline
     from lait.log import progress
 
     work.clean_temp()
@@ -389,7 +390,7 @@ def _ingest_all(paths: list[str | Path], work: WorkDir, opts: IngestOptions, *, 
                 reports[p] = ingest_file(p, work.url, opts)
                 bar.update(sizes[p])
         else:
-            with ProcessPoolExecutor(min(workers, len(unique))) as pool:
+            with ProcessPoolExecutor(min(workers, len(unique)), **lifeline.pool_kwargs()) as pool:
                 futures = {pool.submit(ingest_file, p, work.url, opts): p for p in unique}
                 for fut in as_completed(futures):
                     p = futures[fut]

@@ -14,6 +14,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+from lait import lifeline
 from lait.log import progress
 from lait.parts import WorkDir
 from lait.fingerprint import Fingerprint
@@ -82,7 +83,7 @@ class LocalExecutor:
         queue = list(pending)
         ctx = multiprocessing.get_context(self.start_method)
         while queue:
-            with ProcessPoolExecutor(self.workers, mp_context=ctx) as pool:
+            with ProcessPoolExecutor(self.workers, mp_context=ctx, **lifeline.pool_kwargs()) as pool:
                 futures: dict[Future, int] = {}
                 broken = False
                 while (queue or futures) and not broken:
