@@ -1,6 +1,6 @@
 """Issue 29: kill -9 of a command's parent process alone, then the same command again.
 
-`lait crawl` and `lait filter` on the built-in local web are killed (SIGKILL, the parent only)
+`lait crawl`, `lait download` and `lait filter` on the built-in local web are killed (SIGKILL, the parent only)
 at two moments each; no process of the run may be left a few seconds later, and the rerun
 must end as an undisturbed run does: the same rows, no URL twice, no orphan temporary files.
 Before, the crawler subprocess crawled on beside the rerun (4,977 page rows for 3,000 pages)
@@ -198,3 +198,51 @@ def test_filter_parent_killed_then_rerun(filtered, tmp_path, moment):
     assert len(ok) == len(set(ok))
     assert (ok, rejected, done) == expected
     assert not list(out.rglob(".tmp-*"))
+
+
+@pytest.fixture(scope="module")
+def photo_list(tmp_path_factory):
+    """A URL list of 60 small images on a slow loopback host, and the undisturbed download."""
+    from lait.testkit.photos import PhotoServer, PhotoSite
+
+    jpeg = b"\xff\xd8\xff\xe0" + b"\0" * 64
+    files = {f"/img/{i}.jpg": jpeg + bytes([i]) for i in range(60)}
+    tmp = tmp_path_factory.mktemp("download")
+    with PhotoServer(PhotoSite(files, delay=0.05)) as srv:
+        path = tmp / "list.csv"
+        path.write_text("url,caption\n" + "".join(f"{srv.url}{p},photo {p}\n" for p in files))
+        done = lait(*download_args(path, tmp / "w"))
+        assert done.returncode == 0, done.stderr[-3000:]
+        yield path, download_outcome(tmp / "w")
+
+
+def download_args(path: Path, out: Path) -> list[str]:
+    return ["download", str(path), "--out", str(out), "--allow-loopback", "--no-autothrottle", "--per-domain",
+            "2", "--processes", "2", "--n-partitions", "4", "--part-seconds", "0.3", "--no-progress",
+            "--log-level", "WARNING"]
+
+
+def download_outcome(out: Path) -> tuple[Counter, Counter]:
+    work = WorkDir(out)
+    return (Counter(work.read("url_list", columns=["image_url"]).column("image_url").to_pylist()),
+            Counter(work.read("images", columns=["image_url"]).column("image_url").to_pylist()))
+
+
+@pytest.mark.parametrize("moment", ["early", "late"])
+def test_download_parent_killed_then_rerun(photo_list, tmp_path, moment):
+    path, expected = photo_list
+    assert len(expected[1]) == 60
+    out = tmp_path / "w"
+    work = WorkDir(out)
+    at = 3 if moment == "early" else 40
+
+    def fetched() -> bool:
+        return (out / "lait.json").exists() and bool(work.partitions("images")) and work.count("images") >= at
+
+    parent, children = kill_parent_when([sys.executable, "-m", "lait", *download_args(path, out)], fetched)
+    assert len(children) >= 2, "the download had no fetcher processes"
+    assert work.count("images") < 60, "killed after the download was done"
+    again = lait(*download_args(path, out))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert download_outcome(out) == expected
+    no_temp_left(out, parent)
