@@ -24,7 +24,7 @@ from lait.build.aggregate import PLAN_TAG, plan_build
 from lait.build.config import BuildConfig
 from lait.build.pick import PickStage
 from lait.build.shards import ShardStage, finish_shard_dir, shard_files, write_stats
-from lait import storage
+from lait import lifeline, storage
 from lait.drivers import open_work_dir, record_run
 from lait.fingerprint import Fingerprint, global_fingerprint
 from lait.lock import locked
@@ -235,7 +235,7 @@ def plan_in_child(cfg: BuildConfig) -> dict[str, Any]:
     """
     if "fork" not in multiprocessing.get_all_start_methods():
         return _plan(cfg)
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"), **lifeline.pool_kwargs()) as pool:
         try:
             return pool.submit(_plan, cfg).result()
         except BrokenProcessPool as exc:

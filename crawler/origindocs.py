@@ -7,7 +7,10 @@ or fetched now through the engine, so the fetch passes the same middlewares (add
 host health, redirects) and counts in its host's share of the downloader. Every host a request
 goes to gets its document, image hosts included: the fetch carries ``allow_offsite``.
 
-Each fetch reads at most `max_bytes` (the download stops there and keeps what it read), is not
+Each fetch reads at most `max_bytes` (the download stops there and keeps what it read), and
+a compressed body (gzip, deflate, br, zstd: whatever Scrapy decodes) inflates to at most
+`max_bytes` too (`InflateLimitMiddleware`): past that it is a decompression bomb, written to
+``rejected/`` as ``crawl/decompression_bomb`` and judged by `verdict_from_bomb`. A fetch is not
 retried on the spot (a verdict from a failure expires after ``LAIT_ORIGIN_RETRY_SECONDS``, and
 the next request to that origin fetches again), and a stop of the crawl passes through to the
 waiting requests without leaving a verdict behind.
@@ -27,6 +30,8 @@ from scrapy.utils.httpobj import urlparse_cached
 from twisted.internet import defer
 
 from lait.crawler.hosts import CrawlInterrupted
+from lait.crawler.items import RejectedItem
+from lait.crawler.reasons import DECOMPRESSION_BOMB
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +53,43 @@ def _stop_at_limit(data: bytes, request, spider=None) -> None:
     request.meta["_lait_bytes_seen"] = seen
     if seen >= limit:
         raise StopDownload(fail=False)
+
+
+def is_decompression_bomb(exc: BaseException) -> bool:
+    """Whether a failed download is Scrapy's HttpCompressionMiddleware refusing a body that
+    inflated past its limit (it raises a plain IgnoreRequest; its message says so)."""
+    return "during decompression" in str(exc)
+
+
+class InflateLimitMiddleware:
+    """Downloader middleware just above Scrapy's HttpCompressionMiddleware (590): every body
+    inflates to a bounded size.
+
+    Scrapy bounds decompression by the request's ``download_maxsize`` meta (else
+    ``DOWNLOAD_MAXSIZE``), the same key that bounds the raw download. A document request sets it
+    to 0, so that a robots.txt longer than its limit is cut, not refused; left at 0 it would
+    let 1.6 KB of brotli inflate to gigabytes. Responses reach this middleware before they are
+    decompressed (process_response runs from the highest order down), so the limit set here
+    counts decompressed bytes: a document's own `max_bytes`, and for any other request whose
+    limit is 0, ``LAIT_INFLATE_MAXSIZE``.
+    """
+
+    def __init__(self, fallback: int):
+        self.fallback = fallback
+        self.default = 0
+
+    @classmethod
+    def from_crawler(cls, crawler):
+        mw = cls(crawler.settings.getint("LAIT_INFLATE_MAXSIZE", 64 << 20))
+        mw.default = crawler.settings.getint("DOWNLOAD_MAXSIZE")
+        return mw
+
+    def process_response(self, request, response, spider=None):
+        if not response.headers.get("Content-Encoding"):
+            return response
+        limit = request.meta.get(MAX_BYTES_META) or request.meta.get("download_maxsize", self.default)
+        request.meta["download_maxsize"] = limit or self.fallback
+        return response
 
 
 class OriginDocumentMiddleware:
@@ -119,6 +161,8 @@ class OriginDocumentMiddleware:
         except CrawlInterrupted:
             raise
         except Exception as exc:  # the download failed: no answer at all
+            if is_decompression_bomb(exc):
+                return await self._bomb(request, exc)
             self.stats.inc_value(f"crawl/{self.name}_failed")
             log.info("%s of %s: %s: %s", self.path, origin, type(exc).__name__, exc)
             return self.verdict_from_failure(exc)
@@ -127,7 +171,25 @@ class OriginDocumentMiddleware:
         body = response.body[:self.max_bytes]
         return self.verdict_from_response(response, body)
 
+    async def _bomb(self, request, exc: Exception) -> tuple[Any, float | None]:
+        """A document that inflated past `max_bytes`: one row in rejected/, and its verdict."""
+        verdict, ttl = self.verdict_from_bomb(str(exc))
+        self.stats.inc_value(f"crawl/{self.name}_bomb")
+        self.stats.inc_value("crawl/decompression_bomb")
+        log.warning("%s: decompression bomb (%s)", request.url, self.bomb_consequence)
+        item = RejectedItem(DECOMPRESSION_BOMB, page_url=request.url,
+                            detail=f"{self.name}: inflates past {self.max_bytes} bytes; "
+                                   f"{self.bomb_consequence}")
+        await self.crawler.engine.scraper.start_itemproc_async(item, response=None)
+        return verdict, ttl
+
     # -- what subclasses define ----------------------------------------------------------------
+    bomb_consequence = "ignored"
+
+    def verdict_from_bomb(self, why: str) -> tuple[Any, float | None]:
+        """The verdict of a document that inflated past `max_bytes` (a decompression bomb)."""
+        raise NotImplementedError
+
     def verdict_from_response(self, response, body: bytes) -> tuple[Any, float | None]:
         raise NotImplementedError
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 HOST_DOWN = "crawl/host_down"
 ROBOTS_UNREACHABLE = "crawl/robots_unreachable"
 TDM_RESERVED = "crawl/tdm_reserved"
+DECOMPRESSION_BOMB = "crawl/decompression_bomb"
 
 # Error strings of pages/ and images/ rows (beside status_N, noai, ...): fetched, not kept.
 ERROR_TDM_RESERVED = "tdm_reserved"

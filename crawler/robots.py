@@ -9,6 +9,9 @@ every origin (scheme, host, port) a request goes to, page and image hosts alike:
   apply, else the ``*`` group (Protego's matching); they hold for 24 hours (2.4);
 - redirects are followed (up to ``REDIRECT_MAX_TIMES``); a robots.txt that is unavailable
   (4xx, too many redirects) allows everything (2.3.1.3);
+- a decompression bomb (a gzip, deflate, br or zstd body inflating past `MAX_BYTES`) cannot be
+  read: it counts as unreachable for 24 hours (disallow all), and is a
+  ``crawl/decompression_bomb`` row of ``rejected/``;
 - unreachable (5xx, timeout, refused, DNS failure, any other failed download) disallows
   everything (2.3.1.4): requests are refused as ``crawl/robots_unreachable``, and the next
   request to that origin after ``LAIT_ORIGIN_RETRY_SECONDS`` asks again. A host that was marked
@@ -102,6 +105,13 @@ class RobotsTxtMiddleware(OriginDocumentMiddleware):
         if verdict.unreachable:
             return verdict, self.retry_after
         return verdict, ttl
+
+    bomb_consequence = "unreadable: disallow all (RFC 9309 2.3.1.4)"
+
+    def verdict_from_bomb(self, why):
+        # Not a cut robots.txt whose head can be read (2.5): a body built to exhaust memory,
+        # whose first 500 KiB say nothing. Held for a day, so a crawl asks for it once.
+        return RobotsVerdict(unreachable=f"decompression bomb: {why}"), RULES_TTL
 
     def verdict_from_failure(self, exc):
         if isinstance(exc, IgnoreRequest) and "max redirections" in str(exc):

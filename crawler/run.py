@@ -10,9 +10,12 @@ flight are cancelled (their requests go back to the queue), what was fetched is 
 one line says how to resume, and the process exits 0; a second signal stops it at once (exit
 1; the rows of open parts are lost, as after a kill, and a resume fetches them again). The
 crawler runs in its own session, so a Ctrl-C on a terminal reaches `crawl`'s process only,
-which passes it on once. The same spider runs from the
-repository root as ``scrapy crawl lait -a seeds=seeds.txt -a out=work/`` (any `CrawlConfig`
-field can be given with `-a NAME=VALUE`, lists comma-separated, or `-a config=crawl.yaml`).
+which passes it on once. A `crawl` process that is killed takes its crawlers with it
+(`lait.lifeline`); they hold the work directory's lock with it until they are gone.
+
+The same spider runs from the repository root as ``scrapy crawl lait -a seeds=seeds.txt -a
+out=work/`` (any `CrawlConfig` field can be given with `-a NAME=VALUE`, lists comma-separated,
+or `-a config=crawl.yaml`).
 """
 
 from __future__ import annotations
@@ -30,9 +33,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lait import errors
+from lait import errors, lifeline
 from lait.config import ConfigError
-from lait.lock import child_env
+from lait.lock import child_env, lock_fds
 from lait.crawler.config import CrawlConfig, FetchConfig, ImageFetchConfig, scrapy_settings
 
 log = logging.getLogger(__name__)
@@ -71,6 +74,8 @@ def crawl(cfg: CrawlConfig, *, timeout: float | None = None, quiet: bool = False
     work = open_work_dir(cfg.out, create=True, n_partitions=cfg.n_partitions or None)
     # Crawlers sharing one Redis frontier (one per machine) are one crawl: the lock is shared.
     with locked(work, "lait crawl", shared=bool(cfg.redis_url)):
+        if not cfg.redis_url:  # crawlers sharing a Redis frontier may be writing right now
+            work.clean_temp()  # parts a killed crawl left unfinished
         work.write_config("crawl", cfg.to_yaml())
         return _crawl_subprocesses([cfg], work, timeout=timeout, quiet=quiet)[0]
 
@@ -88,6 +93,7 @@ def fetch_images(cfg: ImageFetchConfig, *, processes: int = 1, timeout: float | 
     from lait.parts import WorkDir
 
     cfg.validate()
+    WorkDir(cfg.out).clean_temp()
     n = max(1, processes)
     shares = [cfg.replace(share=[i, n], concurrency=max(1, -(-cfg.concurrency // n))) for i in range(n)] \
         if n > 1 else [cfg]
@@ -126,7 +132,8 @@ def _crawl_subprocesses(cfgs: list[FetchConfig], work: Any, *, timeout: float | 
     # The subprocess's config and stats are local files even when the work directory is remote
     # (as Scrapy's JOBDIR is); it inherits this environment, storage settings included, and the
     # right to write into the work directory whose lock this process holds.
-    with tempfile.TemporaryDirectory(prefix="lait-crawl-") as tmp:
+    _remove_orphan_temp()
+    with tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp:
         cmds, stats_paths = [], []
         for i, cfg in enumerate(cfgs):
             config_path, stats_path = Path(tmp) / f"crawl-{i}.yaml", Path(tmp) / f"stats-{i}.json"
@@ -134,7 +141,7 @@ def _crawl_subprocesses(cfgs: list[FetchConfig], work: Any, *, timeout: float | 
             cmds.append([sys.executable, "-m", "lait.crawler.run", str(config_path), "--stats-json",
                          str(stats_path), "--spider", spider])
             stats_paths.append(stats_path)
-        env = child_env(work)
+        env = lifeline.child_env(child_env(work))
         repo = str(Path(__file__).resolve().parents[1])
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [repo, env.get("PYTHONPATH")]))
         if isinstance(cfgs[0], CrawlConfig):
@@ -151,11 +158,28 @@ def _crawl_subprocesses(cfgs: list[FetchConfig], work: Any, *, timeout: float | 
         return stats
 
 
+TEMP_PREFIX = "lait-crawl-"
+
+
+def _remove_orphan_temp() -> None:
+    """Remove the temporary folders (configs, stats) of `crawl` processes that were killed:
+    ``lait-crawl-<pid>-*`` whose pid no longer runs."""
+    import shutil
+
+    root = Path(tempfile.gettempdir())
+    for path in root.glob(f"{TEMP_PREFIX}*-*"):
+        pid = path.name[len(TEMP_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not lifeline.alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def _run_crawlers(cmds: list[list[str]], env: dict, timeout: float | None, quiet: bool) -> list[int]:
     """Run crawler processes side by side, each in its own session, passing SIGINT/SIGTERM on
-    to every one; their exit statuses."""
+    to every one; their exit statuses. Each holds the work directory's lock with this process
+    (its descriptor is passed on) and dies with it."""
     out = subprocess.DEVNULL if quiet else None
-    procs = [subprocess.Popen(cmd, env=env, stdout=out, stderr=out, start_new_session=True) for cmd in cmds]
+    procs = [subprocess.Popen(cmd, env=env, stdout=out, stderr=out, start_new_session=True,
+                              pass_fds=lock_fds()) for cmd in cmds]
     previous = {}
     if threading.current_thread() is threading.main_thread():
         def forward(signum, frame):
@@ -225,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="lait: a crawl (CrawlConfig); images: the images a work directory "
                              "references (ImageFetchConfig)")
     args = parser.parse_args(argv)
+    lifeline.die_with_parent()  # a killed `lait crawl` takes its crawlers with it
     os.environ.setdefault("SCRAPY_SETTINGS_MODULE", "lait.crawler.settings")
     from scrapy.crawler import CrawlerProcess
     from scrapy.utils.project import get_project_settings

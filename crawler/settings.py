@@ -42,6 +42,8 @@ DOWNLOAD_TIMEOUT = 30
 DOWNLOAD_MAXSIZE = 10 * 1024 * 1024
 DOWNLOAD_WARNSIZE = 0
 LAIT_IMAGE_MAXSIZE = 20 * 1024 * 1024
+# A compressed body inflates to at most its request's size limit; where that is 0, to this.
+LAIT_INFLATE_MAXSIZE = 64 * 1024 * 1024
 RETRY_ENABLED = True
 RETRY_TIMES = 2
 REDIRECT_MAX_TIMES = 5
@@ -64,6 +66,9 @@ DOWNLOADER_MIDDLEWARES = {
     "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware": None,
     "lait.crawler.robots.RobotsTxtMiddleware": 100,
     "lait.crawler.tdmrep.TdmRepMiddleware": 110,
+    # Responses pass it before Scrapy's HttpCompressionMiddleware (590) decodes them: it bounds
+    # every decompression (robots.txt and tdmrep.json included) by decompressed bytes.
+    "lait.crawler.origindocs.InflateLimitMiddleware": 595,
     # Responses pass it before Scrapy's RedirectMiddleware (600): a loop becomes a row.
     "lait.crawler.redirects.RedirectLoopMiddleware": 610,
 }

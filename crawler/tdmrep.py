@@ -9,7 +9,8 @@ TDMRep has three carriers; lait reads all of them and records what they reserve 
   robots.txt (``*`` any characters, a final ``$`` anchors the end, otherwise a prefix). A
   request the file reserves is not sent. A missing, unreadable or unreachable file reserves
   nothing (the other carriers still apply); an unreachable one is asked again after
-  ``LAIT_ORIGIN_RETRY_SECONDS``;
+  ``LAIT_ORIGIN_RETRY_SECONDS``; a decompression bomb (inflating past `MAX_BYTES`) is a
+  ``crawl/decompression_bomb`` row of ``rejected/`` and reserves nothing;
 - the ``tdm-reservation`` response header, on pages and images, and the
   ``<meta name="tdm-reservation" content="1">`` tag of a page, both read with
   `lait.pagereader.tdm_reservation` by the spider: a reserved response is not kept (error
@@ -112,6 +113,11 @@ class TdmRepMiddleware(OriginDocumentMiddleware):
         if response.status >= 500:
             return [], self.retry_after
         return [], None
+
+    bomb_consequence = "unreadable: reserves nothing"
+
+    def verdict_from_bomb(self, why):
+        return [], None  # unreadable, and asked once: another fetch would be another bomb
 
     def verdict_from_failure(self, exc):
         return [], self.retry_after

@@ -432,6 +432,42 @@ def _unbrotli(data: bytes, limit: int | None) -> bytes:
     return b"".join(out)
 
 
+def _zstd_module():
+    """The zstd module Scrapy decodes with (Python 3.14's, else the backport); LookupError
+    where neither is installed, as for any coding lait does not know."""
+    try:
+        from compression import zstd  # type: ignore[import-not-found]
+    except ImportError:
+        try:
+            from backports import zstd  # type: ignore[no-redef]
+        except ImportError:
+            raise LookupError("zstd") from None
+    return zstd
+
+
+def _unzstd(data: bytes, limit: int | None) -> bytes:
+    """`data` decoded as zstd (one or more frames), bounded by `limit` like `_inflate`."""
+    zstd = _zstd_module()
+    out: list[bytes] = []
+    size = 0
+    while True:
+        d = zstd.ZstdDecompressor()
+        piece = d.decompress(data, DECODE_CHUNK)
+        while True:
+            size += len(piece)
+            if limit is not None and size > limit:
+                raise BodyTooLarge(f"decodes to more than {limit} bytes")
+            out.append(piece)
+            if d.eof or d.needs_input:
+                break
+            piece = d.decompress(b"", DECODE_CHUNK)
+        if not d.eof:
+            raise ValueError("incomplete zstd stream")
+        data = d.unused_data
+        if not data:
+            return b"".join(out)
+
+
 def decode_coding(body: bytes, coding: str, limit: int | None = None) -> bytes:
     """`body` with one content coding undone, its output bounded by `limit`.
 
@@ -446,6 +482,8 @@ def decode_coding(body: bytes, coding: str, limit: int | None = None) -> bytes:
             return _inflate(body, -zlib.MAX_WBITS, limit)
     if coding == "br":
         return _unbrotli(body, limit)
+    if coding == "zstd":
+        return _unzstd(body, limit)
     raise LookupError(coding)
 
 

@@ -19,7 +19,7 @@ What goes where:
   from such a page), `tdm_reserved` (a `tdm-reservation: 1` header or, for a page, meta tag:
   W3C TDMRep, as the crawler honours it), `empty` (an image with no bytes). A page row keeps
   the licence the page declares (`license`), as the crawl's do.
-- payloads are decoded (chunked, gzip, deflate, br) within the crawler's size limits
+- payloads are decoded (chunked, gzip, deflate, br, zstd) within the crawler's size limits
   (`max_page_bytes`, `max_image_bytes`): decoding stops at the limit, so a compression bomb
   costs at most that much memory, and the record is an `ingest/body_too_large` reject.
 - WAT `metadata` records (JSON) -> `warc_links/` from their `IMG@` links; a WAT record with
@@ -381,6 +381,7 @@ def _ingest_all(paths: list[str | Path], work: WorkDir, opts: IngestOptions, *, 
                 show_progress: bool) -> list[FileReport]:
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
+    from lait import lifeline
     from lait.log import progress
 
     work.clean_temp()
@@ -396,7 +397,7 @@ def _ingest_all(paths: list[str | Path], work: WorkDir, opts: IngestOptions, *, 
                 reports[p] = ingest_file(p, work.url, opts)
                 bar.update(sizes[p])
         else:
-            with ProcessPoolExecutor(min(workers, len(unique))) as pool:
+            with ProcessPoolExecutor(min(workers, len(unique)), **lifeline.pool_kwargs()) as pool:
                 futures = {pool.submit(ingest_file, p, work.url, opts): p for p in unique}
                 for fut in as_completed(futures):
                     p = futures[fut]

@@ -14,7 +14,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from lait import errors
+from lait import errors, lifeline
 from lait.config import ConfigError
 from lait.log import progress
 from lait.parts import WorkDir
@@ -94,7 +94,7 @@ class LocalExecutor:
         queue = list(pending)
         ctx = multiprocessing.get_context(self.start_method)
         while queue:
-            with ProcessPoolExecutor(self.workers, mp_context=ctx) as pool:
+            with ProcessPoolExecutor(self.workers, mp_context=ctx, **lifeline.pool_kwargs()) as pool:
                 futures: dict[Future, int] = {}
                 broken = False
                 while (queue or futures) and not broken:

@@ -12,6 +12,12 @@ still names a holder when the lock is free was left by a process that died: it i
 with a warning. Processes the holder starts (the crawler subprocess, stage workers) inherit
 the right to write through `LAIT_WORK_LOCK` in their environment.
 
+The lock belongs to the whole run, not to its first process: forked workers share the locked
+file by fork, and the crawler subprocess gets it passed (`lock_fds`), so `flock` stays held
+until the last process of the run is gone. Each of them dies with its parent
+(`lait.lifeline`), so a killed run lets go of the lock at once, and a rerun never writes
+beside a run that still lives.
+
 Crawlers that share one Redis frontier (`lait crawl --redis-url`, one per machine) are one
 crawl: they hold the lock *shared*, and each writes its own parts. A shared holder keeps out
 every exclusive one (filter, build, a crawl without Redis) and the other way round.
@@ -36,6 +42,7 @@ from datetime import datetime, timezone
 
 from lait import storage
 from lait.config import ConfigError
+from lait.lifeline import alive
 from lait.parts import WorkDir
 
 log = logging.getLogger(__name__)
@@ -47,6 +54,7 @@ HEARTBEAT_S = 30.0
 STALE_S = 120.0
 
 _held: dict[str, int] = {}  # work URL -> nesting depth, in this process
+_fds: dict[str, int] = {}  # work URL -> the locked file's descriptor (local locks this process took)
 _held_guard = threading.Lock()
 
 
@@ -61,8 +69,24 @@ def _holder(command: str) -> dict[str, object]:
 
 def describe(holder: dict[str, object]) -> str:
     """`lait filter` (pid 123 on host h, since 2026-11-23T21:04:05+00:00)."""
+    gone = ", ended; processes it started still hold the lock" if _ended(holder) else ""
     return (f"`{holder.get('command', '?')}` (pid {holder.get('pid', '?')} on {holder.get('host', '?')}, "
-            f"since {holder.get('since', '?')})")
+            f"since {holder.get('since', '?')}{gone})")
+
+
+def _ended(holder: dict[str, object]) -> bool:
+    """Whether the holder named is a process of this host that no longer runs."""
+    pid = holder.get("pid")
+    if holder.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0:
+        return False
+    return not alive(pid)
+
+
+def lock_fds() -> list[int]:
+    """Descriptors of the local locks this process took: pass them to a subprocess it starts
+    (`subprocess.Popen(pass_fds=...)`), and the lock stays held until that one ends too."""
+    with _held_guard:
+        return list(_fds.values())
 
 
 def _inherited_urls(env: dict[str, str] | os._Environ) -> list[str]:
@@ -110,18 +134,21 @@ def locked(work: WorkDir, command: str, *, shared: bool = False) -> Iterator[Non
                     del _held[url]
         return
     hold = _lock_remote if work.remote else _lock_local
-    with hold(work, command, shared):
+    with hold(work, command, shared) as fd:
         with _held_guard:
             _held[url] = 1
+            if fd is not None:
+                _fds[url] = fd
         try:
             yield
         finally:
             with _held_guard:
                 _held.pop(url, None)
+                _fds.pop(url, None)
 
 
 @contextlib.contextmanager
-def _lock_local(work: WorkDir, command: str, shared: bool = False) -> Iterator[None]:
+def _lock_local(work: WorkDir, command: str, shared: bool = False) -> Iterator[int]:
     import fcntl
 
     storage.make_dirs(work.root)
@@ -143,7 +170,7 @@ def _lock_local(work: WorkDir, command: str, shared: bool = False) -> Iterator[N
             os.pwrite(fd, (json.dumps({**_holder(command), "shared": shared}) + "\n").encode(), 0)
             os.fsync(fd)
         try:
-            yield
+            yield fd
         finally:
             if shared:
                 try:  # the last shared holder out clears the name; the others leave it

@@ -32,7 +32,9 @@ REASONS: dict[str, str] = {
     "crawl/tdm_reserved": "the origin's /.well-known/tdmrep.json reserves text and data mining rights "
                           "for the path (W3C TDMRep); the request was never sent.",
     "crawl/decompression_bomb": "the response's body grew past the size limit while being decompressed "
-                                "(gzip, deflate or brotli bomb); nothing stored.",
+                                "(gzip, deflate, brotli or zstd bomb; for robots.txt and "
+                                "tdmrep.json, their 500 and 256 KiB); nothing stored, and a robots.txt "
+                                "bomb disallows its whole host.",
     "crawl/redirect_loop": "a redirect points back at a URL of its own chain (a -> b -> a); nothing "
                            "stored.",
     "crawl/too_many_redirects": "more redirects than the limit (5): a redirect loop or a chain too long; "

@@ -124,9 +124,11 @@ def decode_stream(decoder: ImageDecoder, items: Iterable[tuple[str, bytes]], bat
         return
     import multiprocessing
 
+    from lait import lifeline
+
     # fork: the children only run Pillow and numpy, never torch kernels.
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
-                               initializer=_start_decoder)
+                               **lifeline.pool_kwargs(_start_decoder))
     window = 2 * workers + 1
     pending: deque = deque()
     try:

@@ -172,3 +172,19 @@ def test_decoders_stop_at_the_limit():
     assert problem.startswith("body_too_large: ")
     body, problem = decode_body(HttpResponse(200, [("Content-Encoding", "gzip")], gzip.compress(b"abc")[:-6]), 100)
     assert problem.startswith("content_encoding: ")  # a cut stream is damaged, not too large
+
+
+def test_zstd_decodes_within_the_limit():
+    """zstd, which Scrapy decodes for the crawl, is decoded from archives too, as boundedly."""
+    from lait.crawler.warc import BodyTooLarge, HttpResponse, decode_body, decode_coding
+
+    zstd = pytest.importorskip("backports.zstd")
+    c = zstd.ZstdCompressor()
+    bomb = b"".join([c.compress(bytes(MIB)) for _ in range(64)] + [c.flush()])  # 64 MiB in 2 KB
+    with pytest.raises(BodyTooLarge):
+        decode_coding(bomb, "zstd", limit=MIB)
+    assert decode_coding(zstd.compress(b"ab") + zstd.compress(b"cd"), "zstd", 10) == b"abcd"
+    body, problem = decode_body(HttpResponse(200, [("Content-Encoding", "zstd")], bomb), MIB)
+    assert problem.startswith("body_too_large: ")
+    body, problem = decode_body(HttpResponse(200, [("Content-Encoding", "zstd")], zstd.compress(b"abc" * 99)[:-3]), 1000)
+    assert problem.startswith("content_encoding: ")
