@@ -40,14 +40,14 @@ MAX_GAIN = 2.0  # brightness scaled by more than this is not a copy of the same 
 
 
 def thumbnail(data: bytes) -> np.ndarray | None:
-    """`SIDE` x `SIDE` x 3 float32 box-filtered thumbnail, or None when the bytes do not decode."""
+    """`SIDE` x `SIDE` x 3 uint8 box-filtered thumbnail (768 bytes), or None when the bytes do not decode."""
     from PIL import Image
 
     try:
         with Image.open(io.BytesIO(data)) as im:
             im.draft("RGB", (SIDE * 8, SIDE * 8))  # JPEG: decode at a reduced scale, enough for 16 px
             rgb = im.convert("RGB")
-            return np.asarray(rgb.resize((SIDE, SIDE), Image.Resampling.BOX), np.float32)
+            return np.asarray(rgb.resize((SIDE, SIDE), Image.Resampling.BOX), np.uint8)
     except Exception:  # noqa: BLE001 - an undecodable image is no evidence of anything
         return None
 
@@ -56,6 +56,7 @@ def pixel_diff(a: np.ndarray, b: np.ndarray) -> float:
     """The largest difference of one thumbnail cell (mean over RGB, 0-255) after scaling `b` to
     `a`'s brightness: a shape that is in one picture and not in the other shows in its cells,
     where a mean over the whole picture would dilute it in a plain background."""
+    a, b = a.astype(np.float32), b.astype(np.float32)
     ma, mb = float(a.mean()), float(b.mean())
     gain = 1.0 if ma < 1.0 or mb < 1.0 else min(max(ma / mb, 1 / MAX_GAIN), MAX_GAIN)
     return float(np.abs(a - np.clip(b * gain, 0, 255)).mean(axis=2).max())

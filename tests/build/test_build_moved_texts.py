@@ -131,7 +131,7 @@ def test_equal_hashes_of_many_copies_cost_linear_checks():
     """A thousand re-encodes of one picture under one phash, plus one distinct picture with the
     same hash: two groups, about a thousand checks."""
     one, other = thumbnail(data.photo(7)), thumbnail(data.photo(8))
-    thumbs = [one + (i % 3) for i in range(1000)] + [other]
+    thumbs = [np.clip(one.astype(np.int16) + i % 3, 0, 255).astype(np.uint8) for i in range(1000)] + [other]
     check = Thumbs(thumbs)
     groups = group_duplicates([hashlib.sha256(str(i).encode()).hexdigest() for i in range(1001)], [5] * 1001, 2,
                               check=check)
@@ -139,3 +139,32 @@ def test_equal_hashes_of_many_copies_cost_linear_checks():
     assert check.checks <= 1001
     # Without a check the hash alone groups them all (what the pixel check is there for).
     assert len(group_duplicates([str(i) for i in range(1001)], [5] * 1001, 2)) == 1
+
+
+def test_pixel_check_joins_copies_of_real_photos_and_nothing_else(shared_data):
+    """Resized, recompressed and brightened copies of real photos pass the default check; no two
+    distinct photos do (measured over 3,087 real photos: no distinct pair within 36 of each other)."""
+    import io
+
+    from PIL import Image, ImageEnhance
+
+    limit = BuildConfig.near_dup_max_diff
+    photos = sorted((shared_data / "photos" / "coco_train").glob("*.jpg"))[:12]
+    thumbs = [thumbnail(p.read_bytes()) for p in photos]
+
+    def jpeg(im, quality: int) -> bytes:
+        buf = io.BytesIO()
+        im.save(buf, "JPEG", quality=quality)
+        return buf.getvalue()
+
+    for path, t in zip(photos, thumbs):
+        with Image.open(path) as im:
+            im = im.convert("RGB")
+            w, h = im.size
+            copies = [jpeg(im.resize((w // 2, h // 2), Image.Resampling.LANCZOS), 85),
+                      jpeg(im.resize((round(w * 0.92), round(h * 0.92))), 72), jpeg(im, 50),
+                      jpeg(ImageEnhance.Brightness(im.resize((w * 3 // 4, h * 3 // 4))).enhance(1.08), 80)]
+        assert all(pixel_diff(t, thumbnail(c)) <= limit for c in copies), path.name
+    for i, a in enumerate(thumbs):
+        for b in thumbs[i + 1:]:
+            assert pixel_diff(a, b) > limit
