@@ -40,6 +40,7 @@ def _confusable_pairs(work, truth: dict) -> list[tuple[str, str]]:
     perceptual hashes are within the build's default phash_threshold."""
     from lait.build.config import BuildConfig
     from lait.build.dedup import hamming
+
     from lait.drivers import open_work_dir
     from lait.testkit.groundtruth import _path
 

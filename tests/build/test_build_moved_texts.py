@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-
 from lait.build.config import BuildConfig
 from lait.build.dedup import group_duplicates
 from lait.build.pipeline import build
 from lait.build.pixels import pixel_diff, thumbnail
+
 from lait.parts import WorkDir, partition_of
 
 HERE = Path(__file__).parent
