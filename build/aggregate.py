@@ -1,9 +1,12 @@
 """Pass 2 of `lait build` (global): LAIT's image-text aggregation over the whole dataset.
 
-1. Group image URLs that show the same picture: equal sha256, perceptual hashes within
-   `phash_threshold` bits, and stage 4's embedding near-duplicate pairs. One group becomes at
-   most one sample; its candidates are pooled from every copy, on every page.
+1. Group image URLs that show the same picture: equal sha256, and the pairs that perceptual
+   hashes within `phash_threshold` bits or stage 4's embeddings propose when a pixel check
+   confirms them (`lait.build.pixels`). One group becomes at most one sample; its candidates
+   are pooled from every copy, on every page.
 2. Drop groups that carry too many distinct texts or sit on too many pages (logos, chrome).
+   The texts of a group's other copies then move to its kept image only scored against that
+   image (`lait.build.rescore`): a sample's score is always its own image's and caption's cosine.
 3. Drop texts attached to too many groups (boilerplate such as "click to enlarge").
 4. Pick the best text per group: highest score, ties broken by source priority, then text;
    the next distinct texts follow it in the sample's candidates.
@@ -33,6 +36,8 @@ import pyarrow.compute as pc
 from lait.build.config import BuildConfig
 from lait.build.dedup import group_duplicates, hamming, phash_int
 from lait.build.neardup import embedding_pairs
+from lait.build.pixels import PixelCheck
+from lait.build.rescore import rescore_groups
 from lait.build.sample import sample_uid
 from lait import storage
 from lait.parts import PartitionedWriter, WorkDir, partition_of
@@ -182,8 +187,11 @@ def make_groups(work: WorkDir, images: list[Image], cfg: BuildConfig) -> list[Gr
     phashes = [im.phash for im in images]
     pairs = embedding_pairs(work, {im.url: i for i, im in enumerate(images)}, phashes,
                             cfg.near_dup_max_phash) if cfg.use_embedding_dups else []
-    index_groups = group_duplicates([im.sha256 for im in images], phashes,
-                                    cfg.phash_threshold, pairs)
+    check = PixelCheck(work, [(im.src_file, im.row_group, im.row_index) for im in images], cfg.near_dup_max_diff)
+    index_groups = group_duplicates([im.sha256 for im in images], phashes, cfg.phash_threshold, pairs, check)
+    if check.confirmed or check.refused:
+        log.info("build: the pixel check confirmed %d proposed duplicate pairs and refused %d (a cell of the "
+                 "thumbnails more than %g apart)", check.confirmed, check.refused, cfg.near_dup_max_diff)
     groups = []
     for idx in index_groups:
         members = sorted((images[i] for i in idx), key=_rep_key)
@@ -202,6 +210,7 @@ def plan_build(work: WorkDir, cfg: BuildConfig) -> dict[str, Any]:
     try:
         reject_duplicates(groups, sink, cfg)
         alive = drop_crowded(groups, sink, cfg)
+        moved = rescore_groups(work, alive)
         generic = generic_texts(alive, cfg)
         ranked = rank_texts(alive, generic, sink, cfg)
         pool = write_pool(work, pool_table(ranked, cfg))
@@ -211,7 +220,7 @@ def plan_build(work: WorkDir, cfg: BuildConfig) -> dict[str, Any]:
         n_shards = write_plan(work, chosen, cfg.samples_per_shard)
     finally:
         sink.close()
-    counters = dict(sorted(sink.counts.items()))
+    counters = dict(sorted({**sink.counts, **moved}.items()))
     counters.update({"build/groups": len(groups), "build/plan_images": len(images),
                      "build/pool": len(ranked), "build/planned": len(kept), "build/shards": n_shards,
                      "build/generic_texts_dropped": len(generic)})
@@ -227,7 +236,8 @@ def reject_duplicates(groups: list[Group], sink: RejectSink, cfg: BuildConfig) -
 
 
 def drop_crowded(groups: list[Group], sink: RejectSink, cfg: BuildConfig) -> list[Group]:
-    """Step 2: pool each group's candidates; drop pictures with too many texts or pages."""
+    """Step 2: pool each group's candidates; drop pictures with too many texts or pages. The
+    pooled candidates count texts and pages; `rescore_groups` then decides which texts move."""
     alive = []
     for g in groups:
         pooled = [c for im in g.members for c in im.candidates]

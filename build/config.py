@@ -68,6 +68,10 @@ class BuildConfig(ShardConfig):
     near_dup_max_phash: int = setting(
         10, "merge an embedding near-duplicate pair only when the perceptual hashes also differ in at most "
             "this many bits (a pixel check: weak scorers put distinct photos close)")
+    near_dup_max_diff: float = setting(
+        24.0, "pixel check of every duplicate the perceptual hashes or the embeddings propose (other than equal "
+              "bytes): no cell of the two 16x16 colour thumbnails, brightness matched, may differ by more than "
+              "this (0-255); phashes collide on simple pictures")
     source_priority: list[str] = setting(
         list(DEFAULT_SOURCE_PRIORITY), "tie-break between equal scores, best source first")
 
@@ -81,6 +85,8 @@ class BuildConfig(ShardConfig):
             raise ConfigError("max_candidates must be >= 1: KEY.json lists at least the caption's candidate")
         if not 0 <= self.near_dup_max_phash <= 64:
             raise ConfigError("near_dup_max_phash must be between 0 and 64 bits")
+        if not 0.0 <= self.near_dup_max_diff <= 255.0:  # also refuses NaN
+            raise ConfigError("near_dup_max_diff must be between 0 and 255")
         if not -1 <= self.phash_threshold <= 16:
             raise ConfigError("phash_threshold must be between -1 (off) and 16 bits")
 

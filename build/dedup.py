@@ -1,5 +1,6 @@
 """Duplicate grouping for stage 5: exact content (sha256), perceptual hash within a Hamming
-radius, and near-duplicate pairs found from embeddings in stage 4, across the whole dataset.
+radius, and near-duplicate pairs found from embeddings in stage 4, across the whole dataset;
+the last two only propose pairs that a pixel check confirms (`lait.build.pixels`).
 
 Grouping is a union-find over image indices; it does not depend on input order, because the
 representative of a group is chosen afterwards by a total order (see `lait.build.aggregate`).
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 
 class UnionFind:
@@ -81,22 +83,75 @@ def phash_pairs(hashes: Sequence[int], threshold: int) -> Iterable[tuple[int, in
                         yield a, b
 
 
+MAX_CLUSTERS = 64
+
+
+class SamePicture(Protocol):
+    """The evidence that confirms a proposed pair (`lait.build.pixels.PixelCheck`)."""
+
+    def load(self, indices: Iterable[int]) -> None: ...
+
+    def same(self, a: int, b: int) -> bool: ...
+
+
 def group_duplicates(sha256: Sequence[str], phash: Sequence[int], phash_threshold: int,
-                     extra_pairs: Iterable[tuple[int, int]] = ()) -> list[list[int]]:
-    """Groups of indices that show the same picture; every index is in exactly one group."""
+                     extra_pairs: Iterable[tuple[int, int]] = (), check: SamePicture | None = None) -> list[list[int]]:
+    """Groups of indices that show the same picture; every index is in exactly one group.
+
+    Equal sha256 join directly. Perceptual hashes within `phash_threshold` bits and
+    `extra_pairs` only propose pairs; with a `check`, a proposed pair joins only when the check
+    confirms it (a perceptual hash alone collides on simple pictures). The check sees one index
+    per distinct sha256.
+    """
     uf = UnionFind(len(sha256))
     first: dict[str, int] = {}
     for i, h in enumerate(sha256):
         uf.union(first.setdefault(h, i), i)
+    content = sorted(set(first.values()))  # one index per distinct content
+    rep = [first[h] for h in sha256]
+    by_hash: dict[int, list[int]] = defaultdict(list)
+    for i in content:
+        by_hash[phash[i]].append(i)
+    near: list[tuple[int, int]] = []  # pairs of distinct phash values within the threshold
     if phash_threshold >= 0:
-        # Equal hashes join directly; only distinct values go through the band search, so a
-        # thousand copies of one blank image do not make a quadratic bucket.
-        by_hash: dict[int, int] = {}
-        for i, h in enumerate(phash):
-            uf.union(by_hash.setdefault(h, i), i)
         distinct = list(by_hash)
-        for a, b in phash_pairs(distinct, phash_threshold):
-            uf.union(by_hash[distinct[a]], by_hash[distinct[b]])
-    for a, b in extra_pairs:
-        uf.union(a, b)
+        near = [(distinct[a], distinct[b]) for a, b in phash_pairs(distinct, phash_threshold)]
+    extra = sorted({(min(rep[a], rep[b]), max(rep[a], rep[b])) for a, b in extra_pairs if rep[a] != rep[b]})
+    if check is None:
+        if phash_threshold >= 0:
+            for members in by_hash.values():
+                for i in members[1:]:
+                    uf.union(members[0], i)
+            for ha, hb in near:
+                uf.union(by_hash[ha][0], by_hash[hb][0])
+        for a, b in extra:
+            uf.union(a, b)
+        return uf.groups()
+
+    proposed = {i for a, b in extra for i in (a, b)}
+    if phash_threshold >= 0:
+        proposed |= {i for members in by_hash.values() if len(members) > 1 for i in members}
+        proposed |= {i for pair in near for h in pair for i in by_hash[h]}
+    check.load(sorted(proposed))
+    # Within a bucket of equal hashes, each image joins the first cluster it matches: a thousand
+    # copies of one blank image are a thousand checks, not half a million. Only the first
+    # MAX_CLUSTERS distinct pictures of one hash are searched, so the checks stay linear.
+    clusters: dict[int, list[int]] = {}
+    for h, members in by_hash.items() if phash_threshold >= 0 else ():
+        reps: list[int] = []
+        for i in members:
+            match = next((c for c in reps[:MAX_CLUSTERS] if check.same(c, i)), None)
+            if match is None:
+                reps.append(i)
+            else:
+                uf.union(match, i)
+        clusters[h] = reps
+    for ha, hb in near:
+        for a in clusters[ha][:MAX_CLUSTERS]:
+            for b in clusters[hb][:MAX_CLUSTERS]:
+                if uf.find(a) != uf.find(b) and check.same(a, b):
+                    uf.union(a, b)
+    for a, b in extra:
+        if uf.find(a) != uf.find(b) and check.same(a, b):
+            uf.union(a, b)
     return uf.groups()

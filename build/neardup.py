@@ -7,8 +7,9 @@ would drop one photo as a duplicate and give its caption to the other. So a pair
 when a second, independent signal agrees: the 64-bit perceptual hashes of the two images
 (stage 2's phash, kept in `images_ok/`) differ in at most `near_dup_max_phash` bits. Resizes and
 re-encodes of one photo stay within 4 bits and crops of a few per cent within about 12; distinct
-COCO photos are 20 bits apart or more (31 on average). Optional: without the table, groups come
-from sha256 and perceptual hashes alone.
+COCO photos are 20 bits apart or more (31 on average). A pair that passes both is still only a
+proposal: the pixel check (`lait.build.pixels`) confirms it or not. Optional: without the table,
+groups come from sha256 and perceptual hashes alone.
 """
 
 from __future__ import annotations
@@ -39,6 +40,6 @@ def embedding_pairs(work: WorkDir, index: Mapping[str, int], phashes: Sequence[i
                     continue
                 pairs.append((i, j))
     if pairs or refused:
-        log.info("build: %d embedding near-duplicate pairs from near_dups/ merged, %d refused by the "
-                 "pixel check (phash more than %d bits apart)", len(pairs), refused, max_phash)
+        log.info("build: %d embedding near-duplicate pairs from near_dups/ proposed, %d refused as their "
+                 "perceptual hashes are more than %d bits apart", len(pairs), refused, max_phash)
     return pairs

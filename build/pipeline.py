@@ -39,8 +39,9 @@ STAGES = ("build_pick", "build_plan", "build_shards")
 INPUT_TABLES = ("scored", "images_ok", "near_dups", "regions", "region_labels")
 BUILD_STEP = "build"  # the global step whose marker holds the build's fingerprint and settings
 # The version of the build's rules: bump it when a change of code changes what the build writes,
-# so that a build made by an older lait is redone (2: the fixed sample schema, uids, the pool).
-VERSION = 2
+# so that a build made by an older lait is redone (2: the fixed sample schema, uids, the pool;
+# 3: duplicates confirmed by their pixels, texts of copies rescored against the kept image).
+VERSION = 3
 BUILD_TABLES = ("build_images", "build_plan", "pool")  # the build's own tables, cleared on a rebuild
 # Up to this many images the plan runs in this process: its heap stays under a few tens of MB,
 # and a child would cost more than it saves (40 ms of a 0.25 s plan of 2,000 images).

@@ -158,9 +158,11 @@ REASONS: dict[str, str] = {
     # Stage 5 (`lait build`).
     "build/no_image": "scored texts of an image URL that has no images_ok/ row.",
     "build/duplicate_sha256": "the same bytes as the image its group keeps (a copy under another URL).",
-    "build/duplicate_phash": "a perceptual hash within phash_threshold bits of the image its group keeps.",
-    "build/near_duplicate": "stage 4's embeddings put it next to the image its group keeps, and its "
-                            "perceptual hash agrees (within near_dup_max_phash bits).",
+    "build/duplicate_phash": "a perceptual hash within phash_threshold bits of the image its group keeps, "
+                             "and pixels that agree (near_dup_max_diff).",
+    "build/near_duplicate": "stage 4's embeddings put it next to the image its group keeps, its "
+                            "perceptual hash agrees (within near_dup_max_phash bits) and so do its "
+                            "pixels (near_dup_max_diff).",
     "build/too_many_texts": "the picture carries more than max_texts_per_image distinct texts.",
     "build/too_many_pages": "the picture is on more than max_pages_per_image pages (a logo, site chrome).",
     "build/generic_texts": "every text of the picture is on more than max_images_per_text pictures.",

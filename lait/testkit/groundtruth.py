@@ -5,7 +5,10 @@
 - coverage: images the ground truth keeps that are in the shards (directly or as the kept
   copy of a duplicate group);
 - duplicates: pictures that appear more than once; unwanted: samples the ground truth rejects
-  for reasons no later stage can undo (logo, icons, banners...).
+  for reasons no later stage can undo (logo, icons, banners...);
+- foreign captions: samples whose caption is none of their own picture's true captions but
+  another picture's (a text moved between pictures that were wrongly taken for copies), and
+  samples that list such a text among their scored candidates.
 """
 
 from __future__ import annotations
@@ -44,18 +47,39 @@ def evaluate(shard_dir: str | Path, truth: dict[str, Any]) -> dict[str, Any]:
                 true_caps.setdefault(_path(ref["url"]), set()).add(_norm(ref["true_caption"]))
     kept = []
     for side in sorted(Path(shard_dir).glob("*.parquet")):
-        kept += [r for r in pq.read_table(side, columns=["url", "caption", "status"]).to_pylist()
-                 if r["status"] == "success"]
-    correct, canon, unwanted, wrong = 0, {}, [], []
+        columns = [c for c in ("url", "caption", "status", "candidates") if c in pq.read_schema(side).names]
+        kept += [r for r in pq.read_table(side, columns=columns).to_pylist() if r["status"] == "success"]
+    picture = {u: _path(v.get("duplicate_of") or u) for u, v in images.items()}
+    caption_of: dict[str, set[str]] = {}  # true caption -> the pictures it describes
+    for u, caps in true_caps.items():
+        for c in caps:
+            caption_of.setdefault(c, set()).add(picture.get(u, u))
+
+    def own(u: str, text: str) -> bool:
+        # A sentence that carries the true caption ("The photo above shows <caption>.") is right.
+        return any(c == text or c in text for c in true_caps.get(u, ()))
+
+    def other_picture(u: str, text: str) -> str | None:
+        """Another picture whose true caption `text` is (or carries), when it is not `u`'s own."""
+        if own(u, text):
+            return None
+        others = sorted(p for c, ps in caption_of.items() if c == text or c in text for p in ps if p != picture.get(u, u))
+        return others[0] if others else None
+
+    correct, canon, unwanted, wrong, foreign, foreign_cands = 0, {}, [], [], [], []
     for r in kept:
         u = _path(r["url"])
         info = images.get(u, {})
         cap = _norm(r["caption"])
-        # A sentence that carries the true caption ("The photo above shows <caption>.") is right.
-        if any(c == cap or c in cap for c in true_caps.get(u, ())):
+        if own(u, cap):
             correct += 1
         else:
             wrong.append((u, r["caption"]))
+            if (other := other_picture(u, cap)) is not None:
+                foreign.append((u, r["caption"], other))
+        for cand in r.get("candidates") or ():
+            if (other := other_picture(u, _norm(cand["text"]))) is not None:
+                foreign_cands.append((u, cand["text"], other))
         c = info.get("duplicate_of") or u
         canon[_path(c)] = canon.get(_path(c), 0) + 1
         if (info.get("reason") or "").startswith(HARD_REASONS):
@@ -70,6 +94,8 @@ def evaluate(shard_dir: str | Path, truth: dict[str, Any]) -> dict[str, Any]:
         "duplicated": sorted(u for u, n in canon.items() if n > 1),
         "unwanted": unwanted,
         "wrong_captions": wrong[:20],
+        "foreign_captions": foreign,
+        "foreign_candidates": foreign_cands,
         "missing": sorted(should - covered)[:20],
     }
 

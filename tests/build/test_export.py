@@ -38,8 +38,8 @@ def check_export(out: Path, shards: Path) -> None:
     assert [(m["image_path"], m["url"], m["caption"], m["uid"]) for m in meta] == \
            [(r["key"], r["url"], r["caption"], r["uid"]) for r in side]
     for i, m in enumerate(meta):  # row i is the sample's own image and caption
-        assert np.array_equal(img[i], data.unit_vector(m["url"]))
-        assert np.array_equal(txt[i], data.unit_vector("text:" + m["caption"]))
+        assert np.array_equal(img[i], data.image_vector(m["sha256"]))
+        assert np.array_equal(txt[i], data.text_vector(m["caption"]))
     index = faiss.IndexFlatIP(img.shape[1])
     index.add(img.astype(np.float32))
     _, nearest = index.search(img.astype(np.float32), 1)
