@@ -1,12 +1,9 @@
 """A text moves to another image of a duplicate group only scored against that image, and only
-pixels that agree make a group (tests/build/build_data.py writes the tables stage 5 reads)."""
+pixels that agree make a group (lait.testkit.build_data writes the tables stage 5 reads)."""
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -17,12 +14,8 @@ from lait.build.pipeline import build
 from lait.build.pixels import pixel_diff, thumbnail
 
 from lait.parts import WorkDir, partition_of
+from lait.testkit import build_data as data
 
-HERE = Path(__file__).parent
-_spec = importlib.util.spec_from_file_location("build_data", HERE / "build_data.py")
-data = importlib.util.module_from_spec(_spec)
-sys.modules["build_data"] = data
-_spec.loader.exec_module(data)
 
 SITE = data.SITE
 
