@@ -17,13 +17,15 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/lait demo --out demo/
 
-## test: run the test suite (what CI runs)
+## test: lint (ruff: import order, common bugs), then the test suite (what CI runs)
 test: $(STAMP)
 	bash scripts/system-deps.sh
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
 ## test-fast: the suite without the tests marked slow
 test-fast: $(STAMP)
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -m "not slow"
 
 ## bench: every stage bench beside its peer, alternating rounds, one table (bench/all.py)

@@ -8,8 +8,8 @@ the same round functions, so a figure means the same thing alone and in `bench/a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 
 
 @dataclass

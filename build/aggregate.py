@@ -25,21 +25,21 @@ import json
 import logging
 import math
 from collections import Counter
-from dataclasses import dataclass, field
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lait import storage
 from lait.build.config import BuildConfig
 from lait.build.dedup import group_duplicates, hamming, phash_int
 from lait.build.neardup import embedding_pairs
 from lait.build.pixels import PixelCheck
 from lait.build.rescore import rescore_groups
 from lait.build.sample import sample_uid
-from lait import storage
 from lait.parts import PartitionedWriter, WorkDir, partition_of
 from lait.schemas import get_table
 

@@ -30,7 +30,7 @@ from lait import storage
 from lait.arrays import stack_embs
 from lait.build.sample import SUCCESS
 from lait.build.shards import shard_files
-from lait.config import ConfigError, Config, setting
+from lait.config import Config, ConfigError, setting
 from lait.drivers import open_work_dir
 from lait.lock import locked_output
 from lait.parts import WorkDir, partition_of

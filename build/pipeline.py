@@ -20,18 +20,18 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
+from lait import lifeline, storage
 from lait.build.aggregate import PLAN_TAG, plan_build
 from lait.build.config import BuildConfig
 from lait.build.pick import PickStage
 from lait.build.shards import ShardStage, finish_shard_dir, shard_files, write_stats
-from lait import lifeline, storage
+from lait.config import ConfigError
 from lait.drivers import open_work_dir, record_run
+from lait.executor import executor_for
 from lait.fingerprint import Fingerprint, global_fingerprint
 from lait.lock import locked
-from lait.config import ConfigError
-from lait.executor import executor_for
-from lait.stage import RunReport, run_global_step
 from lait.parts import WorkDir, atomic_write_bytes, atomic_write_json, stats_path
+from lait.stage import RunReport, run_global_step
 
 log = logging.getLogger(__name__)
 

@@ -43,10 +43,10 @@ from lait.build.shards import ShardStage, finish_shard_dir, shard_files, write_s
 from lait.config import ConfigError
 from lait.drivers import open_work_dir
 from lait.executor import executor_for
-from lait.stage import run_global_step
 from lait.fingerprint import Fingerprint, global_fingerprint
 from lait.lock import LOCAL_FILE, REMOTE_FILE, locked_output
 from lait.parts import WorkDir, atomic_write_json
+from lait.stage import run_global_step
 
 log = logging.getLogger(__name__)
 

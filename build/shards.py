@@ -30,11 +30,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lait import errors, storage
 from lait.build.regions import RegionReader
 from lait.build.resize import ImageOptions, exif_json, prepare
-from lait.build.sample import (FAILED_TO_DOWNLOAD, FAILED_TO_RESIZE, SIDECAR, SUCCESS, make_sample, sample_json,
-                               uids_to_array)
-from lait import errors, storage
+from lait.build.sample import (
+    FAILED_TO_DOWNLOAD,
+    FAILED_TO_RESIZE,
+    SIDECAR,
+    SUCCESS,
+    make_sample,
+    sample_json,
+    uids_to_array,
+)
 from lait.memory import media_heap
 from lait.parts import WorkDir, atomic_write_bytes, atomic_write_json, binary_views
 from lait.stage import PartContext, Stage

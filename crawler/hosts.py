@@ -34,9 +34,14 @@ from collections import Counter
 from urllib.parse import urlsplit
 
 from scrapy.core.downloader import Downloader
-from scrapy.exceptions import (CannotResolveHostError, DownloadCancelledError,
-                               DownloadConnectionRefusedError, DownloadFailedError,
-                               DownloadTimeoutError, IgnoreRequest)
+from scrapy.exceptions import (
+    CannotResolveHostError,
+    DownloadCancelledError,
+    DownloadConnectionRefusedError,
+    DownloadFailedError,
+    DownloadTimeoutError,
+    IgnoreRequest,
+)
 from scrapy.pqueues import DownloaderAwarePriorityQueue, DownloaderInterface
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from twisted.internet import defer

@@ -35,8 +35,8 @@ from typing import Any
 
 from lait import errors, lifeline
 from lait.config import ConfigError
-from lait.lock import child_env, lock_fds
 from lait.crawler.config import CrawlConfig, FetchConfig, ImageFetchConfig, scrapy_settings
+from lait.lock import child_env, lock_fds
 
 log = logging.getLogger(__name__)
 

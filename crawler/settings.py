@@ -5,7 +5,7 @@ uses it too. The spider lays the values of its `CrawlConfig` over these at "spid
 (see `lait.crawler.run.scrapy_settings`), and `-s NAME=VALUE` on the command line still wins.
 """
 
-from lait import __version__, SITE_OWNERS_URL
+from lait import SITE_OWNERS_URL, __version__
 
 BOT_NAME = "lait"
 SPIDER_MODULES = ["lait.crawler.spiders"]

@@ -42,17 +42,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lait.crawler.warc import HttpError, WarcReader, WarcRecord, decode_body, parse_http
-from lait.crawler.warc_links import image_links, iter_link_rows, wat_image_links
 from lait import storage
 from lait.crawler.reasons import ERROR_TDM_RESERVED
-from lait.pagereader import (is_noai, is_tdm_reserved, page_license, page_meta, parse_page, robots_directives,
-                             tdm_reservation)
-from lait.reasons import http_error
-from lait.urls import is_http_url
+from lait.crawler.warc import HttpError, WarcReader, WarcRecord, decode_body, parse_http
+from lait.crawler.warc_links import image_links, iter_link_rows, wat_image_links
 from lait.lock import locked
+from lait.pagereader import (
+    is_noai,
+    is_tdm_reserved,
+    page_license,
+    page_meta,
+    parse_page,
+    robots_directives,
+    tdm_reservation,
+)
 from lait.parts import PartitionedWriter, WorkDir, atomic_write_json, input_done, input_marker
+from lait.reasons import http_error
 from lait.storage import Location
+from lait.urls import is_http_url
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,6 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-
 from lait.pagereader import image_elements, parse_html, resolve
 
 log = logging.getLogger(__name__)

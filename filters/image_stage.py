@@ -33,12 +33,11 @@ from typing import Any, ClassVar
 import numpy as np
 
 from lait.config import ConfigError, StageConfig, setting
+from lait.filters.image_decode import ImageHeader, ImageRejected, decode_small, encode_for_storage, open_image, sniff
 from lait.memory import media_heap
 from lait.parts import helper_thread
 from lait.reasons import fetch_rule
 from lait.stage import Filter, KeepResult, PartContext, Stage, first_rejection
-from lait.filters.image_decode import (ImageHeader, ImageRejected, decode_small, encode_for_storage,
-                                  open_image, sniff)
 
 log = logging.getLogger(__name__)
 

@@ -27,15 +27,22 @@ from typing import Any, Callable, ClassVar, Iterator
 from urllib.parse import urlsplit
 
 from lait.config import ConfigError, StageConfig, setting
-from lait.pagereader import html_parser
+from lait.filters.html_images import (
+    BLOCK_TAGS,
+    PageImage,
+    find_images,
+    normalise_space,
+    og_owner,
+    site_names,
+    visible_text,
+)
+from lait.filters.page_texts import ImageTexts, SharedText, assign
+from lait.filters.text_rules import TextRules, repair, split_sentences, text_filters
 from lait.memory import release_free_memory
+from lait.pagereader import html_parser
 from lait.parts import partition_of
 from lait.reasons import fetch_rule
 from lait.stage import PartContext, Rejected, Stage
-from lait.filters.html_images import (BLOCK_TAGS, PageImage, find_images, normalise_space, og_owner, site_names,
-                                      visible_text)
-from lait.filters.page_texts import ImageTexts, SharedText, assign
-from lait.filters.text_rules import TextRules, repair, split_sentences, text_filters
 
 log = logging.getLogger(__name__)
 
@@ -253,7 +260,8 @@ def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
     into sentences; see `CleanStage.prepare`): a sentence of a long caption that is also the
     context of another image is one text for `lait.filters.page_texts`."""
     prepare = prepare or (lambda text: [text])
-    from lxml import etree, html as lxml_html
+    from lxml import etree
+    from lxml import html as lxml_html
 
     text, truncated, utf8 = decode_page(row, cfg.max_page_bytes)
     markup, encoding = _markup(text, utf8)

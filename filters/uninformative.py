@@ -14,8 +14,8 @@ from __future__ import annotations
 import importlib
 from typing import Protocol
 
-from lait.filters.image_decode import Preview
 from lait.config import ConfigError
+from lait.filters.image_decode import Preview
 
 
 class UninformativeClassifier(Protocol):

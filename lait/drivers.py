@@ -9,10 +9,9 @@ from pathlib import Path
 from lait import storage
 from lait.config import Config, ConfigError, StageConfig
 from lait.executor import executor_for
-from lait.stage import RunReport
 from lait.lock import locked
 from lait.parts import WorkDir
-from lait.stage import Stage
+from lait.stage import RunReport, Stage
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from typing import Any
 
 from lait import errors, lifeline
 from lait.config import ConfigError
+from lait.fingerprint import Fingerprint
 from lait.log import progress
 from lait.parts import WorkDir
-from lait.fingerprint import Fingerprint
 from lait.stage import RunReport, Stage, run_part, start_report
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ class LocalExecutor:
                             self._retry_or_fail(stage, p, exc, attempts, queue, report, bar)
                 if broken:
                     # Every partition in flight died with the pool; retry them in a new one.
-                    for fut, p in futures.items():
+                    for p in futures.values():
                         self._retry_or_fail(stage, p, BrokenProcessPool("worker died"), attempts, queue, report, bar)
                     log.warning("%s: a worker process died; restarting the pool", stage.name)
                     pool.shutdown(wait=False, cancel_futures=True)

@@ -261,7 +261,9 @@ class CheckedParquetFile:
         try:
             self._file = pq.ParquetFile(_parquet_source(path), page_checksum_verification=True)
         except Exception as exc:
-            raise errors.corrupt(path, exc) if _is_corruption(exc) else exc
+            if _is_corruption(exc):
+                raise errors.corrupt(path, exc) from exc
+            raise
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._file, name)
@@ -273,7 +275,9 @@ class CheckedParquetFile:
             try:
                 return attr(*args, **kwargs)
             except Exception as exc:
-                raise errors.corrupt(self.path, exc) if _is_corruption(exc) else exc
+                if _is_corruption(exc):
+                    raise errors.corrupt(self.path, exc) from exc
+                raise
         return checked
 
 
@@ -288,7 +292,9 @@ def read_table(path: Location, **kwargs: Any) -> pa.Table:
     try:
         return _read_table(path, **kwargs)
     except Exception as exc:
-        raise errors.corrupt(path, exc) if _is_corruption(exc) else exc
+        if _is_corruption(exc):
+            raise errors.corrupt(path, exc) from exc
+        raise
 
 
 def _read_table(path: Location, **kwargs: Any) -> pa.Table:

@@ -13,8 +13,8 @@ import logging
 
 import numpy as np
 
-from lait.parts import PartitionedWriter, WorkDir
 from lait.arrays import stack_embs
+from lait.parts import PartitionedWriter, WorkDir
 
 log = logging.getLogger(__name__)
 

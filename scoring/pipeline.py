@@ -19,13 +19,13 @@ from lait.drivers import open_work_dir, record_run
 from lait.executor import executor_for
 from lait.fingerprint import global_fingerprint
 from lait.lock import locked
-from lait.stage import RunReport, run_global_step
 from lait.parts import WorkDir
 from lait.scoring.config import ScoreConfig
 from lait.scoring.model import get_scorer, load_scorer, pick_device
 from lait.scoring.neardup import write_near_dups
 from lait.scoring.regions import CODEBOOK_DIR, CODEBOOK_STEP_NAME, RegionLabelStage, train_codebook
 from lait.scoring.stage import ScoreStage
+from lait.stage import RunReport, run_global_step
 
 log = logging.getLogger(__name__)
 

@@ -11,15 +11,14 @@ from __future__ import annotations
 import io
 import logging
 import math
-
 from typing import Any
 
 import numpy as np
 
 from lait import storage
+from lait.arrays import region_arrays, to_bytes
 from lait.parts import WorkDir, atomic_write_bytes, atomic_write_json
 from lait.stage import PartContext, Stage
-from lait.arrays import region_arrays, to_bytes
 
 log = logging.getLogger(__name__)
 

@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from lait.stage import PartContext, Stage
+from lait.arrays import to_bytes
 from lait.scoring.config import ScoreConfig
 from lait.scoring.decode import ImageDecoder, decode_stream
 from lait.scoring.model import get_scorer
 from lait.scoring.regions import pool_tokens
-from lait.arrays import to_bytes
+from lait.stage import PartContext, Stage
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,6 @@ import numpy as np
 import torch
 
 from lait.config import ConfigError
-
 from lait.train.batch import Batch, Example, SpecialTokens, collate, set_regions
 
 log = logging.getLogger(__name__)
@@ -332,7 +331,7 @@ class ShardStream(torch.utils.data.IterableDataset):
             if self.loop and self.shuffle_buffer > 1:
                 samples = _shuffle(samples, self.shuffle_buffer, random.Random(_seed(self.seed, epoch, self.rank, worker)))
             n = 0
-            for n, sample in enumerate(samples, 1):
+            for n, sample in enumerate(samples, 1):  # noqa: B007 (n counts after the loop)
                 yield sample
             if n == 0 and mine and self.loop:
                 # Every shard of this reader failed (warned above): looping on would wait forever.

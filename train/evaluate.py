@@ -19,7 +19,6 @@ import torch
 from tqdm import tqdm
 
 from lait.config import build
-
 from lait.train.batch import Example, collate, round_up
 from lait.train.config import DataConfig, EvalConfig
 

@@ -27,7 +27,6 @@ log = logging.getLogger(__name__)
 def load_trained(path: str | Path) -> tuple[ImageBert, dict]:
     """An ImageBERT and its run config from a lait checkpoint (weights_only load)."""
     from lait.config import ConfigError, build
-
     from lait.train.checkpoint import load_checkpoint, load_weights
 
     ck = load_checkpoint(path)
@@ -113,10 +112,17 @@ class FinetuneTask(nn.Module):
 
 def run_finetune(cfg: FinetuneConfig) -> list[dict]:
     """Finetune for retrieval; returns the per-step log records."""
-    from lait.train.data import default_tokenizer, check_enough_shards, expand_shards
+    from lait.train.data import check_enough_shards, default_tokenizer, expand_shards
     from lait.train.loop import StagePlan, Trainer
-    from lait.train.pretrain import (Decoder, build_model, check_shard_regions, make_prepare, region_setup, stage_steps,
-                           stream_factory)
+    from lait.train.pretrain import (
+        Decoder,
+        build_model,
+        check_shard_regions,
+        make_prepare,
+        region_setup,
+        stage_steps,
+        stream_factory,
+    )
     from lait.train.runtime import start_training
 
     rt = start_training(cfg)

@@ -20,10 +20,19 @@ import torch
 from tqdm import tqdm
 
 from lait.config import ConfigError
-
 from lait.train.batch import Batch
-from lait.train.checkpoint import (Position, find_latest, load_checkpoint, load_weights, make_payload, prune, rng_state,
-                         save_checkpoint, set_rng_state, write_latest)
+from lait.train.checkpoint import (
+    Position,
+    find_latest,
+    load_checkpoint,
+    load_weights,
+    make_payload,
+    prune,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+    write_latest,
+)
 from lait.train.config import TrainStageConfig
 from lait.train.model import ImageBert, flops_per_token
 from lait.train.runtime import MetricLogger, Runtime, make_optimizer, make_scheduler

@@ -15,12 +15,19 @@ from typing import Callable
 
 import torch
 
-from lait.train.batch import Batch
 from lait.config import ConfigError
-
+from lait.train.batch import Batch
 from lait.train.config import DataConfig, PretrainConfig, RegionConfig, TaskWeights, TrainStageConfig
-from lait.train.data import (Decoder, ShardStream, check_enough_shards, count_samples, default_tokenizer, expand_shards,
-                   first_sample_keys, make_loader)
+from lait.train.data import (
+    Decoder,
+    ShardStream,
+    check_enough_shards,
+    count_samples,
+    default_tokenizer,
+    expand_shards,
+    first_sample_keys,
+    make_loader,
+)
 from lait.train.loop import StagePlan, Trainer
 from lait.train.model import ImageBert, ImageBertConfig
 from lait.train.regions import PatchPooling, build_online_regions, fill_regions

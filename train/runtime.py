@@ -95,7 +95,7 @@ def seed_everything(seed: int) -> None:
 def make_optimizer(model: torch.nn.Module, cfg: OptimConfig, device: torch.device) -> torch.optim.AdamW:
     """AdamW, no weight decay on biases, norms and the MLM bias (as BERT); fused on CUDA."""
     decay, no_decay = [], []
-    for name, p in model.named_parameters():
+    for p in model.parameters():
         if not p.requires_grad:
             continue
         (no_decay if p.ndim < 2 else decay).append(p)

@@ -43,12 +43,13 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+from pairs import Pair  # noqa: E402
+
 from lait.build.config import BuildConfig  # noqa: E402
 from lait.build.pipeline import build, reset  # noqa: E402
 from lait.build.shards import ShardStage  # noqa: E402
 from lait.executor import LocalExecutor  # noqa: E402
 from lait.parts import WorkDir, atomic_write_json, partition_of  # noqa: E402
-from pairs import Pair  # noqa: E402
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 BUILD_TARGET = 0.8   # whole build / tarfile

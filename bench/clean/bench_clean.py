@@ -62,8 +62,9 @@ class CleanBench:
     """The pages as a `pages/` table; each stage round runs on a fresh copy of it."""
 
     def __init__(self, tmp: Path, pages: list[tuple[str, bytes]]):
-        from lait.parts import WorkDir
         import conftest as td  # tests/filters helpers: rows and table writing
+
+        from lait.parts import WorkDir
 
         logging.getLogger("trafilatura").setLevel(logging.ERROR)
         self.tmp, self.pages = tmp, pages

@@ -35,9 +35,8 @@ sys.path.insert(0, str(REPO / "tests" / "filters"))
 sys.path.insert(0, str(REPO / "bench"))
 
 import imagehash  # noqa: E402
-from PIL import Image  # noqa: E402
-
 from pairs import Pair  # noqa: E402
+from PIL import Image  # noqa: E402
 
 TARGET = 0.8  # stage 2 / (reduced decode + phash)
 
@@ -80,8 +79,9 @@ class FilterBench:
     """n distinct images as an `images/` table; each stage round runs on a fresh copy of it."""
 
     def __init__(self, tmp: Path, n: int):
-        from lait.parts import WorkDir
         import conftest as td  # tests/filters helpers: rows and table writing
+
+        from lait.parts import WorkDir
 
         self.tmp = tmp
         self.images = load_images(n)
@@ -92,8 +92,8 @@ class FilterBench:
         self.kept: list[int] = []
 
     def stage_rate(self) -> float:
-        from lait.filters.image_stage import FilterConfig, ImageFilterStage
         from lait.executor import LocalExecutor
+        from lait.filters.image_stage import FilterConfig, ImageFilterStage
         from lait.parts import WorkDir
 
         work_root = self.tmp / "work"

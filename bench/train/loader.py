@@ -37,6 +37,7 @@ def main() -> None:
 
     import torch
 
+    from lait.testkit.synthetic_shards import object_samples, write_shards
     from lait.train.bert_init import bundled_minilm_dir
     from lait.train.checkpoint import Position
     from lait.train.config import DataConfig, OptimConfig, RegionConfig, TaskWeights, TrainStageConfig
@@ -46,7 +47,6 @@ def main() -> None:
     from lait.train.objectives import PretrainTask
     from lait.train.pretrain import RegionSetup, make_prepare, stream_factory
     from lait.train.runtime import setup_runtime
-    from lait.testkit.synthetic_shards import object_samples, write_shards
 
     rt = setup_runtime(args.device)
     tmp = Path(tempfile.mkdtemp(prefix="lait-bench-loader-"))

@@ -120,7 +120,6 @@ def crawl_site(cfg: DemoConfig, work: Path) -> dict[str, Any]:
 def run_demo(cfg: DemoConfig) -> int:
     from lait.app.report import summary_text, write_report
     from lait.app.run import run_pipeline
-
     from lait.drivers import open_work_dir
     from lait.lock import locked
 

@@ -10,8 +10,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from lait.app.commands import add_config_command
-from lait.crawler.config import FetchConfig
 from lait.config import ConfigError, setting
+from lait.crawler.config import FetchConfig
 from lait.reasons import fetch_errors_help, reasons_help
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,8 @@ def run_export(cfg) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `lait export-embeddings`."""
-    from lait.build.export import ExportConfig, __doc__ as description
+    from lait.build.export import ExportConfig
+    from lait.build.export import __doc__ as description
 
     add_config_command(sub, "export-embeddings", ExportConfig, run_export,
                        help="image and caption embeddings of the shards for clip-retrieval and faiss",

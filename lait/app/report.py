@@ -28,11 +28,11 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from lait import storage
 from lait.app.examples import EXAMPLES_PER_REASON, Example, reject_examples
 from lait.app.funnel import FunnelRow, funnel, reason_unit
 from lait.app.plots import THRESHOLD_COLOR, Threshold, plots, score_histogram_svg
 from lait.build.shards import shard_files
-from lait import storage
 from lait.parts import WorkDir
 from lait.reasons import REASONS
 from lait.storage import Location

@@ -18,7 +18,6 @@ import sys
 import time
 from typing import Any, Callable
 
-
 from lait.app.steps import STEP_NAMES, STEPS, load_pipeline_yaml
 from lait.config import Config, ConfigError
 
@@ -26,8 +25,8 @@ log = logging.getLogger(__name__)
 
 
 def _run_filter(cfg: Any) -> bool:
-    from lait.filters.image_stage import ImageFilterStage
     from lait.drivers import run_stage
+    from lait.filters.image_stage import ImageFilterStage
 
     report = run_stage(ImageFilterStage(cfg), cfg, "filter")
     print(report.summary(), file=sys.stderr)
@@ -35,8 +34,8 @@ def _run_filter(cfg: Any) -> bool:
 
 
 def _run_clean(cfg: Any) -> bool:
-    from lait.filters.text_stage import CleanStage
     from lait.drivers import run_stage
+    from lait.filters.text_stage import CleanStage
 
     report = run_stage(CleanStage(cfg), cfg, "clean")
     print(report.summary(), file=sys.stderr)
@@ -87,9 +86,8 @@ def run_pipeline(work: str, sections: dict[str, dict], *, steps: list[str] | Non
                  overrides: dict[str, Any] | None = None, where: str = "pipeline", note: str | None = None) -> bool:
     """Run the steps in order; stops at the first that fails. Returns True when all succeeded.
     `note`: a line saying where the settings come from, printed once the work directory is known good."""
-    from lait.drivers import open_work_dir
-
     from lait.app.status import status_text
+    from lait.drivers import open_work_dir
     from lait.lock import locked
 
     steps = steps or STEP_NAMES

@@ -72,3 +72,14 @@ def crawl_site(out: Path, pages: int = 30, max_pages: int = 0) -> None:
 
 # The port each size of site was first served on: a resumed crawl must see the same URLs.
 PORTS: dict[int, int] = {}
+
+
+def write_csv(path: Path, rows: list[dict]) -> Path:
+    """A URL list as a CSV file, its columns those of the first row (what `lait download` reads)."""
+    import csv
+
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return path

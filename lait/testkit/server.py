@@ -10,6 +10,7 @@ import functools
 import logging
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol
 
@@ -109,3 +110,16 @@ class SiteServer(ThreadingHTTPServer):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class SlowSite:
+    """A site whose pages (not images) each answer after `delay` seconds: a crawl of it lasts
+    long enough to be stopped or killed in the middle."""
+
+    def __init__(self, site: RoutableSite, delay: float):
+        self.site, self.delay = site, delay
+
+    def route(self, path: str, base_url: str = ""):
+        if path.endswith(".html") or path == "/":
+            time.sleep(self.delay)
+        return self.site.route(path, base_url)

@@ -17,7 +17,6 @@ from lait.build.config import BuildConfig
 from lait.build.pipeline import build
 from lait.config import ConfigError
 from lait.parts import WorkDir
-
 from lait.testkit import build_data as data  # noqa: E402
 
 
@@ -89,7 +88,7 @@ def test_sample_json_has_scores_candidates_and_duplicate_urls(built):
 def test_every_tar_image_decodes_as_jpeg_and_sidecars_match(built):
     root, *_ = built
     samples = read_shards(root)
-    for key, s in samples.items():
+    for s in samples.values():
         assert set(s) == {"jpg", "txt", "json"}
         with Image.open(io.BytesIO(s["jpg"])) as im:
             assert im.format == "JPEG"

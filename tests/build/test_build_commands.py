@@ -8,7 +8,6 @@ import pytest
 
 from lait.app.cli import build_parser
 from lait.config import ConfigError
-
 from lait.testkit import build_data as data  # noqa: E402
 
 

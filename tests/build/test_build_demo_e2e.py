@@ -40,7 +40,6 @@ def _confusable_pairs(work, truth: dict) -> list[tuple[str, str]]:
     perceptual hashes are within the build's default phash_threshold."""
     from lait.build.config import BuildConfig
     from lait.build.dedup import hamming
-
     from lait.drivers import open_work_dir
     from lait.testkit.groundtruth import _path
 
@@ -58,18 +57,29 @@ def test_demo_captions_belong_to_their_own_pictures_and_scores_are_their_cosines
     three distinct photos within 2 bits), no sample carries or lists another picture's caption,
     and each sample's score is the cosine of its exported image and caption embeddings. On the
     code before the fix: one foreign caption stored with 0.90 against a cosine of 0.13."""
-    import numpy as np
-
-    from lait.app.cli import build_parser
-
     out = tmp_path / "demo"
     assert run_demo(DemoConfig(out=str(out), pages=30, seed=8, workers=2, port=0, progress=False)) == 0
     truth = json.loads((out / "ground_truth.json").read_text())
     assert len(_confusable_pairs(out / "work", truth)) >= 2  # the web still has what this test is about
+    res = assert_own_captions_and_cosines(out, tmp_path)
+    assert res["precision"] == 1.0 and res["coverage"] == 1.0, (res["wrong_captions"], res["missing"])
+
+
+def test_the_session_demo_ships_only_own_captions_with_their_cosines(demo_run, tmp_path):
+    """The same on the demo every other test reads (60 pages, the default seed)."""
+    out, _ = demo_run
+    assert_own_captions_and_cosines(out, tmp_path)
+
+
+def assert_own_captions_and_cosines(out, tmp_path) -> dict:
+    """No sample carries or lists another picture's caption by the ground truth, and each
+    stored score is the cosine of the sample's exported embeddings; the evaluation's results."""
+    import numpy as np
+
+    from lait.app.cli import build_parser
 
     res = evaluate_files(out / "work" / "shards", out / "ground_truth.json")
     assert res["foreign_captions"] == [] and res["foreign_candidates"] == []
-    assert res["precision"] == 1.0 and res["coverage"] == 1.0, (res["wrong_captions"], res["missing"])
 
     args = build_parser().parse_args(["export-embeddings", str(out / "work"), "--out", str(tmp_path / "embs")])
     assert args.func(args) == 0
@@ -82,3 +92,4 @@ def test_demo_captions_belong_to_their_own_pictures_and_scores_are_their_cosines
     assert len(meta) == res["kept"] > 0
     off = [(m["url"], m["caption"], m["score"], float(c)) for m, c in zip(meta, cosine) if abs(m["score"] - c) > 0.01]
     assert off == []
+    return res

@@ -8,14 +8,13 @@ import hashlib
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+
 from lait.build.config import BuildConfig
 from lait.build.dedup import group_duplicates
 from lait.build.pipeline import build
 from lait.build.pixels import pixel_diff, thumbnail
-
 from lait.parts import WorkDir, partition_of
 from lait.testkit import build_data as data
-
 
 SITE = data.SITE
 

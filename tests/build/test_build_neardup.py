@@ -26,7 +26,6 @@ from lait.filters.image_stage import phash_of  # noqa: E402
 from lait.parts import PartitionedWriter, WorkDir  # noqa: E402
 from lait.scoring.config import ScoreConfig  # noqa: E402
 from lait.scoring.pipeline import score_work  # noqa: E402
-
 from lait.testkit import scoring_data as testdata  # noqa: E402
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)

@@ -10,7 +10,6 @@ import pytest
 
 from lait.build.config import BuildConfig
 from lait.build.pipeline import build
-
 from lait.testkit import build_data as data  # noqa: E402
 
 

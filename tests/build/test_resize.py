@@ -14,7 +14,6 @@ from lait.build.config import BuildConfig
 from lait.build.pipeline import build
 from lait.build.resize import ImageOptions, exif_json, prepare, resample, target_size
 from lait.config import ConfigError
-
 from lait.testkit import build_data as data  # noqa: E402
 
 

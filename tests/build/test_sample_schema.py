@@ -16,7 +16,6 @@ import pytest
 from lait.build.config import BuildConfig
 from lait.build.pipeline import build
 from lait.build.sample import FIELDS, KEYS, SIDECAR, array_to_uids, check_sample, make_sample, sample_uid
-
 from lait.testkit import build_data as data  # noqa: E402
 
 

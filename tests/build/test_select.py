@@ -15,7 +15,6 @@ from lait.build.pipeline import build
 from lait.build.sample import array_to_uids, uids_to_array
 from lait.build.select import select
 from lait.config import ConfigError
-
 from lait.testkit import build_data as data  # noqa: E402
 
 

@@ -20,7 +20,6 @@ from lait.build.select import select
 from lait.config import ConfigError
 from lait.lock import locked
 from lait.parts import WorkDir
-
 from lait.testkit import build_data as data  # noqa: E402
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from lxml import etree, html as lxml_html
+from lxml import etree
+from lxml import html as lxml_html
 
 from lait.app import stages as command
+from lait.executor import LocalExecutor
 from lait.filters.text_rules import Candidate, TextRules, split_sentences, text_filters
 from lait.filters.text_stage import CleanConfig, CleanStage
-from lait.executor import LocalExecutor
 from lait.pagereader import image_urls, largest_candidate
 from lait.parts import partition_of
 

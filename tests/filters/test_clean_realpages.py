@@ -6,13 +6,12 @@ import json
 import re
 from collections import Counter
 
-import pytest
-
 import ftfy
+import pytest
 from lxml import html as lxml_html
 
-from lait.filters.text_stage import CleanConfig, CleanStage
 from lait.executor import LocalExecutor
+from lait.filters.text_stage import CleanConfig, CleanStage
 from lait.pagereader import resolve
 
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from lait.filters.image_stage import FilterConfig, ImageFilterStage
 from lait.executor import LocalExecutor
+from lait.filters.image_stage import FilterConfig, ImageFilterStage
 
 
 def run_filter(work, **settings):

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from lait.executor import LocalExecutor
 from lait.filters.image_stage import FilterConfig, ImageFilterStage
 from lait.filters.text_stage import CleanConfig, CleanStage
-from lait.executor import LocalExecutor
 
 generator = pytest.importorskip("lait.testkit.generator")
 BASE = "http://shapes.test"
@@ -23,7 +23,8 @@ def site_work(tmp_path_factory):
     site = generator.generate_site(40, seed=3)
     gt = site.ground_truth()
     work = WorkDir(tmp_path_factory.mktemp("localweb") / "work", n_partitions=1).init()
-    import importlib.util, pathlib
+    import importlib.util
+    import pathlib
 
     spec = importlib.util.spec_from_file_location("filters_conftest", pathlib.Path(__file__).with_name("conftest.py"))
     td = importlib.util.module_from_spec(spec)

@@ -30,3 +30,25 @@ def installed_tree(built_wheel, tmp_path_factory) -> Path:
     site = tmp_path_factory.mktemp("site")
     zipfile.ZipFile(built_wheel).extractall(site)
     return site
+
+
+@pytest.fixture(scope="module")
+def crawled(tmp_path_factory) -> Path:
+    """A crawl of the generated 30-page site (4 partitions): the input of the stage tests."""
+    from lait.testkit.pipeline_kit import crawl_site
+
+    out = tmp_path_factory.mktemp("crawled") / "crawl"
+    crawl_site(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    """The tiny random-init CLIP config the stage tests score with."""
+    import json
+
+    from lait.testkit.pipeline_kit import TINY_CLIP
+
+    path = tmp_path_factory.mktemp("model") / "tiny-clip.json"
+    path.write_text(json.dumps(TINY_CLIP))
+    return path

@@ -9,8 +9,6 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import io
-import json
-import os
 import re
 import subprocess
 import sys

@@ -183,13 +183,12 @@ MISTAKES = [
 
 @pytest.fixture(scope="module")
 def train_inputs(tmp_path_factory) -> dict[str, str]:
-    from lait.train.bert_init import bundled_minilm_dir
-
     from lait.testkit.synthetic_shards import (
         object_samples,
         scene_samples,
         write_shards,
     )
+    from lait.train.bert_init import bundled_minilm_dir
 
     root = tmp_path_factory.mktemp("train_inputs")
     write_shards(root / "shards", object_samples(16, seed=0), per_shard=4)

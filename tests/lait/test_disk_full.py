@@ -6,7 +6,6 @@ filled with a filler file up to a few KB before the stage under test."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -16,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from lait.parts import WorkDir
-
-from lait.testkit.pipeline_kit import TINY_CLIP, crawl_site, shard_members, stage_commands, tables
+from lait.testkit.pipeline_kit import shard_members, stage_commands, tables
 
 STAGES = ("filter", "clean", "score", "build")
 
@@ -32,20 +30,6 @@ def tmpfs(tmp_path_factory):
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
     yield mnt
     subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-@pytest.fixture(scope="module")
-def crawled(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("full") / "crawl"
-    crawl_site(out)
-    return out
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("model") / "tiny-clip.json"
-    path.write_text(json.dumps(TINY_CLIP))
-    return path
 
 
 def lait(argv: list[str]) -> subprocess.CompletedProcess:

@@ -9,7 +9,6 @@ import pytest
 
 from lait.executor import LocalExecutor
 from lait.stage import run_part
-
 from lait.testkit import toy_stage as toy  # noqa: E402
 
 

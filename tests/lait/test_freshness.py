@@ -15,26 +15,9 @@ import pytest
 
 from lait.app.cli import main as lait
 from lait.parts import WorkDir
-
-from lait.testkit.pipeline_kit import TINY_CLIP, crawl_site, part_bytes, shard_members, stage_commands, tables
+from lait.testkit.pipeline_kit import crawl_site, part_bytes, shard_members, stage_commands, tables
 
 QUIET = ["--no-progress", "--workers", "2"]
-
-
-
-
-@pytest.fixture(scope="module")
-def crawled(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("fresh") / "crawl"
-    crawl_site(out)
-    return out
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("model") / "tiny-clip.json"
-    path.write_text(json.dumps(TINY_CLIP))
-    return path
 
 
 def copy(crawled: Path, dest: Path) -> str:

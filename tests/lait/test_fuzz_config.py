@@ -7,7 +7,8 @@ import pytest
 
 pytest.importorskip("hypothesis")
 import yaml  # noqa: E402
-from hypothesis import given, strategies as st  # noqa: E402
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st
 
 from lait.testkit.fuzz import config_loader, config_paths, config_seeds, mutate  # noqa: E402
 from lait.train.config import FinetuneConfig, PretrainConfig  # noqa: E402

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("hypothesis")
-from hypothesis import given, strategies as st  # noqa: E402
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st
 
 from lait.testkit.fuzz import ENCODINGS, mutate, page_reader, page_seeds  # noqa: E402
 

@@ -19,43 +19,10 @@ import pytest
 
 from lait.lock import WorkDirBusy, locked
 from lait.parts import WorkDir
+from lait.testkit.processes import descendants, running, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
-
-
-def alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie, dead but not yet reaped by its new parent, does not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
-def wait_until(predicate, seconds: float = 20.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid`, from /proc."""
-    parents: dict[int, int] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-    found: set[int] = set()
-    frontier = {pid}
-    while frontier:
-        frontier = {p for p, pp in parents.items() if pp in frontier} - found
-        found |= frontier
-    return sorted(found)
 
 
 @pytest.fixture
@@ -65,7 +32,7 @@ def leftovers():
     pids: list[int] = []
     yield pids
     for pid in pids:
-        if alive(pid):
+        if running(pid):
             os.kill(pid, signal.SIGKILL)
 
 
@@ -81,7 +48,7 @@ def start_parent(tmp_path: Path, body: str, n_children: int, leftovers: list[int
     assert wait_until(ready.exists), "the parent never got ready"
     children = descendants(parent.pid)
     leftovers.extend(children)
-    assert len(children) >= n_children and all(alive(p) for p in children)
+    assert len(children) >= n_children and all(running(p) for p in children)
     return parent, children
 
 
@@ -118,7 +85,7 @@ def test_pool_workers_die_with_their_parent_and_free_the_lock(tmp_path, method, 
         with locked(WorkDir(work), "rerun"):
             pass
     kill_parent(parent)
-    assert wait_until(lambda: not any(alive(p) for p in children), 10), "workers outlived their parent"
+    assert wait_until(lambda: not any(running(p) for p in children), 10), "workers outlived their parent"
     with locked(WorkDir(work), "rerun"):  # nothing of the run is left to hold it
         pass
 
@@ -145,7 +112,7 @@ def test_a_subprocess_dies_with_its_parent_in_another_session(tmp_path, leftover
     work = tmp_path / "w"
     parent, children = start_parent(tmp_path, SUBPROCESS.format(work=str(work), child=DIES_WITH_PARENT), 1, leftovers)
     kill_parent(parent)
-    assert wait_until(lambda: not alive(children[0]), 10)
+    assert wait_until(lambda: not running(children[0]), 10)
     with locked(WorkDir(work), "rerun"):
         pass
 
@@ -157,12 +124,12 @@ def test_the_lock_is_held_while_any_process_of_the_run_lives(tmp_path, leftovers
     parent, children = start_parent(tmp_path, SUBPROCESS.format(work=str(work), child=OUTLIVES_PARENT), 1, leftovers)
     kill_parent(parent)
     time.sleep(0.3)
-    assert alive(children[0])
+    assert running(children[0])
     with pytest.raises(WorkDirBusy, match="ended; processes it started still hold the lock"):
         with locked(WorkDir(work), "rerun"):
             pass
     os.kill(children[0], signal.SIGKILL)
-    assert wait_until(lambda: not alive(children[0]), 10)
+    assert wait_until(lambda: not running(children[0]), 10)
     with locked(WorkDir(work), "rerun"):
         pass
 

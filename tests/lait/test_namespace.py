@@ -13,7 +13,6 @@ import sys
 import zipfile
 from pathlib import Path
 
-
 REPO = Path(__file__).resolve().parents[2]
 STAGES = ("crawler", "filters", "scoring", "build", "train")
 CODE_DIRS = ("lait", *STAGES, "tests", "bench", "scripts")

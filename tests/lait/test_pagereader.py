@@ -10,15 +10,28 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 import pytest
-from lxml import etree, html as lxml_html
+from lxml import etree
+from lxml import html as lxml_html
 from scrapy.http import HtmlResponse
 
 from lait.crawler.warc_links import html_image_links
 from lait.filters.html_images import find_images
 from lait.filters.text_stage import SOURCES, CleanConfig, page_candidates
-from lait.pagereader import (BLOCK_TAGS, Resolver, html_parser, image_attributes, image_elements, is_noai,
-                             largest_candidate,
-                             meta_robots, parse_html, read_page, resolve_slow, robots_directives, split_srcset)
+from lait.pagereader import (
+    BLOCK_TAGS,
+    Resolver,
+    html_parser,
+    image_attributes,
+    image_elements,
+    is_noai,
+    largest_candidate,
+    meta_robots,
+    parse_html,
+    read_page,
+    resolve_slow,
+    robots_directives,
+    split_srcset,
+)
 
 PAGE = "https://news.example.org/2024/story.html"
 # Stage 3 without the context sentences: the same images, without running trafilatura.

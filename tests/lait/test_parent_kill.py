@@ -1,6 +1,6 @@
 """Issue 29: kill -9 of a command's parent process alone, then the same command again.
 
-`lait crawl`, `lait download` and `lait filter` on the built-in local web are killed (SIGKILL, the parent only)
+`lait crawl`, `lait download`, `lait filter` and `lait build` are killed (SIGKILL, the parent only)
 at two moments each; no process of the run may be left a few seconds later, and the rerun
 must end as an undisturbed run does: the same rows, no URL twice, no orphan temporary files.
 Before, the crawler subprocess crawled on beside the rerun (4,977 page rows for 3,000 pages)
@@ -15,13 +15,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from lait.parts import WorkDir
+from lait.testkit.processes import descendants, running, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow,
@@ -30,38 +30,6 @@ pytestmark = [pytest.mark.slow,
 
 def env() -> dict:
     return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
-def descendants(pid: int) -> set[int]:
-    """Every process below `pid`, from /proc."""
-    parents: dict[int, int] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {p for p, pp in parents.items() if pp in frontier} - found
-        found |= frontier
-    return found
-
-
-def wait_until(predicate, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 def kill_parent_when(cmd: list[str], moment, timeout: float = 120) -> tuple[int, set[int]]:
@@ -78,11 +46,11 @@ def kill_parent_when(cmd: list[str], moment, timeout: float = 120) -> tuple[int,
         children.update(descendants(proc.pid))
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
-        assert wait_until(lambda: not any(alive(p) for p in children), 10), \
-            f"processes of the killed run still live: {sorted(p for p in children if alive(p))}"
+        assert wait_until(lambda: not any(running(p) for p in children), 10), \
+            f"processes of the killed run still live: {sorted(p for p in children if running(p))}"
     finally:
         for p in children | {proc.pid}:
-            if alive(p):
+            if running(p):
                 os.kill(p, signal.SIGKILL)
     return proc.pid, children
 
@@ -92,24 +60,12 @@ def lait(*argv: str) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
-class _SlowSite:
-    """The local web, each page a little slow: the crawl lasts long enough to be killed in."""
-
-    def __init__(self, site, delay: float):
-        self.site, self.delay = site, delay
-
-    def route(self, path, base_url=""):
-        if path.endswith(".html") or path == "/":
-            time.sleep(self.delay)
-        return self.site.route(path, base_url)
-
-
 @pytest.fixture(scope="module")
 def web():
     from lait.testkit.generator import generate_site
-    from lait.testkit.server import SiteServer
+    from lait.testkit.server import SiteServer, SlowSite
 
-    with SiteServer(_SlowSite(generate_site(60, seed=29), 0.05)) as srv:
+    with SiteServer(SlowSite(generate_site(60, seed=29), 0.05)) as srv:
         yield srv.url
 
 
@@ -246,3 +202,42 @@ def test_download_parent_killed_then_rerun(photo_list, tmp_path, moment):
     assert again.returncode == 0, again.stderr[-3000:]
     assert download_outcome(out) == expected
     no_temp_left(out, parent)
+
+
+@pytest.fixture(scope="module")
+def scored(tmp_path_factory):
+    """A work directory ready for stage 5 (the build tests' tables), and its undisturbed build."""
+    from lait.testkit import build_data
+    from lait.testkit.pipeline_kit import shard_members
+
+    src = tmp_path_factory.mktemp("scored") / "w"
+    build_data.make_work(src, n_partitions=8)
+    whole = tmp_path_factory.mktemp("built") / "w"
+    shutil.copytree(src, whole)
+    done = lait(*build_args(whole))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return src, shard_members(WorkDir(whole))
+
+
+def build_args(out: Path) -> list[str]:
+    return ["build", str(out), "--workers", "2", "--samples-per-shard", "1", "--no-progress"]
+
+
+@pytest.mark.parametrize("moment", ["pick_workers_up", "first_shard_done"])
+def test_build_parent_killed_then_rerun(scored, tmp_path, moment):
+    from lait.testkit.pipeline_kit import shard_members
+
+    src, expected = scored
+    out = tmp_path / "w"
+    shutil.copytree(src, out)
+    work = WorkDir(out)
+
+    def now() -> bool:
+        return moment == "pick_workers_up" or bool(work.done_partitions("build_shards"))
+
+    kill_parent_when([sys.executable, "-m", "lait", *build_args(out)], now)
+    assert not (out / "shards" / "sizes.json").exists(), "killed after the build was done"
+    again = lait(*build_args(out))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert shard_members(work) == expected
+    assert not list(out.rglob(".tmp-*"))

@@ -9,8 +9,8 @@ import cloudpickle  # noqa: E402  (ships with ray)
 
 from lait.executor import LocalExecutor  # noqa: E402
 from lait.ray_executor import RayExecutor  # noqa: E402
-
 from lait.testkit import toy_stage as toy  # noqa: E402
+
 # Ray workers cannot import a test module by name: ship its code with the task.
 cloudpickle.register_pickle_by_value(toy)
 

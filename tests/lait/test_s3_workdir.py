@@ -31,7 +31,6 @@ from lait.app.cli import main as lait
 from lait.executor import LocalExecutor
 from lait.parts import WorkDir, stats_path
 from lait.storage import RemotePath
-
 from lait.testkit.pipeline_kit import TINY_CLIP, shard_members, stage_commands, tables  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -67,7 +66,7 @@ def moto_endpoint(tmp_path_factory):
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                raise RuntimeError(f"moto server did not start: {log_path.read_text()[-2000:]}")
+                raise RuntimeError(f"moto server did not start: {log_path.read_text()[-2000:]}") from None
             time.sleep(0.2)
     try:
         yield url

@@ -10,13 +10,12 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from lait.testkit.scoring_data import jpeg, tiny_config_file, write_work  # noqa: E402
-
+from lait.arrays import load_regions, stack_embs  # noqa: E402
 from lait.scoring.config import ScoreConfig  # noqa: E402
+from lait.scoring.neardup import find_near_dups  # noqa: E402
 from lait.scoring.pipeline import score_work  # noqa: E402
 from lait.scoring.regions import cell_grid, load_codebook, pool_tokens  # noqa: E402
-from lait.arrays import load_regions, stack_embs  # noqa: E402
-from lait.scoring.neardup import find_near_dups  # noqa: E402
+from lait.testkit.scoring_data import jpeg, tiny_config_file, write_work  # noqa: E402
 
 
 def build(root: Path, tmp: Path):
@@ -52,7 +51,7 @@ def test_regions_boxes_labels_and_identical_rerun(tmp_path):
     assert len(regions) == 13
     codebook = load_codebook(work)
     assert codebook.shape == (4, 64)
-    for url, r in regions.items():
+    for r in regions.values():
         n = r.features.shape[0]
         assert 1 <= n <= 3 and r.features.dtype == np.float16 and r.features.shape[1] == 64
         assert r.boxes.shape == (n, 4) and r.boxes.min() >= 0 and r.boxes.max() <= 1

@@ -6,8 +6,7 @@ import random
 
 import numpy as np
 
-from lait.testkit.scenes import (COLORS, POSITIONS, SHAPES, TEXTURES, Scene, Shape, describe,
-                                 random_scene, render_scene)
+from lait.testkit.scenes import COLORS, POSITIONS, SHAPES, TEXTURES, Scene, Shape, describe, random_scene, render_scene
 
 _CENTER_XY = {"left": (0.19, 0.5), "right": (0.81, 0.5), "top": (0.5, 0.19),
               "bottom": (0.5, 0.81), "center": (0.5, 0.5)}

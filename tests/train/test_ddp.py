@@ -10,7 +10,6 @@ import textwrap
 
 import torch
 
-
 SCRIPT = textwrap.dedent(
     """
     import os, sys, torch

@@ -47,8 +47,8 @@ def learn(tmp_path, n_train=2000, pre_steps=500, ft_steps=200, batch=32, workers
     write_shards(tmp_path / "test", scene_samples(100, seed=2, width=192, height=160), per_shard=100)
     # A WordPiece vocabulary trained on the training captions: a few hundred words instead of
     # BERT's 30,522 keeps the tiny model (and this test) fast.
-    from lait.train.data import WordPiece
     from lait.testkit.synthetic_shards import train_wordpiece
+    from lait.train.data import WordPiece
 
     captions = [s.caption for s in scene_samples(n_train, seed=1, width=32, height=32)]
     tokenizer = train_wordpiece(captions, tmp_path / "tokenizer", vocab_size=300)

@@ -9,7 +9,6 @@ hosts marked down) apply to list rows as to a crawl's images.
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import io
 import json
@@ -25,6 +24,7 @@ import pytest
 
 from lait.parts import WorkDir
 from lait.testkit.photos import MISSING_PREFIX, NOT_AN_IMAGE_PREFIX, PhotoServer, PhotoSite, coco_photos
+from lait.testkit.pipeline_kit import write_csv
 
 UNREACHABLE = {"crawl/robots_unreachable", "crawl/host_down", "filter/download"}
 PIPELINE = "clean: {languages: [en]}\nscore: {model: demo, near_dup_threshold: 0.999}\nbuild: {samples_per_shard: 20}\n"
@@ -32,14 +32,6 @@ PIPELINE = "clean: {languages: [en]}\nscore: {model: demo, near_dup_threshold: 0
 
 def lait(*argv: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "lait", *argv], capture_output=True, text=True, timeout=timeout)
-
-
-def write_list(path: Path, rows: list[dict]) -> Path:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    return path
 
 
 def closed_port(address: str) -> int:
@@ -99,7 +91,7 @@ def test_url_list_of_real_photos_to_shards(coco, photo_hosts, tmp_path):
     }
     rows = [{"url": r["url"], "caption": r["caption"], "id": str(n)} for n, r in enumerate(good)]
     rows += [{"url": r["url"], "caption": r["caption"], "id": kind} for kind, r in broken.items()]
-    listing = write_list(tmp_path / "photos.csv", rows)
+    listing = write_csv(tmp_path / "photos.csv", rows)
     work = tmp_path / "W"
 
     done = lait("download", str(listing), "--out", str(work), "--allow-loopback", "--no-autothrottle",
@@ -149,7 +141,7 @@ def test_the_crawlers_rules_apply_to_list_rows(tmp_path):
 
     with HostileHosts(trickle_delay=0.5) as hosts:
         urls = {kind: hosts.image_url(kind, f"list-{kind}") for kind in KINDS}
-        listing = write_list(tmp_path / "hostile.csv", [{"url": u, "caption": f"a {k} picture"} for k, u in urls.items()])
+        listing = write_csv(tmp_path / "hostile.csv", [{"url": u, "caption": f"a {k} picture"} for k, u in urls.items()])
         done = lait("download", str(listing), "--out", str(tmp_path / "W"), "--allow-loopback",
                     "--no-autothrottle", "--download-timeout", "3", "--retries", "0",
                     "--resolve", *hosts.crawl_resolve(), "--log-level", "WARNING", "--no-progress")
@@ -175,7 +167,7 @@ def test_stop_and_resume_fetches_each_image_once(coco, tmp_path):
     try:
         rows = [{"url": f"{srv.url}{path}", "caption": "a photo"} for srv, site in zip(servers, sites)
                 for path in site.files]
-        listing = write_list(tmp_path / "slow.csv", rows)
+        listing = write_csv(tmp_path / "slow.csv", rows)
         argv = [sys.executable, "-m", "lait", "download", str(listing), "--out", str(tmp_path / "W"),
                 "--allow-loopback", "--no-autothrottle", "--per-domain", "2", "--processes", "2",
                 "--log-level", "WARNING", "--no-progress"]

@@ -6,7 +6,6 @@ no script runs."""
 
 from __future__ import annotations
 
-import csv
 import html
 import io
 import json
@@ -15,7 +14,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -23,6 +21,7 @@ import pytest
 from lait.app.report import _page_link, write_report
 from lait.crawler.url_list import ListOptions, read_lists
 from lait.parts import WorkDir
+from lait.testkit.pipeline_kit import write_csv
 from lait.urls import is_http_url
 
 GOOD = "http://photos.test/a.jpg"
@@ -42,14 +41,6 @@ ROWS = [
 HOSTILE = re.compile(r"(?i)\s*(javascript|data|vbscript)\s*:")
 URL_COLUMNS = {"url_list": ["image_url", "page_url"], "rejected": ["image_url", "page_url"],
                "images": ["image_url"], "candidates": ["image_url", "page_url"], "scored": ["image_url", "page_url"]}
-
-
-def write_list(path: Path, rows: list[dict]) -> Path:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    return path
 
 
 def assert_no_hostile_url_in_tables(work: WorkDir) -> None:
@@ -81,7 +72,7 @@ def assert_report_links_are_http_or_local(page: str) -> None:
 
 
 def test_list_rows_naming_other_schemes_are_rejected_at_intake(tmp_path):
-    listing = write_list(tmp_path / "hostile.csv", ROWS)
+    listing = write_csv(tmp_path / "hostile.csv", ROWS)
     work = WorkDir(tmp_path / "W", n_partitions=2).init()
     (report,) = read_lists([str(listing)], work, ListOptions(page_col="page"), show_progress=False)
     assert (report.rows, report.kept) == (7, 1)
@@ -143,7 +134,7 @@ def test_hostile_list_to_shards_and_report(photo_host, tmp_path):
                 "a cat sleeping on a sofa", "a tall tower under a blue sky"]
     rows = [{"url": f"{base}/p/{i}.jpg", "caption": c, "page": f"{base}/page{i}.html"} for i, c in enumerate(captions)]
     rows += [dict(r, url=r["url"].replace("http://photos.test", f"{base}/p/x")) for r in ROWS]
-    listing = write_list(tmp_path / "hostile.csv", rows)
+    listing = write_csv(tmp_path / "hostile.csv", rows)
     work = tmp_path / "W"
     done = lait("download", str(listing), "--out", str(work), "--page-col", "page", "--allow-loopback",
                 "--no-autothrottle", "--processes", "1", "--n-partitions", "2", "--log-level", "WARNING",

@@ -13,25 +13,13 @@ import pytest
 from lait.parts import WorkDir
 
 
-class _SlowSite:
-    """The generated site, answering each page after a short delay so a kill lands mid-crawl."""
-
-    def __init__(self, site, delay: float):
-        self.site, self.delay = site, delay
-
-    def route(self, path, base_url=""):
-        if path.endswith(".html") or path == "/":
-            time.sleep(self.delay)
-        return self.site.route(path, base_url)
-
-
 @pytest.fixture()
 def slow_web():
     from lait.testkit.generator import generate_site
-    from lait.testkit.server import SiteServer
+    from lait.testkit.server import SiteServer, SlowSite
 
     site = generate_site(40, seed=5)
-    with SiteServer(_SlowSite(site, 0.1)) as srv:
+    with SiteServer(SlowSite(site, 0.1)) as srv:
         yield site, srv.url
 
 

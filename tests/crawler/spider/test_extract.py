@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from urllib.parse import urljoin, urldefrag
+from urllib.parse import urldefrag, urljoin
 
 import pytest
 
-from lait.pagereader import (Resolver, image_elements, largest_candidate, parse_html, parse_srcset, read_page,
-                             resolve_slow)
+from lait.pagereader import (
+    Resolver,
+    image_elements,
+    largest_candidate,
+    parse_html,
+    parse_srcset,
+    read_page,
+    resolve_slow,
+)
 
 PAGE = "http://example.org/news/story.html"
 
@@ -117,8 +124,9 @@ def _independent_image_urls(html: bytes, page_url: str) -> set[str]:
 
 
 def test_real_web_image_recall_against_an_independent_extraction(shared_data):
-    from lait.testkit.realweb import RealWebSite
     from w3lib.url import safe_url_string
+
+    from lait.testkit.realweb import RealWebSite
 
     site = RealWebSite(shared_data)
     base = "http://127.0.0.1:8000"

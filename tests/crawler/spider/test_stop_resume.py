@@ -14,25 +14,15 @@ import pytest
 from lait.parts import WorkDir
 
 
-class _SlowSite:
-    def __init__(self, site, delay: float):
-        self.site, self.delay = site, delay
-
-    def route(self, path, base_url=""):
-        if path.endswith(".html") or path == "/":
-            time.sleep(self.delay)
-        return self.site.route(path, base_url)
-
-
 @pytest.mark.parametrize("jobdir", [False, True])
 def test_one_sigint_stops_cleanly_and_the_same_command_resumes(jobdir, tmp_path, helpers):
     from lait.testkit.generator import generate_site
     from lait.testkit.hostile import HostileHosts
-    from lait.testkit.server import SiteServer
+    from lait.testkit.server import SiteServer, SlowSite
 
     site = generate_site(40, seed=7)
     out = tmp_path / "work"
-    with HostileHosts(trickle_delay=0.2) as hosts, SiteServer(_SlowSite(site, 0.1)) as srv:
+    with HostileHosts(trickle_delay=0.2) as hosts, SiteServer(SlowSite(site, 0.1)) as srv:
         site.attach_hostile(hosts)  # dead image hosts must not hold the stop, nor the resume
         cmd = [sys.executable, "-m", "lait", "crawl", "--seeds", srv.url + "/", "--out", str(out),
                "--allow-loopback", "--no-autothrottle", "--per-domain", "2", "--download-timeout", "2",

@@ -7,8 +7,15 @@ import zlib
 
 import pytest
 
-from lait.crawler.warc import (HttpResponse, WarcReader, decode_body, dechunk, looks_like_archive, parse_http,
-                          scan_gzip_members)
+from lait.crawler.warc import (
+    HttpResponse,
+    WarcReader,
+    dechunk,
+    decode_body,
+    looks_like_archive,
+    parse_http,
+    scan_gzip_members,
+)
 
 
 def rules(reader: WarcReader) -> list[str]:

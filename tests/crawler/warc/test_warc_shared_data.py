@@ -61,8 +61,9 @@ def test_pywb_iana_html_pages_and_png_images(shared_data, tmp_path):
     pngs = [i for i in work.read("images").to_pylist() if i["mime"] == "image/png"]
     assert [i["image_url"] for i in pngs] == ["http://www.iana.org/_img/2013.1/iana-logo-homepage.png"]
     assert pngs[0]["bytes"].startswith(b"\x89PNG\r\n\x1a\n")
-    from PIL import Image
     import io
+
+    from PIL import Image
     assert Image.open(io.BytesIO(pngs[0]["bytes"])).size[0] > 0
 
 
