@@ -46,7 +46,7 @@ def start_parent(tmp_path: Path, body: str, n_children: int, leftovers: list[int
     parent = subprocess.Popen([sys.executable, "-c", script, str(ready)], env=env)
     leftovers.append(parent.pid)
     assert wait_until(ready.exists), "the parent never got ready"
-    children = descendants(parent.pid)
+    children = sorted(descendants(parent.pid))
     leftovers.extend(children)
     assert len(children) >= n_children and all(running(p) for p in children)
     return parent, children
