@@ -5,12 +5,19 @@ image-text pairs (a candidate text of such a pair) and samples. Within a unit th
 down, and each row's share is of the unit's first row; a row says in one sentence what it counts.
 Rejection reasons get their unit the same way (`reason_unit`), so `clean/no_text` reads as
 image-page pairs, never against the images fetched.
+
+Every row but a unit's first says what was dropped on the way to it (`FunnelRow.dropped`), by
+reason, so that each step's count is the next step's count plus the rows dropped there. Most
+drops are rejection reasons, split by step where one stage's rule can apply at two steps (a
+page that was never stored, a page stored but unreadable); a few are not rows of `rejected/`
+but follow from the tables (an image whose texts all went in stage 3 has nothing to score):
+those are named in `DERIVED` and counted from the tables, never as a difference of two rows.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lait import storage
@@ -31,6 +38,8 @@ class FunnelRow:
     meaning: str
     base: int | None = None  # the count the share is of; None for a unit's first row
     base_label: str = ""
+    # what was dropped between the previous row and this one: reason (or a DERIVED name) -> rows
+    dropped: dict[str, int] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -49,7 +58,24 @@ class FunnelRow:
 
     def to_json(self) -> dict[str, Any]:
         return {"unit": self.unit, "step": self.step, "count": self.count,
-                "percent": None if self.percent is None else round(self.percent, 2), "of": self.base_label or None}
+                "percent": None if self.percent is None else round(self.percent, 2), "of": self.base_label or None,
+                "dropped": dict(self.dropped)}
+
+
+# Drops that are no row of rejected/: what happened, in one sentence.
+NO_TEXT_LEFT = "no text left"
+IMAGE_NOT_KEPT = "image not kept by filter"
+OTHER_TEXTS = "not the caption"
+IMAGE_DROPPED = "image dropped by build"
+DERIVED = {
+    NO_TEXT_LEFT: "images that passed stage 2 with no text left to score: every page showing them lost all "
+                  "its texts in stage 3 (clean/no_text, counted there per page).",
+    IMAGE_NOT_KEPT: "texts of images stage 2 rejected or never downloaded (their reasons are counted under "
+                    "images): there are no bytes to score them against.",
+    OTHER_TEXTS: "the other scored texts of an image that has a caption: a sample keeps one text per image, "
+                 "its best.",
+    IMAGE_DROPPED: "the best texts of images stage 5 dropped (build/* reasons, counted under images).",
+}
 
 
 def _null_count(work: WorkDir, table: str, column: str) -> int:
@@ -97,6 +123,82 @@ def _unit_rows(unit: str, steps: list[tuple[str, int | None, str]]) -> list[Funn
     return rows
 
 
+def _urls(work: WorkDir, table: str, column: str, *, errors: bool = False) -> set[str]:
+    """The values of `column` in `table` (only the rows with an `error` when `errors`)."""
+    import pyarrow.compute as pc
+
+    out: set[str] = set()
+    for f in work.part_files(table):
+        pf = storage.parquet_file(f)
+        if errors:
+            t = pf.read(columns=[column, "error"])
+            t = t.filter(pc.is_valid(t.column("error")))
+        else:
+            t = pf.read(columns=[column])
+        out.update(t.column(column).to_pylist())
+    return out
+
+
+def _rejected_rows(work: WorkDir) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for f in work.part_files("rejected"):
+        pf = storage.parquet_file(f)
+        columns = [c for c in ("reason", "image_url", "page_url", "text") if c in pf.schema_arrow.names]
+        rows += pf.read(columns=columns).to_pylist()
+    return rows
+
+
+def _texts_without_image(work: WorkDir, kept: set[str]) -> int:
+    """Candidate texts whose image is not in images_ok/ (`kept`)."""
+    n = 0
+    for f in work.part_files("candidates"):
+        for row in storage.parquet_file(f).read(columns=["image_url", "texts"]).to_pylist():
+            if row["image_url"] not in kept:
+                n += len(row["texts"] or [])
+    return n
+
+
+def drops(work: WorkDir, has: dict[str, bool]) -> dict[tuple[str, str], Counter]:
+    """(unit, step) -> what was dropped on the way to that step, by reason: every row of
+    rejected/ lands at one step, by its stage, its unit and whether its page or image was
+    stored; the derived drops are counted from the tables."""
+    pages_failed = _urls(work, "pages", "url", errors=True) if has["pages"] else set()
+    pages_seen = _urls(work, "pages", "url") if has["pages"] else set()
+    images_failed = _urls(work, "images", "image_url", errors=True) if has["images"] else set()
+    out: dict[tuple[str, str], Counter] = {}
+
+    def add(unit: str, step: str, reason: str, n: int = 1) -> None:
+        if n:
+            out.setdefault((unit, step), Counter())[reason] += n
+
+    for row in _rejected_rows(work):
+        reason = row["reason"]
+        stage = reason.split("/", 1)[0]
+        unit = reason_unit(reason, row)
+        if unit == PAGES and stage in ("crawl", "ingest") and row.get("page_url") not in pages_seen:
+            add(PAGES, "fetched", reason)  # found, never fetched (robots.txt, a refused host, ...)
+        elif unit == PAGES and stage == "clean":
+            add(PAGES, "stored" if row.get("page_url") in pages_failed else "read", reason)
+        elif unit == IMAGES and stage == "filter":
+            add(IMAGES, "downloaded" if row.get("image_url") in images_failed else "kept by filter", reason)
+        elif unit == IMAGES and stage == "build":
+            add(IMAGES, "in shards", reason)
+            add(TEXT_PAIRS, "kept as captions", IMAGE_DROPPED)
+        elif reason == "clean/no_text":
+            add(PAGE_PAIRS, "with texts", reason)
+        elif unit == TEXT_PAIRS and stage == "clean":
+            add(TEXT_PAIRS, "kept by clean", reason)
+        elif unit == TEXT_PAIRS and stage in ("score", "build"):
+            add(TEXT_PAIRS, "scored" if stage == "score" else "kept as captions", reason)
+    if has["images_ok"] and has["scored"]:
+        kept = _urls(work, "images_ok", "image_url")
+        scored = work.read("scored", columns=["image_url"]).column(0).to_pylist()
+        add(IMAGES, "with scored texts", NO_TEXT_LEFT, len(kept - set(scored)))
+        add(TEXT_PAIRS, "scored", IMAGE_NOT_KEPT, _texts_without_image(work, kept) if has["candidates"] else 0)
+        add(TEXT_PAIRS, "kept as captions", OTHER_TEXTS, len(scored) - len(set(scored)))
+    return out
+
+
 def funnel(work: WorkDir, rejects: Counter, units: dict[str, str], samples: int | None) -> list[FunnelRow]:
     """The funnel rows of a work directory, unit by unit: `rejects` counts the rows of each
     reason, `units` says what each reason counts, `samples` is None without shards."""
@@ -106,8 +208,13 @@ def funnel(work: WorkDir, rejects: Counter, units: dict[str, str], samples: int 
     # Stage 3 rejects a page at most once, whatever the cause (no HTML, unparsable, too deep, ...).
     page_rejects = sum(n for r, n in rejects.items() if r.startswith("clean/") and units.get(r) == PAGES)
     no_text = rejects.get("clean/no_text", 0)
+    dropped = drops(work, has)
+    not_fetched = sum(dropped.get((PAGES, "fetched"), Counter()).values())
     out: list[FunnelRow] = []
     out += _unit_rows(PAGES, [
+        ("found", count["pages"] + not_fetched if has["pages"] else None,
+         "page URLs the crawl or the archive ingest found: those it fetched and those it was not allowed to "
+         "fetch (robots.txt, a refused host, ...)."),
         ("fetched", count["pages"], "pages/ rows: every page URL the crawl or the archive ingest fetched, "
                                     "whatever it answered."),
         ("stored", _null_count(work, "pages", "error") if has["pages"] else None,
@@ -147,9 +254,11 @@ def funnel(work: WorkDir, rejects: Counter, units: dict[str, str], samples: int 
                                     "images kept by the filter have bytes to score."),
         ("kept as captions", samples, "the texts that became the captions of the samples: one per sample."),
     ])
+    for row in out:
+        if row.base is not None:
+            row.dropped = dict(dropped.get((row.unit, row.step), Counter()).most_common())
     if samples is not None:
         base = count["images"]
         out.append(FunnelRow(SAMPLES, "in shards", samples, "samples in the shards (WebDataset tars): an image, "
                              "its caption and its metadata.", base, "images fetched" if base is not None else ""))
     return out
-
