@@ -26,6 +26,7 @@ from lait.parts import WorkDir
 PAGES, IMAGES, PAGE_PAIRS, TEXT_PAIRS, SAMPLES = ("pages", "images", "image-page pairs",
                                                   "image-text pairs", "samples")
 UNITS = (PAGES, IMAGES, PAGE_PAIRS, TEXT_PAIRS, SAMPLES)
+SCORE_CUTS = ("build/min_score", "build/top_fraction")
 
 
 @dataclass
@@ -106,6 +107,8 @@ def reason_unit(reason: str, row: dict[str, Any]) -> str:
     without a page context: an image; ...)."""
     if reason == "clean/no_text":
         return PAGE_PAIRS
+    if reason in SCORE_CUTS:  # the row names the picture's best text, but the picture is what goes
+        return IMAGES
     if row.get("text") is not None:
         return TEXT_PAIRS
     if row.get("image_url"):
