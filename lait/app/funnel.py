@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from lait import storage
-from lait.parts import WorkDir
+from lait.parts import WorkDir, partition_of
 
 PAGES, IMAGES, PAGE_PAIRS, TEXT_PAIRS, SAMPLES = ("pages", "images", "image-page pairs",
                                                   "image-text pairs", "samples")
@@ -126,64 +126,80 @@ def _unit_rows(unit: str, steps: list[tuple[str, int | None, str]]) -> list[Funn
     return rows
 
 
-def _urls(work: WorkDir, table: str, column: str, *, errors: bool = False) -> set[str]:
-    """The values of `column` in `table` (only the rows with an `error` when `errors`)."""
+def _lookup(work: WorkDir, table: str, column: str, urls: set[str]) -> dict[str, bool]:
+    """url -> whether its row in `table` has an `error`, for those of `urls` the table holds;
+    only the partitions that hold them are read (pages by page URL, images by image URL)."""
     import pyarrow.compute as pc
 
-    out: set[str] = set()
-    for f in work.part_files(table):
-        pf = storage.parquet_file(f)
-        if errors:
-            t = pf.read(columns=[column, "error"])
-            t = t.filter(pc.is_valid(t.column("error")))
-        else:
-            t = pf.read(columns=[column])
-        out.update(t.column(column).to_pylist())
+    out: dict[str, bool] = {}
+    for partition in sorted({partition_of(u, work.n_partitions) for u in urls}):
+        for f in work.part_files(table, partition):
+            t = storage.parquet_file(f).read(columns=[column, "error"])
+            for url, failed in zip(t.column(column).to_pylist(), pc.is_valid(t.column("error")).to_pylist()):
+                if url in urls:
+                    out[url] = failed
     return out
 
 
-def _rejected_rows(work: WorkDir) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
+def _rejected_rows(work: WorkDir) -> Iterator[dict[str, Any]]:
+    """Each rejected row's reason, image and page URL, and whether it has a text (the text
+    itself is never turned into Python: a table of millions of them stays in Arrow)."""
+    import pyarrow.compute as pc
+
     for f in work.part_files("rejected"):
         pf = storage.parquet_file(f)
-        columns = [c for c in ("reason", "image_url", "page_url", "text") if c in pf.schema_arrow.names]
-        rows += pf.read(columns=columns).to_pylist()
-    return rows
+        names = pf.schema_arrow.names
+        columns = [c for c in ("reason", "image_url", "page_url", "text") if c in names]
+        t = pf.read(columns=columns)
+        values = {c: t.column(c).to_pylist() for c in columns if c != "text"}
+        has_text = pc.is_valid(t.column("text")).to_pylist() if "text" in names else [False] * t.num_rows
+        for i, text in enumerate(has_text):
+            yield {**{c: v[i] for c, v in values.items()}, "text": "" if text else None}
 
 
-def _texts_without_image(work: WorkDir, kept: set[str]) -> int:
-    """Candidate texts whose image is not in images_ok/ (`kept`)."""
-    n = 0
-    for f in work.part_files("candidates"):
-        for row in storage.parquet_file(f).read(columns=["image_url", "texts"]).to_pylist():
-            if row["image_url"] not in kept:
-                n += len(row["texts"] or [])
-    return n
+def _derived(work: WorkDir, add) -> None:
+    """The drops that are no rows of rejected/, counted partition by partition (images_ok,
+    candidates and scored are all partitioned by image URL, so each partition joins alone)."""
+    import pyarrow.compute as pc
+
+    parts = sorted(set(work.partitions("images_ok")) | set(work.partitions("scored"))
+                   | set(work.partitions("candidates")))
+    for p in parts:
+        kept = set(work.read("images_ok", p, columns=["image_url"]).column(0).to_pylist())
+        scored = work.read("scored", p, columns=["image_url"]).column(0).to_pylist()
+        add(IMAGES, "with scored texts", NO_TEXT_LEFT, len(kept - set(scored)))
+        add(TEXT_PAIRS, "kept as captions", OTHER_TEXTS, len(scored) - len(set(scored)))
+        for f in work.part_files("candidates", p):
+            t = storage.parquet_file(f).read(columns=["image_url", "texts"])
+            lengths = pc.list_value_length(t.column("texts")).to_pylist()
+            add(TEXT_PAIRS, "scored", IMAGE_NOT_KEPT,
+                sum(n or 0 for url, n in zip(t.column("image_url").to_pylist(), lengths) if url not in kept))
 
 
 def drops(work: WorkDir, has: dict[str, bool]) -> dict[tuple[str, str], Counter]:
     """(unit, step) -> what was dropped on the way to that step, by reason: every row of
     rejected/ lands at one step, by its stage, its unit and whether its page or image was
     stored; the derived drops are counted from the tables."""
-    pages_failed = _urls(work, "pages", "url", errors=True) if has["pages"] else set()
-    pages_seen = _urls(work, "pages", "url") if has["pages"] else set()
-    images_failed = _urls(work, "images", "image_url", errors=True) if has["images"] else set()
     out: dict[tuple[str, str], Counter] = {}
 
     def add(unit: str, step: str, reason: str, n: int = 1) -> None:
         if n:
             out.setdefault((unit, step), Counter())[reason] += n
 
+    # Rows whose step depends on their page's or image's row: looked up after one pass.
+    crawl_pages: list[tuple[str, str]] = []
+    clean_pages: list[tuple[str, str]] = []
+    filter_images: list[tuple[str, str]] = []
     for row in _rejected_rows(work):
         reason = row["reason"]
         stage = reason.split("/", 1)[0]
         unit = reason_unit(reason, row)
-        if unit == PAGES and stage in ("crawl", "ingest") and row.get("page_url") not in pages_seen:
-            add(PAGES, "fetched", reason)  # found, never fetched (robots.txt, a refused host, ...)
+        if unit == PAGES and stage in ("crawl", "ingest"):
+            crawl_pages.append((reason, row.get("page_url")))
         elif unit == PAGES and stage == "clean":
-            add(PAGES, "stored" if row.get("page_url") in pages_failed else "read", reason)
+            clean_pages.append((reason, row.get("page_url")))
         elif unit == IMAGES and stage == "filter":
-            add(IMAGES, "downloaded" if row.get("image_url") in images_failed else "kept by filter", reason)
+            filter_images.append((reason, row.get("image_url")))
         elif unit == IMAGES and stage == "build":
             add(IMAGES, "in shards", reason)
             add(TEXT_PAIRS, "kept as captions", IMAGE_DROPPED)
@@ -193,12 +209,17 @@ def drops(work: WorkDir, has: dict[str, bool]) -> dict[tuple[str, str], Counter]
             add(TEXT_PAIRS, "kept by clean", reason)
         elif unit == TEXT_PAIRS and stage in ("score", "build"):
             add(TEXT_PAIRS, "scored" if stage == "score" else "kept as captions", reason)
+    pages = _lookup(work, "pages", "url", {u for _, u in crawl_pages + clean_pages if u}) if has["pages"] else {}
+    for reason, url in crawl_pages:
+        if url not in pages:  # found, never fetched (robots.txt, a refused host, ...); a stored page
+            add(PAGES, "fetched", reason)  # flagged by the crawl (too deep) is no drop
+    for reason, url in clean_pages:
+        add(PAGES, "stored" if pages.get(url or "") else "read", reason)
+    images = _lookup(work, "images", "image_url", {u for _, u in filter_images if u}) if has["images"] else {}
+    for reason, url in filter_images:
+        add(IMAGES, "downloaded" if images.get(url or "") else "kept by filter", reason)
     if has["images_ok"] and has["scored"]:
-        kept = _urls(work, "images_ok", "image_url")
-        scored = work.read("scored", columns=["image_url"]).column(0).to_pylist()
-        add(IMAGES, "with scored texts", NO_TEXT_LEFT, len(kept - set(scored)))
-        add(TEXT_PAIRS, "scored", IMAGE_NOT_KEPT, _texts_without_image(work, kept) if has["candidates"] else 0)
-        add(TEXT_PAIRS, "kept as captions", OTHER_TEXTS, len(scored) - len(set(scored)))
+        _derived(work, add)
     return out
 
 
