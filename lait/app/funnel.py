@@ -26,7 +26,6 @@ from lait.parts import WorkDir, partition_of
 PAGES, IMAGES, PAGE_PAIRS, TEXT_PAIRS, SAMPLES = ("pages", "images", "image-page pairs",
                                                   "image-text pairs", "samples")
 UNITS = (PAGES, IMAGES, PAGE_PAIRS, TEXT_PAIRS, SAMPLES)
-SCORE_CUTS = ("build/min_score", "build/top_fraction")
 
 
 @dataclass
@@ -107,7 +106,9 @@ def reason_unit(reason: str, row: dict[str, Any]) -> str:
     without a page context: an image; ...)."""
     if reason == "clean/no_text":
         return PAGE_PAIRS
-    if reason in SCORE_CUTS:  # the row names the picture's best text, but the picture is what goes
+    if reason.startswith("build/") and reason != "build/no_image":
+        # every other rule of stage 5 drops a picture; a row may name its best text (a score
+        # cut, an unreadable image), but the picture is what goes
         return IMAGES
     if row.get("text") is not None:
         return TEXT_PAIRS

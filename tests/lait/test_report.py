@@ -30,8 +30,10 @@ def test_a_reason_counts_the_unit_its_rows_are():
     assert reason_unit("clean/boilerplate", {"page_url": "p", "image_url": "i", "text": "click"}) == TEXT_PAIRS
     assert reason_unit("filter/min_side", {"page_url": "p", "image_url": "i"}) == IMAGES
     assert reason_unit("clean/status", {"page_url": "p", "image_url": None}) == PAGES
-    # a score cut names the best text, but drops the picture
+    # a score cut or an unreadable image names the best text, but drops the picture
     assert reason_unit("build/min_score", {"page_url": "p", "image_url": "i", "text": "a cat"}) == IMAGES
+    assert reason_unit("build/unreadable", {"page_url": "p", "image_url": "i", "text": "a cat"}) == IMAGES
+    assert reason_unit("build/no_image", {"page_url": "p", "image_url": "i", "text": "a cat"}) == TEXT_PAIRS
 
 
 def test_shares_are_of_the_units_first_row():
