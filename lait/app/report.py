@@ -2,10 +2,12 @@
 
 The page embeds everything (plots as PNG data URIs and the score histogram as inline SVG, drawn
 with matplotlib's Agg backend; thumbnails as JPEG data URIs), so it opens from a file, with no
-network and no server.
+network and no server. The pages it links to are the stored copies written beside it
+(`lait.app.pagecopies`), never the live web, which may be gone (the demo's is, once it ends).
 
 Sections: the funnel, one unit per row (pages, images, image-page pairs, image-text pairs,
-samples) with shares and what each row counts (`lait.app.funnel`); every rejection reason,
+samples) with shares, what each row counts and what was dropped between two rows, by reason
+(`lait.app.funnel`); every rejection reason,
 sorted, with what a row of it is and examples of what it dropped (`lait.app.examples`); the
 score histogram with stage 5's thresholds drawn on it; distributions (image sizes, aspect
 ratios, caption lengths, languages, domains, caption sources); a grid of samples and the best
