@@ -70,7 +70,7 @@ class BuildResult(Reports):
         lines = [r.summary() for r in self.reports]
         if self.stats:
             lines.append(f"build: {self.stats.get('samples', 0)} samples in {self.stats.get('shards', 0)} shards "
-                         f"({self.stats.get('shard_bytes', 0) / 1e6:.1f} MB)")
+                         f"({self.stats.get('shard_bytes', 0) / 1e6:.1f} MB of sample files, before tar headers)")
         return "\n".join(lines)
 
 

@@ -71,7 +71,7 @@ class SelectResult(Reports):
         if self.stats:
             s = self.stats
             lines.append(f"select: {s['samples']} of {s['pool']} pool samples in {s['shards']} shards "
-                         f"({s['shard_bytes'] / 1e6:.1f} MB) in {s['out']}")
+                         f"({s['shard_bytes'] / 1e6:.1f} MB of sample files, before tar headers) in {s['out']}")
             if s.get("uids_not_in_pool"):
                 lines.append(f"select: {s['uids_not_in_pool']} uids of {s['uids_file']} are not in the pool")
         return "\n".join(lines)

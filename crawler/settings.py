@@ -98,6 +98,10 @@ LOG_LEVEL = "INFO"
 # tenth of an image download's CPU). lait's callbacks are fixed: no check.
 WARN_ON_GENERATOR_RETURN_VALUE = False
 TELNETCONSOLE_ENABLED = False
+# Scrapy 2.19's remote control serves an HTTP endpoint that runs Python code, and leaves a job
+# file with its port and token in ~/.local/state/scrapy/job_files (for good when the crawl is
+# killed): a crawler of untrusted pages needs neither.
+REMOTE_CONTROL_ENABLED = False
 REQUEST_FINGERPRINTER_IMPLEMENTATION = "2.7"
 # A page request and an image request of one URL are two requests (lait.crawler.fingerprints).
 REQUEST_FINGERPRINTER_CLASS = "lait.crawler.fingerprints.KindFingerprinter"

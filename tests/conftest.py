@@ -28,6 +28,67 @@ except ImportError:  # the fuzz tests skip
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
 
 
+# -- what a test run leaves behind ------------------------------------------------------------
+# Places outside pytest's tmp_path that a run could fill and never clean: Scrapy's job files
+# (a port and a token per crawl), Ray's session folders, and pytest's own numbered folders
+# (which `tmp_path_retention_policy = "failed"` in pyproject.toml empties when every test
+# passes). The run snapshots them at its start and prints what is new at its very end, after
+# pytest's own clean-up; other processes of the machine may add to them too, hence "new
+# during this run".
+def _leftover_places() -> list[Path]:
+    import getpass
+    import tempfile
+
+    tmp = Path(tempfile.gettempdir())
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return [state / "scrapy" / "job_files", tmp / "ray", tmp / f"pytest-of-{user}"]
+
+
+def _entries() -> set[Path]:
+    import tempfile
+
+    out: set[Path] = set()
+    for place in _leftover_places():
+        if place.is_dir():
+            out |= {p for p in place.iterdir() if p.name != "pytest-current"}
+    return out | set(Path(tempfile.gettempdir()).glob("lait-ray-*"))
+
+
+def _size(path: Path) -> int:
+    try:
+        if path.is_symlink() or not path.is_dir():
+            return path.lstat().st_size
+        return sum(f.lstat().st_size for f in path.rglob("*") if not f.is_dir() or f.is_symlink())
+    except OSError:  # gone meanwhile, or not ours to read
+        return 0
+
+
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):  # the controller of an xdist run, or a plain run
+        session.config.stash[_BEFORE] = _entries()
+
+
+def pytest_unconfigure(config):
+    before = config.stash.get(_BEFORE, None)
+    if before is None:
+        return
+    new = sorted(_entries() - before)
+    if not new:
+        print("\nleftovers: nothing new in " + ", ".join(map(str, _leftover_places())), file=sys.stderr)
+        return
+    print(f"\nleftovers: {len(new)} new entries outside the tests' temporary folders (new during this run; "
+          "pytest-of-* keeps a failed run's folders on purpose):", file=sys.stderr)
+    for path in new:
+        print(f"  {path}  ({_size(path) / 1e6:.1f} MB)", file=sys.stderr)
+
+
+_BEFORE = pytest.StashKey[set]()
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO

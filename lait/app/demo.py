@@ -27,6 +27,21 @@ from lait.parts import atomic_write_json
 
 log = logging.getLogger(__name__)
 
+# What `lait demo --help` says: the user's view (the module docstring above is the developer's).
+DESCRIPTION = """The whole LAIT job offline, on a built-in local web (a synthetic site of articles
+with photos, captions and the usual traps: duplicates, logos, 404s, robots.txt, noai pages):
+
+1. generate the site and serve it on a loopback port, only for the demo's duration;
+2. crawl it, as `lait crawl` crawls the web;
+3. run stages 2 to 5 (filter, clean, score, build), scoring with a small offline model trained
+   on the site's kind of pictures (built once per machine and cached);
+4. write the HTML report and print where the shards and the report are.
+
+Everything lands in OUT/: work/ (the tables and work/shards/), report.html (with stored copies
+of the pages it links to in report_pages/), and ground_truth.json (what a correct pipeline
+keeps, to compare against). A second run reuses whatever is finished: the crawl, every stage's
+finished partitions, the shards."""
+
 CRAWL_MARKER = "_done/demo_crawl.json"
 DEMO_PORT = 8765
 
@@ -145,4 +160,4 @@ def register(sub) -> None:
 
     add_config_command(sub, "demo", DemoConfig, run_demo,
                        help="the whole job offline on a built-in local web: shards + report",
-                       description=__doc__, epilog="example:\n  lait demo --out demo/")
+                       description=DESCRIPTION, epilog="example:\n  lait demo --out demo/")

@@ -38,6 +38,7 @@ class Example:
     text: str | None
     detail: str | None
     thumb: str | None = None  # JPEG data URI of the image, when its bytes were stored
+    image_note: str | None = None  # why there is no thumbnail, when there is an image URL
 
 
 def reject_examples(work: WorkDir, reasons: Counter, per_reason: int = EXAMPLES_PER_REASON,
@@ -61,9 +62,28 @@ def reject_examples(work: WorkDir, reasons: Counter, per_reason: int = EXAMPLES_
     if thumbnails:
         urls = {e.image_url for examples in out.values() for e in examples if e.image_url}
         thumbs = image_thumbnails(work, urls)
+        notes = fetch_notes(work, urls - set(thumbs))
         for examples in out.values():
             for e in examples:
                 e.thumb = thumbs.get(e.image_url or "")
+                if e.image_url and not e.thumb:
+                    e.image_note = notes.get(e.image_url, "no image: the URL was never fetched")
+    return out
+
+
+def fetch_notes(work: WorkDir, urls: set[str]) -> dict[str, str]:
+    """image URL -> why the report shows no thumbnail of it (its fetch failed, or its bytes
+    are no image Pillow draws), for the URLs `images/` holds."""
+    if not urls or not work.part_files("images"):
+        return {}
+    out: dict[str, str] = {}
+    for partition in sorted({partition_of(url, work.n_partitions) for url in urls}):
+        for f in work.part_files("images", partition):
+            t = storage.parquet_file(f).read(columns=["image_url", "status", "error"])
+            for url, status, error in zip(*(t.column(c).to_pylist() for c in ("image_url", "status", "error"))):
+                if url in urls and url not in out:
+                    out[url] = (f"no image: HTTP {status}" + (f" ({error})" if error else "") + ", no bytes stored"
+                                if error else "no thumbnail: the stored bytes are no image to draw (or too large)")
     return out
 
 

@@ -5,16 +5,23 @@ image-text pairs (a candidate text of such a pair) and samples. Within a unit th
 down, and each row's share is of the unit's first row; a row says in one sentence what it counts.
 Rejection reasons get their unit the same way (`reason_unit`), so `clean/no_text` reads as
 image-page pairs, never against the images fetched.
+
+Every row but a unit's first says what was dropped on the way to it (`FunnelRow.dropped`), by
+reason, so that each step's count is the next step's count plus the rows dropped there. Most
+drops are rejection reasons, split by step where one stage's rule can apply at two steps (a
+page that was never stored, a page stored but unreadable); a few are not rows of `rejected/`
+but follow from the tables (an image whose texts all went in stage 3 has nothing to score):
+those are named in `DERIVED` and counted from the tables, never as a difference of two rows.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Iterator
 
 from lait import storage
-from lait.parts import WorkDir
+from lait.parts import WorkDir, partition_of
 
 PAGES, IMAGES, PAGE_PAIRS, TEXT_PAIRS, SAMPLES = ("pages", "images", "image-page pairs",
                                                   "image-text pairs", "samples")
@@ -31,6 +38,8 @@ class FunnelRow:
     meaning: str
     base: int | None = None  # the count the share is of; None for a unit's first row
     base_label: str = ""
+    # what was dropped between the previous row and this one: reason (or a DERIVED name) -> rows
+    dropped: dict[str, int] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -49,7 +58,24 @@ class FunnelRow:
 
     def to_json(self) -> dict[str, Any]:
         return {"unit": self.unit, "step": self.step, "count": self.count,
-                "percent": None if self.percent is None else round(self.percent, 2), "of": self.base_label or None}
+                "percent": None if self.percent is None else round(self.percent, 2), "of": self.base_label or None,
+                "dropped": dict(self.dropped)}
+
+
+# Drops that are no row of rejected/: what happened, in one sentence.
+NO_TEXT_LEFT = "no text left"
+IMAGE_NOT_KEPT = "image not kept by filter"
+OTHER_TEXTS = "not the caption"
+IMAGE_DROPPED = "image dropped by build"
+DERIVED = {
+    NO_TEXT_LEFT: "images that passed stage 2 with no text left to score: every page showing them lost all "
+                  "its texts in stage 3 (clean/no_text, counted there per page).",
+    IMAGE_NOT_KEPT: "texts of images stage 2 rejected or never downloaded (their reasons are counted under "
+                    "images): there are no bytes to score them against.",
+    OTHER_TEXTS: "the other scored texts of an image that has a caption: a sample keeps one text per image, "
+                 "its best.",
+    IMAGE_DROPPED: "the best texts of images stage 5 dropped (build/* reasons, counted under images).",
+}
 
 
 def _null_count(work: WorkDir, table: str, column: str) -> int:
@@ -80,6 +106,10 @@ def reason_unit(reason: str, row: dict[str, Any]) -> str:
     without a page context: an image; ...)."""
     if reason == "clean/no_text":
         return PAGE_PAIRS
+    if reason.startswith("build/") and reason != "build/no_image":
+        # every other rule of stage 5 drops a picture; a row may name its best text (a score
+        # cut, an unreadable image), but the picture is what goes
+        return IMAGES
     if row.get("text") is not None:
         return TEXT_PAIRS
     if row.get("image_url"):
@@ -97,6 +127,103 @@ def _unit_rows(unit: str, steps: list[tuple[str, int | None, str]]) -> list[Funn
     return rows
 
 
+def _lookup(work: WorkDir, table: str, column: str, urls: set[str]) -> dict[str, bool]:
+    """url -> whether its row in `table` has an `error`, for those of `urls` the table holds;
+    only the partitions that hold them are read (pages by page URL, images by image URL)."""
+    import pyarrow.compute as pc
+
+    out: dict[str, bool] = {}
+    for partition in sorted({partition_of(u, work.n_partitions) for u in urls}):
+        for f in work.part_files(table, partition):
+            t = storage.parquet_file(f).read(columns=[column, "error"])
+            for url, failed in zip(t.column(column).to_pylist(), pc.is_valid(t.column("error")).to_pylist()):
+                if url in urls:
+                    out[url] = failed
+    return out
+
+
+def _rejected_rows(work: WorkDir) -> Iterator[dict[str, Any]]:
+    """Each rejected row's reason, image and page URL, and whether it has a text (the text
+    itself is never turned into Python: a table of millions of them stays in Arrow)."""
+    import pyarrow.compute as pc
+
+    for f in work.part_files("rejected"):
+        pf = storage.parquet_file(f)
+        names = pf.schema_arrow.names
+        columns = [c for c in ("reason", "image_url", "page_url", "text") if c in names]
+        t = pf.read(columns=columns)
+        values = {c: t.column(c).to_pylist() for c in columns if c != "text"}
+        has_text = pc.is_valid(t.column("text")).to_pylist() if "text" in names else [False] * t.num_rows
+        for i, text in enumerate(has_text):
+            yield {**{c: v[i] for c, v in values.items()}, "text": "" if text else None}
+
+
+def _derived(work: WorkDir, add) -> None:
+    """The drops that are no rows of rejected/, counted partition by partition (images_ok,
+    candidates and scored are all partitioned by image URL, so each partition joins alone)."""
+    import pyarrow.compute as pc
+
+    parts = sorted(set(work.partitions("images_ok")) | set(work.partitions("scored"))
+                   | set(work.partitions("candidates")))
+    for p in parts:
+        kept = set(work.read("images_ok", p, columns=["image_url"]).column(0).to_pylist())
+        scored = work.read("scored", p, columns=["image_url"]).column(0).to_pylist()
+        add(IMAGES, "with scored texts", NO_TEXT_LEFT, len(kept - set(scored)))
+        add(TEXT_PAIRS, "kept as captions", OTHER_TEXTS, len(scored) - len(set(scored)))
+        for f in work.part_files("candidates", p):
+            t = storage.parquet_file(f).read(columns=["image_url", "texts"])
+            lengths = pc.list_value_length(t.column("texts")).to_pylist()
+            add(TEXT_PAIRS, "scored", IMAGE_NOT_KEPT,
+                sum(n or 0 for url, n in zip(t.column("image_url").to_pylist(), lengths) if url not in kept))
+
+
+def drops(work: WorkDir, has: dict[str, bool]) -> dict[tuple[str, str], Counter]:
+    """(unit, step) -> what was dropped on the way to that step, by reason: every row of
+    rejected/ lands at one step, by its stage, its unit and whether its page or image was
+    stored; the derived drops are counted from the tables."""
+    out: dict[tuple[str, str], Counter] = {}
+
+    def add(unit: str, step: str, reason: str, n: int = 1) -> None:
+        if n:
+            out.setdefault((unit, step), Counter())[reason] += n
+
+    # Rows whose step depends on their page's or image's row: looked up after one pass.
+    crawl_pages: list[tuple[str, str]] = []
+    clean_pages: list[tuple[str, str]] = []
+    filter_images: list[tuple[str, str]] = []
+    for row in _rejected_rows(work):
+        reason = row["reason"]
+        stage = reason.split("/", 1)[0]
+        unit = reason_unit(reason, row)
+        if unit == PAGES and stage in ("crawl", "ingest"):
+            crawl_pages.append((reason, row.get("page_url")))
+        elif unit == PAGES and stage == "clean":
+            clean_pages.append((reason, row.get("page_url")))
+        elif unit == IMAGES and stage == "filter":
+            filter_images.append((reason, row.get("image_url")))
+        elif unit == IMAGES and stage == "build":
+            add(IMAGES, "in shards", reason)
+            add(TEXT_PAIRS, "kept as captions", IMAGE_DROPPED)
+        elif reason == "clean/no_text":
+            add(PAGE_PAIRS, "with texts", reason)
+        elif unit == TEXT_PAIRS and stage == "clean":
+            add(TEXT_PAIRS, "kept by clean", reason)
+        elif unit == TEXT_PAIRS and stage in ("score", "build"):
+            add(TEXT_PAIRS, "scored" if stage == "score" else "kept as captions", reason)
+    pages = _lookup(work, "pages", "url", {u for _, u in crawl_pages + clean_pages if u}) if has["pages"] else {}
+    for reason, url in crawl_pages:
+        if url not in pages:  # found, never fetched (robots.txt, a refused host, ...); a stored page
+            add(PAGES, "fetched", reason)  # flagged by the crawl (too deep) is no drop
+    for reason, url in clean_pages:
+        add(PAGES, "stored" if pages.get(url or "") else "read", reason)
+    images = _lookup(work, "images", "image_url", {u for _, u in filter_images if u}) if has["images"] else {}
+    for reason, url in filter_images:
+        add(IMAGES, "downloaded" if images.get(url or "") else "kept by filter", reason)
+    if has["images_ok"] and has["scored"]:
+        _derived(work, add)
+    return out
+
+
 def funnel(work: WorkDir, rejects: Counter, units: dict[str, str], samples: int | None) -> list[FunnelRow]:
     """The funnel rows of a work directory, unit by unit: `rejects` counts the rows of each
     reason, `units` says what each reason counts, `samples` is None without shards."""
@@ -106,8 +233,13 @@ def funnel(work: WorkDir, rejects: Counter, units: dict[str, str], samples: int 
     # Stage 3 rejects a page at most once, whatever the cause (no HTML, unparsable, too deep, ...).
     page_rejects = sum(n for r, n in rejects.items() if r.startswith("clean/") and units.get(r) == PAGES)
     no_text = rejects.get("clean/no_text", 0)
+    dropped = drops(work, has)
+    not_fetched = sum(dropped.get((PAGES, "fetched"), Counter()).values())
     out: list[FunnelRow] = []
     out += _unit_rows(PAGES, [
+        ("found", count["pages"] + not_fetched if has["pages"] else None,
+         "page URLs the crawl or the archive ingest found: those it fetched and those it was not allowed to "
+         "fetch (robots.txt, a refused host, ...)."),
         ("fetched", count["pages"], "pages/ rows: every page URL the crawl or the archive ingest fetched, "
                                     "whatever it answered."),
         ("stored", _null_count(work, "pages", "error") if has["pages"] else None,
@@ -147,9 +279,11 @@ def funnel(work: WorkDir, rejects: Counter, units: dict[str, str], samples: int 
                                     "images kept by the filter have bytes to score."),
         ("kept as captions", samples, "the texts that became the captions of the samples: one per sample."),
     ])
+    for row in out:
+        if row.base is not None:
+            row.dropped = dict(dropped.get((row.unit, row.step), Counter()).most_common())
     if samples is not None:
         base = count["images"]
         out.append(FunnelRow(SAMPLES, "in shards", samples, "samples in the shards (WebDataset tars): an image, "
                              "its caption and its metadata.", base, "images fetched" if base is not None else ""))
     return out
-

@@ -68,11 +68,17 @@ def _hist_axes(title: str, series: dict[str, list[float]], bins: int, xlabel: st
     return fig, ax
 
 
+def _legend(ax) -> None:
+    """The legend beside the axes, never over a bar (inside, `loc="best"` still covers one
+    when bars fill every corner)."""
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+
+
 def hist(title: str, series: dict[str, list[float]], bins: int = 40, xlabel: str = "") -> str | None:
     fig, ax = _hist_axes(title, series, bins, xlabel)
     if fig is None:
         return None
-    ax.legend(fontsize=8)
+    _legend(ax)
     return _png(fig)
 
 
@@ -85,7 +91,7 @@ def score_histogram_svg(series: dict[str, list[float]], thresholds: list[Thresho
     for i, t in enumerate(thresholds):
         line = ax.axvline(t.value, color=THRESHOLD_COLOR, linestyle="--", linewidth=1.8, label=t.label)
         line.set_gid(f"threshold-{i}")
-    ax.legend(fontsize=8)
+    _legend(ax)
     buf = io.StringIO()
     plt = _pyplot()
     with plt.rc_context({"svg.hashsalt": "lait-report", "svg.fonttype": "path"}):

@@ -2,10 +2,12 @@
 
 The page embeds everything (plots as PNG data URIs and the score histogram as inline SVG, drawn
 with matplotlib's Agg backend; thumbnails as JPEG data URIs), so it opens from a file, with no
-network and no server.
+network and no server. The pages it links to are the stored copies written beside it
+(`lait.app.pagecopies`), never the live web, which may be gone (the demo's is, once it ends).
 
 Sections: the funnel, one unit per row (pages, images, image-page pairs, image-text pairs,
-samples) with shares and what each row counts (`lait.app.funnel`); every rejection reason,
+samples) with shares, what each row counts and what was dropped between two rows, by reason
+(`lait.app.funnel`); every rejection reason,
 sorted, with what a row of it is and examples of what it dropped (`lait.app.examples`); the
 score histogram with stage 5's thresholds drawn on it; distributions (image sizes, aspect
 ratios, caption lengths, languages, domains, caption sources); a grid of samples and the best
@@ -30,7 +32,8 @@ import yaml
 
 from lait import storage
 from lait.app.examples import EXAMPLES_PER_REASON, Example, reject_examples
-from lait.app.funnel import FunnelRow, funnel, reason_unit
+from lait.app.funnel import DERIVED, IMAGES, FunnelRow, funnel, reason_unit
+from lait.app.pagecopies import write_page_copies
 from lait.app.plots import THRESHOLD_COLOR, Threshold, plots, score_histogram_svg
 from lait.build.shards import shard_files
 from lait.parts import WorkDir
@@ -160,18 +163,26 @@ def gather(work_root: str | Path, *, examples_per_reason: int = 1, thumbnails: b
     return st
 
 
+def _size(st: DatasetStats) -> str:
+    """The shards' size on disk: the tar files, headers and padding included (stage 5's own
+    summary counts the samples' content, which is less)."""
+    return f"{st.shard_bytes / 1e6:.1f} MB of tar files on disk"
+
+
 # -- terminal -------------------------------------------------------------------------------
 def summary_text(st: DatasetStats) -> str:
     """The plain-text report: funnel with shares, rejection reasons with their units, shards and
     the main distributions."""
     lines = [f"lait dataset report: {st.root}", "", "funnel (one unit per row; shares of the unit's first row):"]
     width = max([len(r.label) for r in st.funnel] + [10])
-    lines += [f"  {r.label:<{width}}  {r.count:>10,}  {r.share()}".rstrip() for r in st.funnel]
+    for r in st.funnel:
+        lines += [f"    - {reason:<{width - 4}}  {-n:>10,}" for reason, n in r.dropped.items()]
+        lines.append(f"  {r.label:<{width}}  {r.count:>10,}  {r.share()}".rstrip())
     if st.rejects:
         lines += ["", "rejected, by reason:"]
         for reason, n in st.sorted_rejects():
             lines.append(f"  {reason:<40} {n:>10,}  {st.reject_units.get(reason, 'rows')}")
-    lines += ["", f"shards: {st.shards} tars, {len(st.samples):,} samples, {st.shard_bytes / 1e6:.1f} MB"]
+    lines += ["", f"shards: {st.shards} tars, {len(st.samples):,} samples, {_size(st)}"]
     if st.samples:
         ks = sorted(st.kept_scores)
         lines.append(f"kept scores: min {ks[0]:.3f}  median {ks[len(ks) // 2]:.3f}  max {ks[-1]:.3f}")
@@ -231,37 +242,65 @@ figure.example{margin:0;border:1px solid #e3c4c4;padding:4px;font-size:12px;back
 figure.example img{width:100%;height:120px;object-fit:contain;background:#fff}
 figure.example blockquote{margin:0 0 4px;font-style:italic}
 .score{color:#666}pre{background:#f4f4f4;padding:8px;font-size:12px}.threshold{color:""" + THRESHOLD_COLOR + """}
-#score-histogram svg{max-width:700px;height:auto}
+#score-histogram svg{max-width:760px;height:auto}
+tr.drop td{color:#8a3b3b;font-size:12px}.noimage{color:#8a3b3b;font-style:italic;margin-bottom:4px}
 """
 
 
-def _page_link(url: str | None) -> str:
-    """A link to the page a row came from, shown as its host and path; a URL that is not
-    http(s) (`javascript:` from an old table, say) is shown as text, never as a link."""
+def _shown(url: str) -> str:
+    parts = urlsplit(url)
+    return (parts.netloc + (parts.path if len(parts.path) <= 48 else parts.path[:45] + "...")) or url
+
+
+def _page_link(url: str | None, copies: dict[str, str] | None = None) -> str:
+    """A link to the page a row came from, shown as its host and path. With `copies` (page URL
+    -> stored copy beside the report, what `write_report` passes) the link opens the stored
+    copy, and a page without one is shown as text: the web it came from may be gone (the
+    demo's stops with it). A URL that is not http(s) (`javascript:` from an old table, say)
+    is shown as text, never as a link."""
     if not url:
         return "no page"
     if not is_http_url(url):
         return f'<span class="page">{html.escape(url[:200])}</span>'
-    parts = urlsplit(url)
-    shown = parts.netloc + (parts.path if len(parts.path) <= 48 else parts.path[:45] + "...")
-    return f'<a class="page" href="{html.escape(url)}" title="{html.escape(url)}">{html.escape(shown or url)}</a>'
+    if copies is None:
+        return f'<a class="page" href="{html.escape(url)}" title="{html.escape(url)}">{html.escape(_shown(url))}</a>'
+    if url in copies:
+        return (f'<a class="page" href="{html.escape(copies[url])}" data-url="{html.escape(url)}" '
+                f'title="stored copy of {html.escape(url)}">{html.escape(_shown(url))}</a>')
+    return (f'<span class="page" data-url="{html.escape(url)}" title="{html.escape(url)} (no stored copy)">'
+            f"{html.escape(_shown(url))}</span>")
 
 
-def _figure(s: dict, thumbs: dict[str, str]) -> str:
+def _figure(s: dict, thumbs: dict[str, str], copies: dict[str, str] | None = None) -> str:
     src = thumbs.get(s["key"], "")
+    facts = [f"score {s['score']:.3f}", html.escape(s.get("source") or ""),
+             _page_link(s.get("page_url") or s["url"], copies)]
     return (f'<figure class="sample"><img alt="sample {html.escape(s["key"])}" src="{src}">'
-            f'<figcaption>{html.escape(s["caption"])}<br><span class="score">score {s["score"]:.3f} · '
-            f'{html.escape(s["source"])} · {_page_link(s.get("page_url") or s["url"])}</span></figcaption></figure>')
+            f'<figcaption>{html.escape(s["caption"])}<br><span class="score">'
+            f'{" · ".join(f for f in facts if f)}</span></figcaption></figure>')
 
 
-def _example(e: Example) -> str:
+def _detail(e: Example) -> str:
+    """The rule's detail, less the page's own URL where the detail repeats it (the card names
+    the page already)."""
+    detail = e.detail or ""
+    if e.page_url and e.image_url is None and e.text is None:
+        detail = detail.replace(f": {e.page_url}", "").replace(e.page_url, "this page")
+    return html.escape(detail)
+
+
+def _example(e: Example, copies: dict[str, str] | None = None) -> str:
     shown = (f'<img alt="{html.escape(e.image_url or "")}" src="{e.thumb}">' if e.thumb else "")
+    if not e.thumb and e.image_url:
+        note = e.image_note or "no thumbnail: the image's bytes are not stored"
+        shown += f'<div class="noimage">{html.escape(note)}</div>'
     if e.text is not None:
         shown += f"<blockquote>{html.escape(e.text)}</blockquote>"
-    elif not e.thumb and e.image_url:
-        shown += f'<div class="url">{html.escape(e.image_url)}</div>'
-    detail = html.escape(e.detail or "")
-    return f'<figure class="example">{shown}<figcaption>{detail}<br>from {_page_link(e.page_url)}</figcaption></figure>'
+    if e.image_url is None and e.text is None:  # a page-level rule: the page first, then why
+        return (f'<figure class="example"><figcaption>page {_page_link(e.page_url, copies)}<br>{_detail(e)}'
+                "</figcaption></figure>")
+    return (f'<figure class="example">{shown}<figcaption>{_detail(e)}<br>on {_page_link(e.page_url, copies)}'
+            "</figcaption></figure>")
 
 
 def _units(unit: str, n: int) -> str:
@@ -280,6 +319,10 @@ def _funnel_html(st: DatasetStats) -> str:
         unit = r.unit
         pct = "" if r.percent is None else f"{r.percent:.1f}%"
         of = f' title="of {html.escape(r.base_label)}"' if r.base_label else ""
+        # what was dropped on the way to this row comes before it, so the column adds up downwards
+        rows += [f'<tr class="drop" data-drop="{html.escape(reason)}"><td></td><td>dropped: {_reason_ref(reason)}</td>'
+                 f'<td class=n>&minus;{n:,}</td><td></td><td class=meaning>{html.escape(_drop_meaning(reason))}</td></tr>'
+                 for reason, n in r.dropped.items()]
         rows.append(f'<tr class="{"first" if first else "step"}" data-unit="{html.escape(r.unit)}">'
                     f'<td>{html.escape(r.unit) if first else ""}</td><td>{html.escape(r.step)}</td>'
                     f'<td class=n>{r.count:,}</td><td class=pct{of}>{pct}</td>'
@@ -289,7 +332,18 @@ def _funnel_html(st: DatasetStats) -> str:
             "</tr>" + "".join(rows) + "</table>")
 
 
-def _rejects_html(st: DatasetStats) -> str:
+def _drop_meaning(reason: str) -> str:
+    return DERIVED.get(reason) or REASONS.get(reason, "")
+
+
+def _reason_ref(reason: str) -> str:
+    """A reason, linked to its examples; a derived drop as its name."""
+    if reason in DERIVED:
+        return f"<i>{html.escape(reason)}</i>"
+    return f'<a href="#{_anchor(reason)}">{html.escape(reason)}</a>'
+
+
+def _rejects_html(st: DatasetStats, copies: dict[str, str] | None = None) -> str:
     table = "".join(f'<tr data-reason="{html.escape(k)}"><td><a href="#{_anchor(k)}">{html.escape(k)}</a></td>'
                     f"<td class=n>{n:,}</td><td>{html.escape(st.reject_units.get(k, 'rows'))}</td>"
                     f"<td class=meaning>{html.escape(REASONS.get(k, ''))}</td></tr>"
@@ -297,7 +351,7 @@ def _rejects_html(st: DatasetStats) -> str:
     sections = "".join(
         f'<section class="reason" id="{_anchor(k)}" data-reason="{html.escape(k)}">'
         f"<h3>{html.escape(k)} · {n:,} {html.escape(_units(st.reject_units.get(k, 'rows'), n))}</h3>"
-        f'<div class="examples">{"".join(_example(e) for e in st.examples.get(k, []))}</div></section>'
+        f'<div class="examples">{"".join(_example(e, copies) for e in st.examples.get(k, []))}</div></section>'
         for k, n in st.sorted_rejects())
     return (f'<table id="rejects"><tr><th>reason</th><th>rows</th><th>a row is</th><th>meaning</th></tr>{table}'
             f"</table><h3>Examples of what each reason dropped</h3>{sections}")
@@ -312,34 +366,44 @@ def _scores_html(st: DatasetStats) -> str:
         note = ("Dashed red line: stage 5's score threshold, compared with each image's best text: "
                 + ", ".join(f'<span class="threshold">{html.escape(t.label)}</span>' for t in st.thresholds) + ".")
     else:
-        note = ("No score threshold is set (build: min_score unset, top_fraction 1.0): every image with a scored "
-                "text was kept, whatever its score.")
+        note = "No score threshold is set (build: min_score unset, top_fraction 1.0): no image was dropped for its score."
+        steps = {r.step: r for r in st.funnel if r.unit == IMAGES}
+        if "in shards" in steps and steps["in shards"].dropped:
+            dropped = steps["in shards"].dropped
+            note += (f" {sum(dropped.values()):,} of the {steps['with scored texts'].count:,} images with a scored "
+                     "text were dropped by stage 5's other rules: "
+                     + ", ".join(f"{html.escape(r)} {n:,}" for r, n in dropped.items()) + ".")
     return f'<div id="score-histogram">{svg}</div><p class="note">{note}</p>'
 
 
-def render_html(st: DatasetStats, plot_uris: list[tuple[str, str]], thumbs: dict[str, str]) -> str:
+def render_html(st: DatasetStats, plot_uris: list[tuple[str, str]], thumbs: dict[str, str],
+                copies: dict[str, str] | None = None) -> str:
+    """The report page; `copies` maps page URLs to their stored copies beside it (see
+    `_page_link`)."""
     grid, best, worst = _picked(st)
     figs = "".join(f'<div class="plot"><img alt="{html.escape(t)}" src="{u}"></div>' for t, u in plot_uris)
 
     def section(title: str, items: list[dict], cls: str) -> str:
         if not items:
             return ""
-        return (f'<h2>{title}</h2><div class="grid {cls}">' + "".join(_figure(s, thumbs) for s in items) + "</div>")
+        return (f'<h2>{title}</h2><div class="grid {cls}">' + "".join(_figure(s, thumbs, copies) for s in items) + "</div>")
 
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>lait dataset report</title>
 <meta name="viewport" content="width=device-width,initial-scale=1"><style>{CSS}</style></head>
 <body>
 <h1>lait dataset report</h1>
-<p>{html.escape(st.root)} · {st.shards} shards · {len(st.samples):,} samples · {st.shard_bytes / 1e6:.1f} MB</p>
+<p>{html.escape(st.root)} · {st.shards} shards · {len(st.samples):,} samples · {_size(st)}</p>
 <h2>Funnel</h2>
 <p>Each row counts one unit, and a unit's counts only go down; the share is of the unit's first row.
-An image shown on three pages is one image but three image-page pairs.</p>
+An image shown on three pages is one image but three image-page pairs. Between two steps, the rows
+dropped there, by reason: each step's count is the next step's plus those (a reason in italics is
+no rejection rule but follows from the tables).</p>
 {_funnel_html(st)}
 <h2>Rejected, by reason</h2>
 <p>Every row a stage dropped, by the rule that dropped it; the count is of the unit in the third
 column. Below, a few examples of each: what to look at when tuning a rule.</p>
-{_rejects_html(st)}
+{_rejects_html(st, copies)}
 <h2>Scores</h2>
 {_scores_html(st)}
 <h2>Distributions</h2><div class="plots" id="plots">{figs}</div>
@@ -361,10 +425,13 @@ def write_report(work_root: str | Path, out: str | Path | None = None) -> tuple[
     for s in grid + best + worst:
         wanted[s["tar"]].add(s["key"])
     thumbs = thumbnails(storage.location(work_root) / "shards", wanted)
-    page = render_html(st, plots(st.funnel, st.sorted_rejects(), st.widths, st.heights, st.samples, st.counter),
-                       thumbs)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    linked = {s.get("page_url") or s["url"] for s in grid + best + worst}
+    linked |= {e.page_url for es in st.examples.values() for e in es if e.page_url}
+    copies = write_page_copies(work_root, {u for u in linked if is_http_url(u)}, out.parent / f"{out.stem}_pages")
+    page = render_html(st, plots(st.funnel, st.sorted_rejects(), st.widths, st.heights, st.samples, st.counter),
+                       thumbs, copies)
     out.write_text(page, encoding="utf-8")
     return st, out
 

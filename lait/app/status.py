@@ -1,6 +1,9 @@
 """`lait status WORK`: what each stage has done, what is stale and why, and the rows of each table.
 
-For every stage of `lait run` (filter, clean, score, build) it compares each partition's
+First stage 1 (the crawl, or the archive ingest or URL-list download that stands in for it):
+what it fetched, where from, and whether it is known to have finished; a crawl has no
+partitions to compare (it resumes from what it stored), so its line counts rows instead. Then
+for every stage of `lait run` (filter, clean, score, build) it compares each partition's
 completion marker with the fingerprint the partition would have now (`lait.fingerprint`):
 settings from `--config pipeline.yaml` when given (to ask "what would this change redo?"),
 else those the stage last ran with (`WORK/_configs/STAGE.yaml`), else the defaults. A stage
@@ -18,7 +21,7 @@ from typing import Any
 from lait.config import Config, ConfigError
 
 # Which stages write the tables each stage reads (the crawl and ingest write pages/ and images/).
-UPSTREAM = {"filter": (), "clean": (), "score": ("filter", "clean"), "build": ("filter", "score")}
+UPSTREAM = {"crawl": (), "filter": (), "clean": (), "score": ("filter", "clean"), "build": ("filter", "score")}
 TABLES = ("pages", "url_list", "warc_links", "images", "images_ok", "candidates", "scored", "image_embs",
           "near_dups", "pool", "build_plan", "rejected")
 
@@ -34,6 +37,7 @@ class StageStatus:
     todo: int = 0
     waits_on: list[str] = field(default_factory=list)
     note: str = ""
+    partitioned: bool = True  # False: a stage whose line counts rows, not partitions (the crawl)
 
     @property
     def has_work(self) -> bool:
@@ -45,6 +49,8 @@ class StageStatus:
             why = "; ".join(filter(None, [why, f"waits on {' and '.join(self.waits_on)}"]))
         if self.note:
             why = "; ".join(filter(None, [why, self.note]))
+        if not self.partitioned:
+            return f"{self.name:<8} {'-':>10} {'-':>6} {'-':>6} {'-':>6}  {why}".rstrip()
         return (f"{self.name:<8} {self.total:>10} {self.current:>6} {sum(self.stale.values()):>6} "
                 f"{self.todo:>6}  {why}").rstrip()
 
@@ -92,6 +98,40 @@ def _stage_status(name: str, stage: Any, work: Any) -> StageStatus:
     return st
 
 
+def _crawl_status(work: Any) -> StageStatus:
+    """Stage 1: rows fetched, requests refused, and which command wrote them."""
+    import json
+
+    from lait import storage
+
+    st = StageStatus("crawl", partitioned=False)
+    pages = work.count("pages") if work.part_files("pages") else 0
+    images = work.count("images") if work.part_files("images") else 0
+    if not pages and not images and not work.part_files("url_list") and not work.part_files("warc_links"):
+        st.todo, st.note = 1, "nothing fetched yet: lait crawl, lait ingest-warc or lait download"
+        return st
+    refused = 0
+    for f in work.part_files("rejected"):
+        reasons = storage.parquet_file(f).read(columns=["reason"]).column(0).to_pylist()
+        refused += sum(r.startswith(("crawl/", "ingest/", "download/")) for r in reasons)
+    root = work.root
+    how = []
+    demo = root / "_done" / "demo_crawl.json"
+    if storage.exists(demo):
+        seconds = json.loads(storage.read_text(demo)).get("seconds")
+        how.append("lait demo's crawl, finished" + (f" in {seconds:g} s" if seconds is not None else ""))
+    elif storage.exists(root / "_configs" / "crawl.yaml"):
+        how.append("lait crawl (run it again to resume or extend)")
+    archives = [p for p in storage.list_dir(root / "_done" / "ingest-warc") if p.name.endswith(".json")] \
+        if storage.exists(root / "_done" / "ingest-warc") else []
+    if archives:
+        how.append(f"lait ingest-warc: {len(archives)} archive{'s' if len(archives) != 1 else ''} done")
+    if storage.exists(root / "_configs" / "download.yaml"):
+        how.append("lait download")
+    st.note = "; ".join([f"{pages:,} pages and {images:,} images fetched, {refused:,} refused or skipped"] + how)
+    return st
+
+
 def _build_status(work: Any, cfg: Any) -> StageStatus:
 
     from lait import storage
@@ -132,6 +172,7 @@ def gather(work_url: str, sections: dict[str, dict] | None = None) -> list[Stage
     work = WorkDir(work_url)
     configs = stage_configs(work_url, sections)
     statuses = [
+        _crawl_status(work),
         _stage_status("filter", ImageFilterStage(configs["filter"]), work),
         _stage_status("clean", CleanStage(configs["clean"]), work),
         _stage_status("score", ScoreStage(configs["score"]), work),

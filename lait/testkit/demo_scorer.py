@@ -31,6 +31,7 @@ import random
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -209,6 +210,25 @@ def _render_all(n: int, seed: int) -> tuple[np.ndarray, list]:
     return np.stack([a for a, _ in out]), [s for _, s in out]
 
 
+class _RandomInitWarning(logging.Filter):
+    """Drops open_clip's lines (logged on the root logger) while it builds the one model lait
+    initializes randomly on purpose: "Local config loaded, but no CLIP weights found", "No
+    pretrained weights loaded ... Model initialized randomly" and their like. Errors pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno > logging.WARNING or "open_clip" not in record.pathname
+
+
+@contextmanager
+def _without_random_init_warning():
+    root, only = logging.getLogger(), _RandomInitWarning()
+    root.addFilter(only)
+    try:
+        yield
+    finally:
+        root.removeFilter(only)
+
+
 def train_demo_model(out_dir: str | os.PathLike, *, steps: int = 450, seed: int = 0, n_images: int = 2400,
                      batch: int = 128, n_junk: int = 96, lr: float = 2e-3) -> DemoModel:
     """Train the demo scorer from scratch and write its config and weights to `out_dir`."""
@@ -231,14 +251,18 @@ def train_demo_model(out_dir: str | os.PathLike, *, steps: int = 450, seed: int 
     atomic_write_bytes(result.config_path, json.dumps(
         {"model_cfg": DEMO_MODEL_CFG, "preprocess_cfg": DEMO_PREPROCESS_CFG}, indent=1).encode())
     torch.manual_seed(seed)
-    # No weights in the folder yet: open_clip builds the architecture with random weights.
-    model = open_clip.create_model(result.model_name)
+    # No weights in the folder yet: open_clip builds the architecture with random weights, which
+    # is the point here (training from scratch), so its warning about it is lait's line below.
+    log.info("demo scorer: training a tiny CLIP from scratch (random initial weights on purpose: no "
+             "pretrained model is downloaded, the demo runs offline)")
+    with _without_random_init_warning():
+        model = open_clip.create_model(result.model_name)
+        tokenizer = open_clip.get_tokenizer(result.model_name)
     model.train()
     pp = model.visual.preprocess_cfg
     mean = torch.tensor(pp["mean"]).view(1, 3, 1, 1)
     std = torch.tensor(pp["std"]).view(1, 3, 1, 1)
     pixels = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()
-    tokenizer = open_clip.get_tokenizer(result.model_name)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
     warmup = max(1, steps // 10)
     sched = torch.optim.lr_scheduler.LambdaLR(

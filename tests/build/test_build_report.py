@@ -52,6 +52,18 @@ def test_summary_text_has_funnel_and_reasons(report):
         assert re.search(rf"{re.escape(reason)}\s+1\b", text)
 
 
+def test_the_funnel_adds_up_with_every_rule_of_stage_5(report):
+    """Each of stage 5's rules drops a picture, an unreadable one included (its row names the
+    caption): the images step and the captions step both add up."""
+    _, st, _ = report
+    for before, after in zip(st.funnel, st.funnel[1:]):
+        if before.unit == after.unit:
+            assert before.count == after.count + sum(after.dropped.values()), (before, after)
+    shards = [r for r in st.funnel if r.unit == "images" and r.step == "in shards"][0]
+    assert shards.dropped["build/unreadable"] == 1 and shards.dropped["build/too_many_pages"] == 1
+    assert st.reject_units["build/unreadable"] == "images"
+
+
 def test_page_is_self_contained(report):
     _, st, page = report
     text = page.read_text()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 import tarfile
@@ -226,7 +227,11 @@ def test_verify_names_each_damaged_file_and_repair_lets_the_build_redo_it(built)
 
 def test_status_notices_a_cut_shard(built):
     tar = sorted((built / "shards").glob("*.tar"))[0]
-    assert "00000.tar is" not in _lait("status", str(built)).stdout
+    before = _lait("status", str(built)).stdout
+    assert "00000.tar is" not in before
+    # stage 1 has its line too: what was fetched, and by which command (or that nothing was)
+    (crawl,) = [line for line in before.splitlines() if line.startswith("crawl ")]
+    assert re.search(r"\d+ pages and \d+ images fetched|nothing fetched yet", crawl), crawl
     tar.write_bytes(tar.read_bytes()[:1024])
     out = _lait("status", str(built))
     assert f"{tar.name} is 1,024 bytes" in out.stdout + out.stderr

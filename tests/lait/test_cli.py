@@ -4,6 +4,7 @@ the command, and argument mistakes in one line."""
 from __future__ import annotations
 
 import argparse
+import re
 
 import pytest
 
@@ -78,3 +79,10 @@ def test_an_unknown_command_is_one_line(capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "invalid choice: 'flter'" in err
+
+
+def test_demo_help_speaks_to_a_user_not_of_internal_modules():
+    (demo,) = [p for p in all_parsers() if command_of(p) == ["demo"]]
+    text = demo.format_help()
+    assert "report.html" in text and "offline" in text
+    assert not re.findall(r"\blait\.\w+", text), re.findall(r"\blait\.\w+", text)

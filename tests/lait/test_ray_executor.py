@@ -31,8 +31,8 @@ class FailOnce(toy.ToyStage):
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+def ray_cluster(ray_temp_dir):
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=ray_temp_dir)
     yield
     ray.shutdown()
 

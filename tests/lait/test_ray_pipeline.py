@@ -50,7 +50,7 @@ def shard_members(root) -> dict[str, bytes]:
     return out
 
 
-def test_stages_2_to_5_on_ray_equal_local(crawled, tmp_path):
+def test_stages_2_to_5_on_ray_equal_local(crawled, tmp_path, ray_temp_dir):
     from lait.app.run import run_pipeline
 
     model = tmp_path / "tiny-clip.json"
@@ -64,7 +64,7 @@ def test_stages_2_to_5_on_ray_equal_local(crawled, tmp_path):
     shutil.copytree(crawled, local)
     shutil.copytree(crawled, on_ray)
     assert run_pipeline(str(local), sections, overrides={"workers": 2, "progress": False})
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=ray_temp_dir)
     try:
         assert run_pipeline(str(on_ray), sections, overrides={"executor": "ray", "workers": 2, "progress": False})
     finally:

@@ -393,12 +393,12 @@ def test_crawl_into_s3_then_stages_2_to_5_equal_a_local_run(crawled, local_run, 
 
 
 @pytest.mark.slow
-def test_stages_2_to_5_on_ray_over_s3_equal_the_local_run(crawled, local_run, capsys):
+def test_stages_2_to_5_on_ray_over_s3_equal_the_local_run(crawled, local_run, capsys, ray_temp_dir):
     ray = pytest.importorskip("ray", reason="the ray extra is not installed")
     local, model = local_run
     work = copy_of(crawled, "ray")
     # Ray's workers start from this process's environment: the AWS variables reach them.
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=ray_temp_dir)
     try:
         run_commands(stage_commands(work.url, model, ["--executor", "ray", "--workers", "2", "--no-progress"]),
                      capsys)
