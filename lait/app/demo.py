@@ -150,7 +150,11 @@ def run_demo(cfg: DemoConfig) -> int:
     print(summary_text(st))
     print(f"\nshards: {work / 'shards'}  ({st.shards} tars, {len(st.samples)} samples)")
     print(f"report: {page}")
-    print(f"ground truth of the local web: {out / 'ground_truth.json'}")
+    from lait.testkit.groundtruth import evaluate_files
+
+    res = evaluate_files(work / "shards", out / "ground_truth.json")
+    print(f"ground truth of the local web: {out / 'ground_truth.json'} (the shards against it: precision "
+          f"{res['precision']:.3f}, coverage {res['coverage']:.3f})")
     return 0
 
 
