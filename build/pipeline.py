@@ -12,6 +12,7 @@ build state is cleared and rebuilt, so shards never mix two configurations.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import multiprocessing
 from collections import Counter
@@ -127,6 +128,12 @@ def shard_dir(work: WorkDir) -> storage.Location:
     return work.root / (NEXT if storage.exists(_staging_flag(work)) else LIVE)
 
 
+def shard_pass(work: WorkDir) -> ShardStage:
+    """The shard pass as its markers describe it: what `lait status` and `lait verify` check
+    the finished shards with (`Stage.changed_output`, `output_folder`)."""
+    return ShardStage(out=str(shard_dir(work)))
+
+
 def recover_swap(work: WorkDir) -> None:
     """Finish a swap that a kill interrupted (see `swap_in` for its steps)."""
     flag = _staging_flag(work)
@@ -160,25 +167,27 @@ def build(cfg: BuildConfig) -> BuildResult:
         raise ConfigError(f"{work.root} has no scored/ table yet: run `lait score` first")
     with locked(work, "lait build"):
         recover_swap(work)
-        why = start_build(work, cfg)
-        result = run_passes(work, cfg)
+        fp = fingerprint(work, cfg)
+        why = start_build(work, cfg, fp)
+        result = run_passes(work, cfg, fp)
         if why:
             result.reports[0].plan.insert(0, why)
         record_run(work, "build", cfg, result.reports)
     return result
 
 
-def start_build(work: WorkDir, cfg: BuildConfig) -> str | None:
-    """Clear an earlier build made from other inputs or settings (the plan is global: any
+def start_build(work: WorkDir, cfg: BuildConfig, fp: Fingerprint) -> str | None:
+    """Clear an earlier build made from other inputs or settings (`fp`; the plan is global: any
     change redoes it, and every shard after it); returns the line that says why, if any."""
     report = RunReport("build")
-    run_global_step(work, fingerprint(work, cfg), lambda: reset(work) or {"config": cfg.content()},
+    run_global_step(work, fp, lambda: reset(work) or {"config": cfg.content()},
                     label="build", force=cfg.force, report=report)
     return report.plan[0] if report.plan else None
 
 
-def run_passes(work: WorkDir, cfg: BuildConfig) -> BuildResult:
-    """Pick per partition, plan once, shards per shard; each pass skips what is done."""
+def run_passes(work: WorkDir, cfg: BuildConfig, fp: Fingerprint) -> BuildResult:
+    """Pick per partition, plan once, shards per shard; each pass skips what is done. `fp` is
+    the build's fingerprint (`fingerprint`): the plan reads the same inputs and settings."""
     executor = executor_for(cfg)
     result = BuildResult()
 
@@ -187,8 +196,7 @@ def run_passes(work: WorkDir, cfg: BuildConfig) -> BuildResult:
         return result
 
     plan_report = RunReport("build_plan")
-    # The plan reads what the build read: the same inputs and settings, fingerprinted as its own step.
-    plan_fp = global_fingerprint(work, "build_plan", cfg.content(), INPUT_TABLES, version=VERSION)
+    plan_fp = dataclasses.replace(fp, stage="build_plan")  # the pick pass wrote none of its inputs
     if run_global_step(work, plan_fp, lambda: {"stage": "build_plan", "partition": 0, "counters": run_plan(work, cfg)},
                        label="build_plan", report=plan_report) is None:
         plan_report.skipped.append(0)
@@ -198,7 +206,7 @@ def run_passes(work: WorkDir, cfg: BuildConfig) -> BuildResult:
     log.debug(plan_report.summary())  # printed with the others by the command
 
     out = shard_dir(work)
-    shard_report = executor.run(ShardStage(cfg.image_options(), cfg.regions, out=storage.as_string(out)), work)
+    shard_report = executor.run(ShardStage(cfg.image_options(), cfg.regions, out=str(out)), work)
     result.reports.append(shard_report)
     if not shard_report.ok:
         return result

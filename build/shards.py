@@ -161,10 +161,7 @@ class TarShardWriter:
                 self._sha256.update(c)
                 self._file.write(c)
             return
-        if self._error is not None:
-            if errors.is_out_of_space(self._error):
-                raise errors.out_of_space(self._error, self.path) from self._error
-            raise OSError(f"writing {self.path} failed: {self._error}") from self._error
+        self._raise_error()
         self._queue.put((batch, size))
 
     def _drain(self) -> None:
@@ -207,12 +204,17 @@ class TarShardWriter:
         self._batch_bytes += tail
         self._send()
         self._stop()
-        if self._error is not None:
-            if errors.is_out_of_space(self._error):
-                raise errors.out_of_space(self._error, self.path) from self._error
-            raise OSError(f"writing {self.path} failed: {self._error}") from self._error
+        self._raise_error()
         self.size = self._offset
         self._out.commit()  # fsync and rename; or complete the upload
+
+    def _raise_error(self) -> None:
+        """Raise what the writer thread hit, naming the tar (a full disk as `OutOfSpace`)."""
+        if self._error is None:
+            return
+        if errors.is_out_of_space(self._error):
+            raise errors.out_of_space(self._error, self.path) from self._error
+        raise OSError(f"writing {self.path} failed: {self._error}") from self._error
 
     def abort(self) -> None:
         self._stop()

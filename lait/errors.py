@@ -28,7 +28,15 @@ class NoRetry(Exception):
 
 
 class CorruptPart(NoRetry):
-    """A work directory file that fails its integrity check (names the file and why)."""
+    """A work directory file that fails its integrity check: the message names the file and
+    why, `detail` is the why alone."""
+
+    def __init__(self, message: str, detail: str = ""):
+        Exception.__init__(self, message, detail)
+
+    @property
+    def detail(self) -> str:
+        return str(self.args[1])
 
 
 class StopRun(NoRetry):
@@ -62,10 +70,9 @@ def on_write_error(exc: BaseException, path: Any) -> BaseException:
     return out_of_space(exc, path) if is_out_of_space(exc) else exc
 
 
-def corrupt(path: Any, exc: BaseException | str, partition: int | None = None) -> CorruptPart:
-    """A `CorruptPart` for a file that failed to read back: names the file, its partition and why."""
-    where = f" (partition {partition:05d})" if partition is not None else ""
-    return CorruptPart(f"{path}{where} is corrupt: {exc}")
+def corrupt(path: Any, exc: BaseException | str) -> CorruptPart:
+    """A `CorruptPart` for a file that failed to read back: names the file and why."""
+    return CorruptPart(f"{path} is corrupt: {exc}", str(exc))
 
 
 def stop_error(exc: BaseException) -> StopRun | None:

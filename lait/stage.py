@@ -212,9 +212,9 @@ class Stage(ABC):
         files = marker.get("files") or {}
         folder = self.output_folder(work) if files else None
         for name, rec in files.items():
-            path = folder / name
-            size = storage.size(path) if storage.exists(path) else None
-            if size is None:
+            try:
+                size = storage.size(folder / name)
+            except FileNotFoundError:
                 return f"{name} is missing"
             if size != rec.get("bytes"):
                 return f"{name} is {size:,} bytes, not the {rec.get('bytes'):,} it was written with"

@@ -352,11 +352,6 @@ def rename_tree(src: Location, dst: Location) -> None:
     os.rename(src, dst)
 
 
-def as_string(path: Location) -> str:
-    """A location as a string that `location` turns back into it (a path, or a URL)."""
-    return path.url if isinstance(path, RemotePath) else str(path)
-
-
 def remove_tree(path: Location) -> None:
     """Remove a folder and everything in it; a missing one is not an error."""
     if isinstance(path, RemotePath):

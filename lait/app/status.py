@@ -133,10 +133,7 @@ def _crawl_status(work: Any) -> StageStatus:
 
 
 def _build_status(work: Any, cfg: Any) -> StageStatus:
-
-    from lait import storage
-    from lait.build.pipeline import build_record, fingerprint, shard_dir
-    from lait.build.shards import ShardStage
+    from lait.build.pipeline import build_record, fingerprint, shard_pass
     from lait.fingerprint import cause
 
     st = StageStatus("build", total=1)
@@ -151,7 +148,7 @@ def _build_status(work: Any, cfg: Any) -> StageStatus:
     old = record.get("fingerprint")
     why = cause(old if isinstance(old, dict) else None, fingerprint(work, cfg))
     if not why:  # a shard cut, replaced or removed since the build finished it
-        shards = ShardStage(out=storage.as_string(shard_dir(work)))
+        shards = shard_pass(work)
         why = next(filter(None, (shards.changed_output(work, m) for m in work.markers(shards.name).values())), None)
     if why:
         st.stale[why] += 1

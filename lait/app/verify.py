@@ -64,18 +64,19 @@ def check_part(work: Any, table: str, part: Any) -> tuple[str | None, int]:
     None, and the bytes read."""
     from lait import storage
     from lait.errors import CorruptPart
+    from lait.parts import binary_views
 
     try:
         pf = storage.parquet_file(part)
         for i in range(pf.num_row_groups):
             group = pf.read_row_group(i)
             if table == "images_ok":
-                for j, (body, digest) in enumerate(zip(group.column("bytes").to_pylist(),
-                                                       group.column("sha256").to_pylist())):
+                bodies = group.column("bytes").combine_chunks()  # hashed as views, not copied
+                for j, (body, digest) in enumerate(zip(binary_views(bodies), group.column("sha256").to_pylist())):
                     if body is not None and digest and hashlib.sha256(body).hexdigest() != digest:
                         return f"row group {i} row {j}: image bytes do not match their SHA-256", storage.size(part)
     except CorruptPart as exc:
-        return str(exc).split(" is corrupt: ", 1)[-1], 0
+        return exc.detail, 0
     return None, storage.size(part)
 
 
@@ -102,9 +103,7 @@ def check_files(work: Any, stage: Any) -> list[Damage]:
 
 def verify(work: Any, *, progress: bool = True) -> tuple[list[Damage], dict[str, int]]:
     """Every damaged file of a work directory, and counts of what was checked."""
-    from lait import storage
-    from lait.build.pipeline import shard_dir
-    from lait.build.shards import ShardStage
+    from lait.build.pipeline import shard_pass
     from lait.log import progress as bar
     from lait.schemas import TABLES
 
@@ -117,7 +116,7 @@ def verify(work: Any, *, progress: bool = True) -> tuple[list[Damage], dict[str,
         counts["bytes"] += size
         if problem:
             damaged.append(Damage(part, problem, *_writer_of(part)))
-    shards = ShardStage(out=storage.as_string(shard_dir(work)))
+    shards = shard_pass(work)
     counts["shards"] = sum(len(m.get("files") or {}) for m in work.markers(shards.name).values())
     damaged += check_files(work, shards)
     return damaged, counts
