@@ -19,6 +19,7 @@ partitioned by image URL like `scored/`; `near_dups/` by `image_url_a`. The sche
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,29 @@ import numpy as np
 import pyarrow as pa
 
 from lait.parts import WorkDir
+
+# Region geometry shared by stage 4 and the trainer: cells of a feature grid and their boxes.
+
+
+def cell_grid(grid_h: int, grid_w: int, max_regions: int) -> tuple[int, int]:
+    """The largest grid of at most `max_regions` cells with the patch grid's aspect ratio."""
+    if grid_h * grid_w <= max_regions:
+        return grid_h, grid_w
+    scale = math.sqrt(max_regions / (grid_h * grid_w))
+    rows, cols = max(1, int(grid_h * scale)), max(1, int(grid_w * scale))
+    while rows * cols > max_regions:  # rounding guard
+        if rows >= cols:
+            rows -= 1
+        else:
+            cols -= 1
+    return rows, cols
+
+
+def grid_boxes(rows: int, cols: int) -> np.ndarray:
+    """Normalised x1, y1, x2, y2 of every cell of a rows x cols grid, row-major (fp32)."""
+    ys, xs = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    boxes = np.stack([xs / cols, ys / rows, (xs + 1) / cols, (ys + 1) / rows], -1)
+    return boxes.reshape(-1, 4).astype(np.float32)
 
 
 def to_bytes(a: np.ndarray, dtype: str) -> bytes:

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import io
 import logging
-import math
 from typing import Any
 
 import numpy as np
 
 from lait import storage
-from lait.arrays import region_arrays, to_bytes
+from lait.arrays import cell_grid, grid_boxes, region_arrays, to_bytes
 from lait.parts import WorkDir, atomic_write_bytes, atomic_write_json
 from lait.stage import PartContext, Stage
 
@@ -25,27 +24,6 @@ log = logging.getLogger(__name__)
 # The k-means codebook of region features: WORK/score_codebook/centroids.npy + codebook.json.
 CODEBOOK_DIR = "score_codebook"
 CODEBOOK_STEP_NAME = "score_codebook"  # its completion marker: _done/score_codebook/
-
-
-def cell_grid(grid_h: int, grid_w: int, max_regions: int) -> tuple[int, int]:
-    """The largest grid of at most `max_regions` cells with the patch grid's aspect ratio."""
-    if grid_h * grid_w <= max_regions:
-        return grid_h, grid_w
-    scale = math.sqrt(max_regions / (grid_h * grid_w))
-    rows, cols = max(1, int(grid_h * scale)), max(1, int(grid_w * scale))
-    while rows * cols > max_regions:  # rounding guard
-        if rows >= cols:
-            rows -= 1
-        else:
-            cols -= 1
-    return rows, cols
-
-
-def grid_boxes(rows: int, cols: int) -> np.ndarray:
-    """Normalised x1, y1, x2, y2 of every cell of a rows x cols grid, row-major (fp32)."""
-    ys, xs = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
-    boxes = np.stack([xs / cols, ys / rows, (xs + 1) / cols, (ys + 1) / rows], -1)
-    return boxes.reshape(-1, 4).astype(np.float32)
 
 
 def pool_tokens(tokens: np.ndarray, grid: tuple[int, int], max_regions: int) -> tuple[np.ndarray, np.ndarray]:

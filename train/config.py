@@ -20,17 +20,20 @@ class RegionConfig(Config):
 
     ``shard``: the shards' ``KEY.regions.npy``/``boxes.npy``/``labels.npy``; ``patches``: pixel
     patch pooling of the image (no model; a grid of cells); ``clip``: patch tokens of a frozen
-    open_clip visual tower; ``detector``: RoI features and classes of a torchvision detector.
+    open_clip visual tower; ``detector``: RoI features and classes of a torchvision detector;
+    ``cnn``: feature map cells of a packaged pretrained ImageNet CNN (``lait.models``), each
+    labelled with the CNN's own ImageNet class (real features with no download).
     """
 
     source: str = setting("shard", "where region features come from",
-                          choices=["shard", "patches", "clip", "detector"])
+                          choices=["shard", "patches", "clip", "detector", "cnn"])
     max_regions: int = setting(36, "regions per image (the first ones: detectors sort by score)")
     image_size: int = setting(224, "decoded image side for the pixel-based sources")
     patch_grid: list[int] = setting([6, 6], "rows, cols of cells for the patches source")
     patch_pixels: int = setting(4, "each cell pooled to patch_pixels x patch_pixels x 3 values")
     clip_model: str = setting("ViT-B-32", "open_clip model of the clip source")
     clip_pretrained: str | None = setting(None, "open_clip pretrained tag or a checkpoint path")
+    cnn_model: str = setting("efficientnet-lite0", "packaged CNN of the cnn source (lait.models)")
     detector: str = setting("fasterrcnn_mobilenet_v3_large_fpn", "torchvision detector of the detector source")
     detector_weights: str | None = setting("DEFAULT", "torchvision weights enum name or a .pth path")
     detector_score_threshold: float = setting(0.2, "detections below this score are not regions")
@@ -181,7 +184,31 @@ class EvalConfig(Config):
     precision: str = setting("auto", "auto is bf16 on CUDA, fp32 on the CPU", choices=PRECISIONS)
     cpu_threads: int | None = setting(None, "torch intra-op threads")
     output: str | None = setting(None, "write the metrics JSON here")
-    data: DataConfig | None = setting(None, "data settings; default: those stored in the checkpoint")
+    data: DataConfig | None = setting(None, "data settings; default: those stored in the checkpoint, "
+                                      "with any --set data.KEY=VALUE applied on top of them")
+
+    @classmethod
+    def from_args(cls, args):
+        cfg = super().from_args(args)
+        # `--set data.regions.source=cnn` changes one stored setting; it must not replace the
+        # checkpoint's whole data config (its tokenizer, say) by defaults.
+        cfg.data_overrides = [a for a in getattr(args, "set_overrides", None) or [] if a.startswith("data.")]
+        return cfg
+
+    def data_config(self, stored: dict | None, where: str) -> DataConfig:
+        """The data settings of this evaluation: the checkpoint's (`stored`) with the
+        `--set data.*` overrides applied, or the config file's `data` when it gives one."""
+        from copy import deepcopy
+
+        from lait.config import apply_override, build
+
+        overrides = getattr(self, "data_overrides", [])
+        if self.data is not None and not overrides:
+            return self.data
+        tree = {"data": deepcopy(stored or {})}
+        for assignment in overrides:
+            apply_override(tree, assignment)
+        return build(DataConfig, tree["data"], where=where, path="data")
 
     def validate(self) -> None:
         self.check_choices()

@@ -18,9 +18,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from lait.config import build
 from lait.train.batch import Example, collate, round_up
-from lait.train.config import DataConfig, EvalConfig
+from lait.train.config import EvalConfig
 
 log = logging.getLogger(__name__)
 KS = (1, 5, 10)
@@ -130,8 +129,11 @@ class RetrievalScorer:
         out = []
         for i in range(0, len(text_idx), self.bs):
             ti, ii = text_idx[i : i + self.bs].to(self.device), image_idx[i : i + self.bs].to(self.device)
+            # Texts are padded to the longest of the set; a batch needs only its own longest.
+            mask = self.text_mask[ti]
+            n = round_up(int(mask.sum(1).max()))
             with self.autocast():
-                h = self.model(self.ids[ti], self.text_mask[ti], self.feats[ii], self.locs[ii], self.valid[ii])
+                h = self.model(self.ids[ti][:, :n], mask[:, :n], self.feats[ii], self.locs[ii], self.valid[ii])
                 out.append(self.model.itm_score(h[:, 0]).float().cpu())
         return torch.cat(out) if out else torch.zeros(0)
 
@@ -190,7 +192,7 @@ def run_eval(cfg: EvalConfig) -> dict:
     urls = None if cfg.karpathy_json else expand_shards(cfg.shards, "shards")
     rt = setup_runtime(cfg.device, cfg.precision, cfg.cpu_threads)
     model, run_cfg = load_trained(cfg.checkpoint)
-    data_cfg = cfg.data or build(DataConfig, run_cfg.get("data") or {}, where=str(cfg.checkpoint), path="data")
+    data_cfg = cfg.data_config(run_cfg.get("data"), str(cfg.checkpoint))
     tok = default_tokenizer(data_cfg.tokenizer, run_cfg.get("init_from") if not str(run_cfg.get("init_from", "")).endswith(".pt") else None)
     if urls:
         check_shard_regions(data_cfg.regions, urls)

@@ -1,6 +1,7 @@
-"""Region feature sources: pixel patches (in the data workers), or a frozen open_clip visual tower
-or torchvision detector run on the training device. Every source yields features, normalised
-x1,y1,x2,y2 boxes and, where it has them, object classes for MOC."""
+"""Region feature sources: pixel patches (in the data workers), or a frozen model run on the
+training device: an open_clip visual tower, a torchvision detector, or the packaged ImageNet CNN
+of `lait.models` (`cnn`: real pretrained features offline). Every source yields features,
+normalised x1,y1,x2,y2 boxes and, where it has them, object classes for MOC."""
 
 from __future__ import annotations
 
@@ -11,15 +12,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from lait.arrays import cell_grid, grid_boxes
 from lait.train.batch import Batch, box_locations, round_up, set_regions
 from lait.train.config import RegionConfig
 
 log = logging.getLogger(__name__)
-
-
-def grid_boxes(rows: int, cols: int) -> np.ndarray:
-    ys, xs = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
-    return np.stack([xs / cols, ys / rows, (xs + 1) / cols, (ys + 1) / rows], -1).reshape(-1, 4).astype(np.float32)
 
 
 @dataclass
@@ -78,6 +75,41 @@ class ClipRegions(torch.nn.Module):
         boxes = self.boxes.to(tokens.device).expand(b, -1, -1)
         valid = torch.ones(tokens.shape[:2], dtype=torch.bool, device=tokens.device)
         return tokens.float(), boxes, valid, None
+
+
+class CnnRegions(torch.nn.Module):
+    """Cells of a frozen pretrained CNN's last feature map (EfficientNet-Lite0: 7 x 7 x 1280 at
+    224 px), average-pooled down to at most ``max_regions`` cells, each with its grid box. The MOC
+    class of a cell is the classifier's own ImageNet label of it: its pooled head applied to the
+    cell's feature (the head is linear, so a cell is classified as a small image would be)."""
+
+    def __init__(self, cfg: RegionConfig, max_regions: int):
+        super().__init__()
+        from lait.models import load_image_classifier
+
+        clf = load_image_classifier(cfg.cnn_model, "cpu")  # packaged weights, or ModelUnavailable
+        self.net = clf.net  # a submodule, so that .to(device) moves it
+        self.classifier = clf
+        self.image_size = clf.image_size
+        side = clf.image_size // 32
+        self.rows, self.cols = cell_grid(side, side, max_regions)
+        self.register_buffer("boxes", torch.from_numpy(grid_boxes(self.rows, self.cols)), persistent=False)
+        self.feature_dim = clf.feature_dim
+        self.num_classes = clf.num_classes
+
+    @torch.no_grad()
+    def forward(self, images: torch.Tensor):
+        if images.shape[-1] != self.image_size or images.shape[-2] != self.image_size:
+            images = F.interpolate(images, size=(self.image_size, self.image_size), mode="bilinear",
+                                   align_corners=False)
+        fmap = self.classifier.feature_map(self.classifier.normalise(images))
+        if fmap.shape[-2:] != (self.rows, self.cols):
+            fmap = F.adaptive_avg_pool2d(fmap, (self.rows, self.cols))
+        feats = fmap.flatten(2).transpose(1, 2).float()  # (B, cells, D), row-major like the boxes
+        labels = self.classifier.classify(feats).argmax(-1)
+        b = feats.shape[0]
+        valid = torch.ones(feats.shape[:2], dtype=torch.bool, device=feats.device)
+        return feats, self.boxes.expand(b, -1, -1), valid, labels
 
 
 class DetectorRegions(torch.nn.Module):
@@ -142,9 +174,11 @@ def build_online_regions(cfg: RegionConfig) -> torch.nn.Module | None:
         return ClipRegions(cfg)
     if cfg.source == "detector":
         return DetectorRegions(cfg, cfg.max_regions)
+    if cfg.source == "cnn":
+        return CnnRegions(cfg, cfg.max_regions)
     if cfg.source in ("shard", "patches"):
         return None
-    raise ValueError(f"unknown regions.source {cfg.source!r} (shard | patches | clip | detector)")
+    raise ValueError(f"unknown regions.source {cfg.source!r} (shard | patches | clip | detector | cnn)")
 
 
 def fill_regions(batch: Batch, encoder: torch.nn.Module, region_mask_prob: float) -> Batch:

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from lait.arrays import load_regions, stack_embs  # noqa: E402
+from lait.arrays import cell_grid, load_regions, stack_embs  # noqa: E402
 from lait.scoring.config import ScoreConfig  # noqa: E402
 from lait.scoring.neardup import find_near_dups  # noqa: E402
 from lait.scoring.pipeline import score_work  # noqa: E402
-from lait.scoring.regions import cell_grid, load_codebook, pool_tokens  # noqa: E402
+from lait.scoring.regions import load_codebook, pool_tokens  # noqa: E402
 from lait.testkit.scoring_data import jpeg, tiny_config_file, write_work  # noqa: E402
 
 
