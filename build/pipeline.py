@@ -72,12 +72,23 @@ class BuildResult(Reports):
         if self.stats:
             lines.append(f"build: {self.stats.get('samples', 0)} samples in {self.stats.get('shards', 0)} shards "
                          f"({self.stats.get('shard_bytes', 0) / 1e6:.1f} MB of sample files, before tar headers)")
+            counters = self.stats.get("counters", {})
+            if "build/eval_images" in counters:
+                lines.append(f"build: {counters.get('build/eval_overlap', 0)} images dropped as copies of the "
+                             f"{counters['build/eval_images']} evaluation images (build/eval_overlap)")
         return "\n".join(lines)
 
 
 def fingerprint(work: WorkDir, cfg: BuildConfig) -> Fingerprint:
-    """The build's inputs (every part, with the digest of the task that wrote it) and settings."""
-    return global_fingerprint(work, "build", cfg.content(), INPUT_TABLES, version=VERSION)
+    """The build's inputs (every part, with the digest of the task that wrote it), settings, and
+    the content of the `--exclude-eval` set (`EvalSet.digest`): a changed set rebuilds."""
+    fp = global_fingerprint(work, "build", cfg.content(), INPUT_TABLES, version=VERSION)
+    if not cfg.exclude_eval:
+        return fp
+    from lait.build.decon import load_eval_set
+
+    eval_set = load_eval_set(cfg.exclude_eval, cfg.exclude_eval_split, cfg.exclude_eval_root)
+    return dataclasses.replace(fp, extra={"eval_set": eval_set.digest})
 
 
 def build_record(work: WorkDir) -> dict[str, Any] | None:

@@ -1,0 +1,309 @@
+"""Decontamination: the images of an evaluation set kept out of the training data.
+
+`--exclude-eval DIR|KARPATHY.json` names an evaluation set (a folder of images, walked
+recursively, or a Karpathy-style JSON, all splits or those of `--exclude-eval-split`). Every
+image of the training pool that shows one of its pictures, resized, re-encoded or cropped by a
+few per cent, is dropped as `build/eval_overlap`, so that a retrieval score after pretraining on
+web data is not a score on photos the model was trained on.
+
+Matching, in two steps:
+
+1. Perceptual hashes, with stage 2's very function (`lait.imagehash`): each evaluation image is
+   hashed whole and as nine 3 % crops (the crop taken from each corner, edge and the centre),
+   and a pool image is a candidate when its `images_ok.phash` is within `eval_max_phash` bits
+   of any of those ten hashes. The nine crops are what makes a small radius enough: a pool copy
+   cropped by 3 % on one side is up to 20 bits from the whole image's hash, as far as distinct
+   photos come, but within 8 bits of the nearest crop's.
+2. Pixels, as the build's own duplicate check (`lait.build.pixels.pixel_diff`): a candidate is
+   an overlap when some alignment of the two pictures (one of them cropped by 0 to 4.5 % on each
+   axis, at either end or centred, against the other whole) leaves no 16x16 thumbnail cell more
+   than `eval_max_diff` apart.
+
+Measured on all 3,000 Flickr8k photos and 80 COCO photos in ../shared/data (`tests/build/
+test_decon.py` reruns the acceptance case), copies resized to 160 and 400 px, re-encoded at JPEG
+quality 40 to 90 and cropped by 2 to 3 % at any offset lie 0 to 6 bits from the nearest of
+their original's ten hashes on the train split (p99 4) and at most 8 on val, test and COCO
+(3 % crops at random offsets); distinct photos lie 8 to 50 bits apart (p50 28; 3 ordered pairs
+of 9.5 million within 8 bits, 44 at 10). Aligned pixel differences of the copies are at most
+39.5 (4-5 % crops: 44.5); of distinct photos within 12 bits at least 54 -- but for one pair:
+Flickr8k test photo 3323988406 and train photo 3540241710 are two frames of one skatepark scene,
+seconds apart (8 bits, 40.3), which the check takes for the same picture. Hence the defaults:
+8 bits, 46.
+
+Cost: the pool is searched against a multi-index hash of the evaluation hashes (faiss's
+`IndexBinaryMultiHash`): the 64 bits split into m substrings of b ~ log2(entries) bits, a
+distance of at most r bits leaves some substring within r // m bits, so each pool hash probes
+m * sum_{k <= r//m} C(b, k) buckets (762 for r = 8 and b = 21) and compares the few entries
+they hold: O(N_pool * (probes + candidates)) instead of N_pool * N_eval * 10 comparisons, about
+60 us a pool image against 400,000 entries (40,000 evaluation images) on two cores. Only the
+candidates' pixels are decoded. The evaluation set is hashed once per process (about 2 ms an
+image), memoised on its files' names, sizes and modification times.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from lait.build.pixels import pixel_diffs
+from lait.config import ConfigError
+from lait.imagehash import exif_orientation, phash_of, reduced_preview, to_rgb, upright
+
+log = logging.getLogger(__name__)
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
+CROP = 0.03
+# The regions of an evaluation image that are hashed: the whole, then a 3 % crop from each
+# corner, edge and the centre (fractions of width and height: x0, y0, x1, y1).
+VIEW_BOXES = [(0.0, 0.0, 1.0, 1.0)] + [(ox * CROP, oy * CROP, 1 - (1 - ox) * CROP, 1 - (1 - oy) * CROP)
+                                       for ox in (0.0, 0.5, 1.0) for oy in (0.0, 0.5, 1.0)]
+DETAIL = 64  # side of the colour images the pixel check crops its alignments from
+SIDE = 16  # side of the thumbnails it compares (as `lait.build.pixels`)
+# The alignments the pixel check tries: each axis cropped by 0, 1.5, 3 or 4.5 % at either end
+# or centred, the two axes independently (100 boxes, the whole picture first).
+_SPANS = sorted({(round(off, 4), round(1 - (c - off), 4)) for c in (0.0, 0.015, 0.03, 0.045)
+                 for off in (0.0, c / 2, c)}, key=lambda span: (span != (0.0, 1.0), span))
+ALIGN_BOXES = [(x0, y0, x1, y1) for x0, x1 in _SPANS for y0, y1 in _SPANS]
+
+
+# -- the evaluation set ------------------------------------------------------------------------
+@dataclass
+class EvalSet:
+    """The images of an evaluation set: names as the set gives them, files, and the phash of each
+    image's `VIEW_BOXES` (n x 10 uint64)."""
+
+    source: str
+    names: list[str]
+    paths: list[Path]
+    hashes: np.ndarray
+    _details: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    @property
+    def digest(self) -> str:
+        """What the build's fingerprint holds for the set: a digest of its images' hashes,
+        whatever their names, order or folder (a changed, added or removed image changes it)."""
+        rows = sorted(map(tuple, self.hashes.tolist()))
+        return hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:32]
+
+    def detail(self, i: int) -> np.ndarray:
+        if i not in self._details:
+            self._details[i] = detail_of(read_image(self.paths[i]), self.names[i])
+        return self._details[i]
+
+
+def eval_files(spec: str, splits: Sequence[str] = (), root: str = "") -> list[tuple[str, Path]]:
+    """(name, file) of every image of the set `spec` names, sorted by name; a ConfigError when
+    it is missing, empty, or names images that are not there."""
+    p = Path(spec).expanduser()
+    if p.is_dir():
+        if splits:
+            raise ConfigError(f"--exclude-eval-split applies to a Karpathy JSON; {spec} is a folder")
+        files = sorted((f.relative_to(p).as_posix(), f) for f in p.rglob("*")
+                       if f.suffix.lower() in IMAGE_SUFFIXES and f.is_file())
+        if not files:
+            raise ConfigError(f"--exclude-eval {spec}: no images (*.jpg, *.jpeg, *.png, *.webp) in the folder")
+        return files
+    if p.is_file():
+        return karpathy_files(p, splits, Path(root).expanduser() if root else p.parent)
+    raise ConfigError(f"--exclude-eval {spec}: no such folder or file")
+
+
+def karpathy_files(path: Path, splits: Sequence[str], root: Path) -> list[tuple[str, Path]]:
+    """The images of a Karpathy-style JSON (`images: [{filename, filepath?, split, ...}]`), relative
+    to `root`, of `splits` (all when empty)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        items = data["images"]
+        entries = [(str(it.get("split", "")), Path(it.get("filepath") or "") / it["filename"]) for it in items]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"--exclude-eval {path}: not a Karpathy-style JSON "
+                          f"(images: [{{filename, filepath?, split}}]): {type(exc).__name__}: {exc}") from None
+    present = sorted({s for s, _ in entries})
+    unknown = sorted(set(splits) - set(present))
+    if unknown:
+        raise ConfigError(f"--exclude-eval-split {', '.join(unknown)}: {path} has the splits {', '.join(present)}")
+    chosen = sorted({rel.as_posix() for s, rel in entries if not splits or s in splits})
+    if not chosen:
+        raise ConfigError(f"--exclude-eval {path}: lists no images")
+    files = [(name, root / name) for name in chosen]
+    missing = [name for name, f in files if not f.is_file()]
+    if missing:
+        raise ConfigError(f"--exclude-eval {path}: {len(missing)} of its {len(files)} images are not in {root} "
+                          f"({missing[0]}, ...); --exclude-eval-root names the folder they are in")
+    return files
+
+
+def read_image(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"--exclude-eval: cannot read {path}: {exc}") from None
+
+
+def view_hashes(data: bytes, name: str) -> list[int]:
+    """The phash of each of `VIEW_BOXES` of an image, decoded as stage 2 decodes (`lait.imagehash`).
+
+    An image that does not decode is a ConfigError: the set is the user's own curated input,
+    and skipping one of its images would leave its copies in the training data unnoticed,
+    with no row of the dataset to record a reason on."""
+    try:
+        img = Image.open(io.BytesIO(data))
+        small = reduced_preview(img, exif_orientation(img)).image
+    except Exception as exc:  # noqa: BLE001 - any decoder failure: name the file
+        raise ConfigError(f"--exclude-eval: {name} is not a readable image ({type(exc).__name__}: {exc}); "
+                          f"remove it from the evaluation set or replace it") from None
+    w, h = small.size
+    return [phash_of(small.crop((round(x0 * w), round(y0 * h), max(round(x1 * w), 1), max(round(y1 * h), 1))))
+            for x0, y0, x1, y1 in VIEW_BOXES]
+
+
+_MEMO: dict[tuple, EvalSet] = {}
+
+
+def load_eval_set(spec: str, splits: Sequence[str] = (), root: str = "") -> EvalSet:
+    """The evaluation set `spec` names, hashed; the same files are hashed once per process (the
+    build's fingerprint, its plan, `lait status` all ask)."""
+    files = eval_files(spec, splits, root)
+    stats = []
+    for _, f in files:
+        st = os.stat(f)
+        stats.append((str(f), st.st_size, st.st_mtime_ns))
+    key = (spec, tuple(splits), root, tuple(stats))
+    if key not in _MEMO:
+        hashes = np.array([view_hashes(read_image(f), name) for name, f in files], np.uint64)
+        _MEMO.clear()  # one set at a time: a process builds with one
+        _MEMO[key] = EvalSet(spec, [n for n, _ in files], [f for _, f in files], hashes.reshape(-1, len(VIEW_BOXES)))
+        log.info("exclude-eval: %d images of %s hashed", len(files), spec)
+    return _MEMO[key]
+
+
+# -- the search --------------------------------------------------------------------------------
+def _as_bytes(hashes: np.ndarray) -> np.ndarray:
+    """uint64 hashes as faiss's binary vectors (8 bytes each, most significant first)."""
+    return np.ascontiguousarray(np.asarray(hashes, np.uint64).astype(">u8")).view(np.uint8).reshape(-1, 8)
+
+
+class HashIndex:
+    """Hamming-radius search of 64-bit hashes: faiss's multi-index hashing (see the module
+    docstring for its cost). `search` returns every entry within the radius, no more."""
+
+    def __init__(self, hashes: np.ndarray, radius: int):
+        import faiss
+
+        hashes = np.asarray(hashes, np.uint64).reshape(-1)
+        self.radius = radius
+        bits = min(32, max(8, math.ceil(math.log2(max(len(hashes), 2)))))
+        self.n_hash = max(1, 64 // bits)
+        self.index = faiss.IndexBinaryMultiHash(64, self.n_hash, bits)
+        # Pigeonhole: within `radius` bits overall, some substring is within radius // n_hash.
+        self.index.nflip = radius // self.n_hash
+        self.index.add(_as_bytes(hashes))
+
+    def search(self, queries: np.ndarray, chunk: int = 1 << 20) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(query index, entry index, distance) of every pair within the radius."""
+        qs, es, ds = [], [], []
+        queries = np.asarray(queries, np.uint64).reshape(-1)
+        for start in range(0, len(queries), chunk):
+            lims, dist, ids = self.index.range_search(_as_bytes(queries[start:start + chunk]), self.radius + 1)
+            qs.append(np.repeat(np.arange(start, start + len(lims) - 1), np.diff(lims).astype(np.int64)))
+            es.append(ids.astype(np.int64))
+            ds.append(dist.astype(np.int64))
+        if not qs:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.concatenate(qs), np.concatenate(es), np.concatenate(ds)
+
+
+# -- the pixel check ---------------------------------------------------------------------------
+def detail_of(data: bytes, name: str = "") -> np.ndarray | None:
+    """`DETAIL` x `DETAIL` RGB of an image (upright, box-filtered), or None when it does not decode."""
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            orientation = exif_orientation(im)
+            im.draft("RGB", (DETAIL * 2, DETAIL * 2))  # JPEG: decode at a reduced scale, enough for 64 px
+            rgb = upright(to_rgb(im), orientation)
+            return np.asarray(rgb.resize((DETAIL, DETAIL), Image.Resampling.BOX), np.uint8)
+    except Exception:  # noqa: BLE001 - an undecodable image confirms nothing
+        return None
+
+
+def views(detail: np.ndarray) -> np.ndarray:
+    """The `ALIGN_BOXES` crops of a detail image, each box-shrunk to `SIDE` x `SIDE` (the first: the whole)."""
+    im = Image.fromarray(detail)
+    w, h = im.size
+    return np.stack([np.asarray(im.resize((SIDE, SIDE), Image.Resampling.BOX, box=(x0 * w, y0 * h, x1 * w, y1 * h)),
+                                np.uint8) for x0, y0, x1, y1 in ALIGN_BOXES])
+
+
+def aligned_diff(a: np.ndarray, b: np.ndarray) -> float:
+    """The smallest `pixel_diff` over the alignments: a crop of either view stack against the
+    other's whole picture (`views` output, whole first)."""
+    return float(min(pixel_diffs(a, b[0]).min(), pixel_diffs(a[0], b).min()))
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """Why a pool image is an evaluation image: which one, how many bits from its nearest view's
+    hash, and the pixel difference of the best alignment."""
+
+    eval_name: str
+    bits: int
+    diff: float
+
+    def detail(self) -> str:
+        return f"evaluation image {self.eval_name}: phash within {self.bits} bits, pixels within {self.diff:.1f}"
+
+
+def find_overlaps(eval_set: EvalSet, phashes: np.ndarray, pool_details: Callable[[list[int]], dict[int, np.ndarray]],
+                  max_phash: int, max_diff: float) -> dict[int, Overlap]:
+    """The pool images (by index into `phashes`) that show a picture of `eval_set`.
+    `pool_details(indices)` gives the detail images (`detail_of`) of those it can decode."""
+    n_views = eval_set.hashes.shape[1]
+    q, entry, dist = HashIndex(eval_set.hashes.reshape(-1), max_phash).search(phashes)
+    if not len(q):
+        return {}
+    # The nearest view of each (pool image, evaluation image), nearest first per pool image.
+    e = entry // n_views
+    order = np.lexsort((e, dist, q))
+    q, e, dist = q[order], e[order], dist[order]
+    seen: set[tuple[int, int]] = set()
+    pairs = []
+    for qi, ei, di in zip(q.tolist(), e.tolist(), dist.tolist()):
+        if (qi, ei) not in seen:
+            seen.add((qi, ei))
+            pairs.append((qi, ei, di))
+    details = pool_details(sorted({qi for qi, _, _ in pairs}))
+    pool_views: dict[int, np.ndarray] = {}
+    eval_views: dict[int, np.ndarray | None] = {}
+    found: dict[int, Overlap] = {}
+    refused = 0
+    for qi, ei, di in pairs:
+        if qi in found or qi not in details:
+            continue
+        if ei not in eval_views:
+            d = eval_set.detail(ei)
+            eval_views[ei] = views(d) if d is not None else None
+        if eval_views[ei] is None:
+            continue
+        if qi not in pool_views:
+            pool_views[qi] = views(details[qi])
+        diff = aligned_diff(pool_views[qi], eval_views[ei])
+        if diff <= max_diff:
+            found[qi] = Overlap(eval_set.names[ei], int(di), diff)
+        else:
+            refused += 1
+    log.info("exclude-eval: %d pool images within %d bits of %s, %d confirmed by their pixels, %d pairs refused",
+             len({qi for qi, _, _ in pairs}), max_phash, eval_set.source, len(found), refused)
+    return found
