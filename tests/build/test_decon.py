@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import random
+import re
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
@@ -137,6 +138,13 @@ def test_the_build_drops_the_evaluation_pictures_and_a_changed_set_rebuilds(tmp_
     assert result.stats["samples"] == shipped - 2
     counters = result.stats["counters"]
     assert counters["build/eval_overlap"] == 3 and counters["build/eval_images"] == 2
+    # The report counts them as every other rule of stage 5: in the funnel and the reasons.
+    from lait.app.report import gather, summary_text
+
+    st = gather(work.root)
+    shards = [r for r in st.funnel if r.unit == "images" and r.step == "in shards"][0]
+    assert shards.dropped["build/eval_overlap"] == 3
+    assert re.search(r"build/eval_overlap\s+3\b", summary_text(st))
     # Every other outcome is the plain build's.
     others = {u: r for u, r in reasons(work).items() if u not in dropped}
     assert others == {u: r for u, r in expect.items() if r.startswith("build/") and u not in dropped}
