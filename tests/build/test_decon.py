@@ -33,19 +33,22 @@ def jpeg(img: Image.Image, quality: int = 90) -> bytes:
 
 
 # -- the parts ---------------------------------------------------------------------------------
-def test_the_hash_index_finds_every_pair_within_the_radius_and_no_other():
-    rng = np.random.default_rng(3)
-    entries = rng.integers(0, 2**63, 6000, dtype=np.int64).astype(np.uint64) * np.uint64(2) + np.uint64(1)
+@pytest.mark.parametrize("n_entries", [50, 6000])
+def test_the_hash_index_finds_every_pair_within_the_radius_and_no_other(n_entries):
+    rng = np.random.default_rng(n_entries)
+    entries = rng.integers(0, 2**63, n_entries, dtype=np.int64).astype(np.uint64) * np.uint64(2) + np.uint64(1)
     queries = rng.integers(0, 2**63, 3000, dtype=np.int64).astype(np.uint64)
-    # Plant queries at every distance around the radius from some entries.
+    # Plant queries at every distance up to 11 bits from some entries.
     for k in range(300):
         bits = rng.choice(64, size=k % 12, replace=False)
-        queries[k] = entries[k * 7] ^ np.uint64(sum(1 << int(b) for b in bits))
-    for radius in (4, 8, 10):
-        got = set(zip(*[a.tolist() for a in HashIndex(entries, radius).search(queries)[:2]]))
+        queries[k] = entries[k % n_entries] ^ np.uint64(sum(1 << int(b) for b in bits))
+    for radius in (0, 4, 8, 10):
+        index = HashIndex(entries, radius)
+        q, e, d = index.search(queries, chunk=1000)
         dist = np.bitwise_count(queries[:, None] ^ entries[None, :])
         want = set(zip(*[a.tolist() for a in np.nonzero(dist <= radius)]))
-        assert got == want and len(want) >= 25 * (radius + 1)  # the planted pairs at least
+        assert set(zip(q.tolist(), e.tolist())) == want and len(want) == len(q) >= 25 * (radius + 1)
+        assert (d == dist[q, e]).all()
 
 
 def test_pixel_diffs_of_a_stack_are_pixel_diff_of_each():
