@@ -191,9 +191,21 @@ def start_build(work: WorkDir, cfg: BuildConfig, fp: Fingerprint) -> str | None:
     """Clear an earlier build made from other inputs or settings (`fp`; the plan is global: any
     change redoes it, and every shard after it); returns the line that says why, if any."""
     report = RunReport("build")
-    run_global_step(work, fp, lambda: reset(work) or {"config": cfg.content()},
+    run_global_step(work, fp, lambda: reset(work) or {"config": cfg.content(), "exclude_eval": eval_record(cfg)},
                     label="build", force=cfg.force, report=report)
     return report.plan[0] if report.plan else None
+
+
+def eval_record(cfg: BuildConfig) -> dict[str, Any] | None:
+    """What the build's record and `stats.json` say of the `--exclude-eval` set: the flags are
+    not among the fingerprinted settings (the set's content is), so they are kept here."""
+    if not cfg.exclude_eval:
+        return None
+    from lait.build.decon import load_eval_set
+
+    eval_set = load_eval_set(cfg.exclude_eval, cfg.exclude_eval_split, cfg.exclude_eval_root)
+    return {"source": cfg.exclude_eval, "splits": list(cfg.exclude_eval_split), "root": cfg.exclude_eval_root or None,
+            "images": len(eval_set), "digest": eval_set.digest}
 
 
 def run_passes(work: WorkDir, cfg: BuildConfig, fp: Fingerprint) -> BuildResult:
@@ -277,5 +289,6 @@ def collect_stats(work: WorkDir, sizes: dict[str, int]) -> dict[str, Any]:
         "shard_bytes": int(counters.get("build/shard_bytes", 0)),
         "counters": dict(sorted(counters.items())),
         "config": (build_record(work) or {}).get("config"),
+        "exclude_eval": (build_record(work) or {}).get("exclude_eval"),
         "plan_seconds": plan[0].get("seconds") if plan else None,
     }

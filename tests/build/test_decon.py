@@ -141,6 +141,8 @@ def test_the_build_drops_the_evaluation_pictures_and_a_changed_set_rebuilds(tmp_
     assert result.stats["samples"] == shipped - 2
     counters = result.stats["counters"]
     assert counters["build/eval_overlap"] == 3 and counters["build/eval_images"] == 2
+    assert result.stats["exclude_eval"]["source"] == str(evals) and result.stats["exclude_eval"]["images"] == 2
+    assert json.loads((work.root / "shards" / "stats.json").read_text())["exclude_eval"]["images"] == 2
     # The report counts them as every other rule of stage 5: in the funnel and the reasons.
     from lait.app.report import gather, summary_text
 
