@@ -37,8 +37,8 @@ Cost: the pool's hashes are searched in a multi-index hash of the evaluation has
 (`HashIndex`): O(N_pool * (probes + candidates)) instead of N_pool * N_eval * 10 comparisons.
 Measured on one core: 0.6 us a pool image against 40 evaluation images, 16 us against 40,000
 and 25 us against 100,000 (a million hashes): ten million pool images in about four minutes.
-Only the candidates' pixels are decoded. The evaluation set is hashed once per process (about
-2 ms an image), memoised on its files' names, sizes and modification times.
+Only the candidates' pixels are decoded. The evaluation set is hashed once (about 2 ms an image),
+its hashes kept under a digest of its files' names, sizes and modification times.
 """
 
 from __future__ import annotations
@@ -172,23 +172,54 @@ def view_hashes(data: bytes, name: str) -> list[int]:
             for x0, y0, x1, y1 in VIEW_BOXES]
 
 
-_MEMO: dict[tuple, EvalSet] = {}
+_MEMO: dict[str, EvalSet] = {}
+HASH_VERSION = 1  # of `view_hashes`: bump when it changes, so that no cached hash outlives it
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("LAIT_CACHE") or Path.home() / ".cache" / "lait") / "eval-hashes"
+
+
+def _read_cached(path: Path, n: int) -> np.ndarray | None:
+    try:
+        hashes = np.load(path, allow_pickle=False)
+    except (OSError, ValueError):
+        return None
+    return hashes if hashes.dtype == np.uint64 and hashes.shape == (n, len(VIEW_BOXES)) else None
+
+
+def _write_cached(path: Path, hashes: np.ndarray) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            np.save(f, hashes, allow_pickle=False)
+        os.replace(tmp, path)
+    except OSError as exc:  # a read-only home: the next process hashes again, nothing worse
+        log.warning("exclude-eval: cannot keep the hashes in %s: %s", path.parent, exc)
 
 
 def load_eval_set(spec: str, splits: Sequence[str] = (), root: str = "") -> EvalSet:
-    """The evaluation set `spec` names, hashed; the same files are hashed once per process (the
-    build's fingerprint, its plan, `lait status` all ask)."""
+    """The evaluation set `spec` names, hashed. The hashes are kept per process (the build's
+    fingerprint, its plan and `lait status` all ask) and in `$LAIT_CACHE/eval-hashes/` (default
+    ~/.cache/lait), under a digest of every file's path, size and modification time: a set of
+    100,000 photos takes minutes to hash, and a rerun of `lait build` should not."""
     files = eval_files(spec, splits, root)
-    stats = []
+    listing = []
     for _, f in files:
         st = os.stat(f)
-        stats.append((str(f), st.st_size, st.st_mtime_ns))
-    key = (spec, tuple(splits), root, tuple(stats))
+        listing.append((str(f.resolve()), st.st_size, st.st_mtime_ns))
+    key = hashlib.sha256(json.dumps([HASH_VERSION, [n for n, _ in files], listing]).encode()).hexdigest()[:32]
     if key not in _MEMO:
-        hashes = np.array([view_hashes(read_image(f), name) for name, f in files], np.uint64)
+        cached = _cache_dir() / f"{key}.npy"
+        hashes = _read_cached(cached, len(files))
+        if hashes is None:
+            hashes = np.array([view_hashes(read_image(f), name) for name, f in files], np.uint64)
+            hashes = hashes.reshape(-1, len(VIEW_BOXES))
+            _write_cached(cached, hashes)
+            log.info("exclude-eval: %d images of %s hashed", len(files), spec)
         _MEMO.clear()  # one set at a time: a process builds with one
-        _MEMO[key] = EvalSet(spec, [n for n, _ in files], [f for _, f in files], hashes.reshape(-1, len(VIEW_BOXES)))
-        log.info("exclude-eval: %d images of %s hashed", len(files), spec)
+        _MEMO[key] = EvalSet(spec, [n for n, _ in files], [f for _, f in files], hashes)
     return _MEMO[key]
 
 
