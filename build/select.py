@@ -254,6 +254,8 @@ def select_into(work: WorkDir, out: storage.Location, cfg: SelectConfig) -> Sele
     shard_bytes = sum(int(s.get("counters", {}).get("build/shard_bytes", 0)) for s in state.done_stats(stage.name))
     result.stats = {"samples": sum(sizes.values()), "shards": len(shard_files(out)), "shard_bytes": shard_bytes,
                     "out": str(out), "source": work.url, **counts, "uids_file": cfg.uids or None,
+                    "exclude_eval": {"source": cfg.exclude_eval, "splits": list(cfg.exclude_eval_split),
+                                     "root": cfg.exclude_eval_root or None} if cfg.exclude_eval else None,
                     "config": cfg.content()}
     write_stats(out, result.stats)
     return result

@@ -32,6 +32,13 @@ def jpeg(img: Image.Image, quality: int = 90) -> bytes:
     return buf.getvalue()
 
 
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    """The evaluation hashes are kept in $LAIT_CACHE: here, in the test's folder."""
+    monkeypatch.setenv("LAIT_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
 # -- the parts ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("n_entries", [50, 6000])
 def test_the_hash_index_finds_every_pair_within_the_radius_and_no_other(n_entries):
@@ -105,6 +112,26 @@ def test_the_digest_is_the_content_of_the_set_not_its_names(tmp_path):
         (tmp_path / name).write_bytes(jpeg(grid(i)))
     one, two, three = (load_eval_set(str(tmp_path / d)).digest for d in ("one", "two", "three"))
     assert one == two != three
+
+
+def test_a_set_is_hashed_once_and_again_when_a_file_changes(tmp_path, own_cache, monkeypatch):
+    from lait.build import decon
+
+    (tmp_path / "set").mkdir()
+    for i in (1, 2):
+        (tmp_path / "set" / f"{i}.jpg").write_bytes(jpeg(grid(i)))
+    first = load_eval_set(str(tmp_path / "set"))
+    assert len(list((own_cache / "eval-hashes").glob("*.npy"))) == 1
+    decon._MEMO.clear()  # as a new process: the hashes come from the cache, nothing is decoded
+
+    def no_decoding(data, name):
+        raise AssertionError(f"{name} hashed again")
+
+    monkeypatch.setattr(decon, "view_hashes", no_decoding)
+    assert (load_eval_set(str(tmp_path / "set")).hashes == first.hashes).all()
+    (tmp_path / "set" / "2.jpg").write_bytes(jpeg(grid(3)))
+    with pytest.raises(AssertionError, match="hashed again"):
+        load_eval_set(str(tmp_path / "set"))
 
 
 # -- the build: synthetic pictures, the fingerprint --------------------------------------------
@@ -282,3 +309,5 @@ def test_a_folder_of_the_evaluation_photos_does_the_same_and_select_excludes_too
     assert dropped == pool & planted and len(dropped) >= N_EVAL
     assert set(state.read("build_plan", columns=["image_url"]).column(0).to_pylist()) == others
     assert result.stats["eval_overlap"] == len(dropped) and result.stats["eval_images"] == N_EVAL
+    assert result.stats["exclude_eval"]["source"] == str(evals)
+    assert f"{len(dropped)} pool samples dropped as copies of the {N_EVAL} evaluation images" in result.summary()
