@@ -88,7 +88,7 @@ class EvalSet:
     names: list[str]
     paths: list[Path]
     hashes: np.ndarray
-    _details: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+    _details: dict[int, np.ndarray | None] = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:
         return len(self.names)
@@ -100,9 +100,9 @@ class EvalSet:
         rows = sorted(map(tuple, self.hashes.tolist()))
         return hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:32]
 
-    def detail(self, i: int) -> np.ndarray:
+    def detail(self, i: int) -> np.ndarray | None:
         if i not in self._details:
-            self._details[i] = detail_of(read_image(self.paths[i]), self.names[i])
+            self._details[i] = detail_of(read_image(self.paths[i]))
         return self._details[i]
 
 
@@ -305,7 +305,7 @@ class HashIndex:
 
 
 # -- the pixel check ---------------------------------------------------------------------------
-def detail_of(data: bytes, name: str = "") -> np.ndarray | None:
+def detail_of(data: bytes) -> np.ndarray | None:
     """`DETAIL` x `DETAIL` RGB of an image (upright, box-filtered), or None when it does not decode."""
     try:
         with Image.open(io.BytesIO(data)) as im:
