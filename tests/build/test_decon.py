@@ -311,3 +311,31 @@ def test_a_folder_of_the_evaluation_photos_does_the_same_and_select_excludes_too
     assert result.stats["eval_overlap"] == len(dropped) and result.stats["eval_images"] == N_EVAL
     assert result.stats["exclude_eval"]["source"] == str(evals)
     assert f"{len(dropped)} pool samples dropped as copies of the {N_EVAL} evaluation images" in result.summary()
+
+
+def test_the_flags_from_the_command_line_and_a_pipeline_yaml(tmp_path):
+    from lait.app.cli import build_parser
+
+    def cli(argv: list[str]) -> int:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+
+    work, _ = build_data.make_work(tmp_path / "w")
+    evals = tmp_path / "eval"
+    evals.mkdir()
+    (evals / "e9.jpg").write_bytes(jpeg(grid(9, (200, 160)), 80))
+    with pytest.raises(ConfigError, match="no such folder or file"):
+        cli(["build", str(work.root), "--exclude-eval", str(tmp_path / "nowhere")])
+    with pytest.raises(ConfigError, match="need --exclude-eval"):
+        cli(["build", str(work.root), "--exclude-eval-split", "test"])
+    yaml_file = tmp_path / "pipeline.yaml"
+    yaml_file.write_text(f"build:\n  exclude_eval: {evals}\n  samples_per_shard: 100\n")
+    assert cli(["run", str(work.root), "--config", str(yaml_file), "--from", "build", "--workers", "1",
+                "--no-progress"]) == 0
+    assert reasons(work)[f"{build_data.SITE}/img/photo9.jpg"] == "build/eval_overlap"
+    tar = work.root / "shards" / "00000.tar"
+    made = tar.stat().st_mtime_ns
+    assert cli(["build", str(work.root), "--exclude-eval", str(evals), "--samples-per-shard", "100",
+                "--workers", "1", "--no-progress"]) == 0
+    assert tar.stat().st_mtime_ns == made  # the same set and settings as `lait run`'s: nothing redone
+    assert "exclude_eval: " in (work.root / "_configs" / "build.yaml").read_text()
