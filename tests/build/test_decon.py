@@ -286,8 +286,14 @@ def test_copies_of_an_evaluation_set_are_all_dropped_and_no_other_photo(contamin
     assert all("evaluation image" in d for d in details)
 
 
-def test_a_folder_of_the_evaluation_photos_does_the_same_and_select_excludes_too(contaminated_pool, tmp_path):
+def test_a_folder_of_the_evaluation_photos_does_the_same_and_select_excludes_too(contaminated_pool, tmp_path,
+                                                                                   monkeypatch):
+    from lait.build import decon
     from lait.build.select import select
+
+    # Small blocks of pool images and a small cache of evaluation images: every path of the check.
+    monkeypatch.setattr(decon, "POOL_BLOCK", 16)
+    monkeypatch.setattr(decon, "EVAL_VIEWS_KEPT", 5)
 
     work, planted, others, flickr = contaminated_pool
     run_build(work)  # no exclusion: the copies are in the pool, grouped as duplicates of each other
