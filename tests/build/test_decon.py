@@ -200,7 +200,8 @@ SAME_SCENE = "3540241710_a4f49cde52.jpg"
 
 def planted_copies(img: Image.Image, rng: random.Random) -> dict[str, bytes]:
     """The copies of an evaluation photo a crawl may meet: resized to 160 and 400 px (long side),
-    re-encoded at another JPEG quality, cropped by 3 % of each side's length at a random offset."""
+    re-encoded at another JPEG quality, cropped by 3 % of each side's length at a random offset and
+    from one corner."""
     w, h = img.size
     out = {}
     for side in (160, 400):
@@ -210,6 +211,7 @@ def planted_copies(img: Image.Image, rng: random.Random) -> dict[str, bytes]:
     dx, dy = round(w * 0.03), round(h * 0.03)
     x0, y0 = rng.randint(0, dx), rng.randint(0, dy)
     out["crop3"] = jpeg(img.crop((x0, y0, w - (dx - x0), h - (dy - y0))), 85)
+    out["crop3-corner"] = jpeg(img.crop((dx, dy, w, h)), 85)  # all of it off the top and the left
     return out
 
 
@@ -230,7 +232,7 @@ def write(work: WorkDir, table: str, rows: list[dict]) -> None:
 
 @pytest.fixture(scope="module")
 def contaminated_pool(shared_data, tmp_path_factory):
-    """A work directory whose images went through stage 2: 40 Flickr8k test photos planted four
+    """A work directory whose images went through stage 2: 40 Flickr8k test photos planted five
     times each (`planted_copies`), 200 other Flickr8k photos (train and val) and the 80 COCO
     photos; one scored text per image. Returns it, the planted URLs and the others'."""
     from lait.executor import LocalExecutor
@@ -280,7 +282,7 @@ def test_copies_of_an_evaluation_set_are_all_dropped_and_no_other_photo(contamin
     got = reasons(work)
     assert {u for u, r in got.items() if r == "build/eval_overlap"} == planted
     assert shipped_urls(work) == others
-    assert result.stats["counters"]["build/eval_overlap"] == len(planted) == 4 * N_EVAL
+    assert result.stats["counters"]["build/eval_overlap"] == len(planted) == 5 * N_EVAL
     assert result.stats["counters"]["build/eval_images"] == 875  # the whole test split
     details = [r["detail"] for r in work.iter_rows("rejected") if r["reason"] == "build/eval_overlap"]
     assert all("evaluation image" in d for d in details)
