@@ -59,8 +59,17 @@ class EvalExclusionConfig(ShardConfig):
         8, "an image is an evaluation image's candidate copy when its perceptual hash is within this many bits of "
            "the image's or of one of its 3 per cent crops' (docs/shards.md)")
     eval_max_diff: float = setting(
-        46.0, "and a copy when, at the best of 100 alignments (crops of 0 to 4.5 per cent per axis), no cell of the two "
-              "16x16 colour thumbnails differs by more than this (0-255)")
+        46.0, "and a copy when, at the best of 100 alignments (crops of 0 to 4.5 per cent per axis), no cell "
+              "of the two 16x16 colour thumbnails differs by more than this (0-255)")
+
+    def output_settings(self) -> dict:
+        """Without --exclude-eval its bounds change nothing written: they stay out of the
+        fingerprint, so that a dataset built before they existed is not rebuilt for them."""
+        out = super().output_settings()
+        if not self.exclude_eval:
+            out.pop("eval_max_phash", None)
+            out.pop("eval_max_diff", None)
+        return out
 
     def validate(self) -> None:
         super().validate()

@@ -151,9 +151,13 @@ def reasons(work: WorkDir, prefix: str = "build/") -> dict[str, str]:
 
 
 def test_the_build_drops_the_evaluation_pictures_and_a_changed_set_rebuilds(tmp_path):
+    from lait.build.pipeline import build_record
+
     work, expect = build_data.make_work(tmp_path / "work")
     plain = run_build(work)
     shipped = plain.stats["samples"]
+    # Without the flag its bounds are no settings of the build: no dataset is rebuilt for them.
+    assert "eval_max_phash" not in build_record(work)["config"] and plain.stats["exclude_eval"] is None
     evals = tmp_path / "eval"
     evals.mkdir()
     # photo 5 has a smaller copy in the pool (small5.jpg): both go; photo 20 is on its own.
@@ -161,7 +165,7 @@ def test_the_build_drops_the_evaluation_pictures_and_a_changed_set_rebuilds(tmp_
         (evals / f"e{i}.jpg").write_bytes(jpeg(grid(i, (200, 160)), 80))
 
     result = run_build(work, exclude_eval=str(evals))
-    assert "eval_set" in result.reports[0].plan[0]
+    assert "eval_set" in result.reports[0].plan[0] and build_record(work)["config"]["eval_max_phash"] == 8
     dropped = {u for u, r in reasons(work).items() if r == "build/eval_overlap"}
     assert dropped == {f"{build_data.SITE}/img/photo5.jpg", f"{build_data.SITE}/img/small5.jpg",
                        f"{build_data.SITE}/img/photo20.jpg"}
