@@ -4,6 +4,8 @@
    hashes within `phash_threshold` bits or stage 4's embeddings propose when a pixel check
    confirms them (`lait.build.pixels`). One group becomes at most one sample; its candidates
    are pooled from every copy, on every page.
+   With `--exclude-eval`, a group any of whose images shows a picture of the evaluation set
+   (`lait.build.decon`) is dropped whole, every image of it as `build/eval_overlap`.
 2. Drop groups that carry too many distinct texts or sit on too many pages (logos, chrome).
    The texts of a group's other copies then move to its kept image only scored against that
    image (`lait.build.rescore`): a sample's score is always its own image's and caption's cosine.
@@ -37,7 +39,7 @@ from lait import storage
 from lait.build.config import BuildConfig
 from lait.build.dedup import group_duplicates, hamming, phash_int
 from lait.build.neardup import embedding_pairs
-from lait.build.pixels import PixelCheck
+from lait.build.pixels import PixelCheck, read_thumbnails
 from lait.build.rescore import rescore_groups
 from lait.build.sample import sample_uid
 from lait.parts import PartitionedWriter, WorkDir, partition_of
@@ -205,9 +207,11 @@ def plan_build(work: WorkDir, cfg: BuildConfig) -> dict[str, Any]:
     for table in ("rejected", "build_plan", "pool"):
         work.remove_parts(table, PLAN_TAG)
     images = load_images(work)
+    overlaps, n_eval = eval_overlaps(work, images, cfg)
     groups = make_groups(work, images, cfg)
     sink = RejectSink(work)
     try:
+        groups = reject_eval_overlaps(groups, overlaps, sink)
         reject_duplicates(groups, sink, cfg)
         alive = drop_crowded(groups, sink, cfg)
         moved = rescore_groups(work, alive)
@@ -224,7 +228,42 @@ def plan_build(work: WorkDir, cfg: BuildConfig) -> dict[str, Any]:
     counters.update({"build/groups": len(groups), "build/plan_images": len(images),
                      "build/pool": len(ranked), "build/planned": len(kept), "build/shards": n_shards,
                      "build/generic_texts_dropped": len(generic)})
+    if cfg.exclude_eval:
+        counters["build/eval_images"] = n_eval
     return counters
+
+
+def eval_overlaps(work: WorkDir, images: list[Image], cfg: BuildConfig) -> tuple[dict[str, str], int]:
+    """The URLs of the images that show a picture of the `--exclude-eval` set, each with why
+    (`lait.build.decon`), and the number of images in the set (none without the flag)."""
+    if not cfg.exclude_eval:
+        return {}, 0
+    from lait.build.decon import detail_of, find_overlaps, load_eval_set
+
+    eval_set = load_eval_set(cfg.exclude_eval, cfg.exclude_eval_split, cfg.exclude_eval_root)
+    places = [(im.src_file, im.row_group, im.row_index) for im in images]
+    found = find_overlaps(eval_set, np.array([im.phash for im in images], np.uint64),
+                          lambda idx: read_thumbnails(work, {i: places[i] for i in idx}, detail_of),
+                          cfg.eval_max_phash, cfg.eval_max_diff)
+    return {images[i].url: o.detail() for i, o in found.items()}, len(eval_set)
+
+
+def reject_eval_overlaps(groups: list[Group], overlaps: dict[str, str], sink: RejectSink) -> list[Group]:
+    """Step 1, before duplicates: a group with an image of the evaluation set is dropped whole,
+    each of its images as `build/eval_overlap` (a copy grouped with a copy is one too, even when
+    it is itself further from the evaluation image than the search reaches)."""
+    if not overlaps:
+        return groups
+    kept = []
+    for g in groups:
+        hits = [im.url for im in g.members if im.url in overlaps]
+        if not hits:
+            kept.append(g)
+            continue
+        for im in g.members:
+            sink.reject("eval_overlap", im,
+                        detail=overlaps.get(im.url) or f"same picture as {hits[0]}, {overlaps[hits[0]]}")
+    return kept
 
 
 def reject_duplicates(groups: list[Group], sink: RejectSink, cfg: BuildConfig) -> None:

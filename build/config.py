@@ -40,13 +40,54 @@ class ShardConfig(StageConfig):
             raise ConfigError(str(exc)) from None
 
 
+@dataclass
+class EvalExclusionConfig(ShardConfig):
+    """Decontamination (`lait.build.decon`): the images of an evaluation set kept out of the shards."""
+
+    # The set's files are fingerprinted by their content (`EvalSet.digest`, in the fingerprint's
+    # extra), not by where they lie: a moved set rebuilds nothing, a changed one rebuilds.
+    exclude_eval: str = setting(
+        "", "drop images that show a picture of this evaluation set (resized, re-encoded or cropped by a few "
+            "per cent), each as build/eval_overlap: a folder of images (walked recursively) or a Karpathy-style "
+            "JSON", metavar="DIR|KARPATHY.json", run=True)
+    exclude_eval_split: list[str] = setting(
+        [], "only these splits of the --exclude-eval JSON (default: all)", metavar="SPLIT", run=True)
+    exclude_eval_root: str = setting(
+        "", "folder the --exclude-eval JSON's image paths are relative to (default: the JSON's)", metavar="DIR",
+        run=True)
+    eval_max_phash: int = setting(
+        8, "an image is an evaluation image's candidate copy when its perceptual hash is within this many bits of "
+           "the image's or of one of its 3 per cent crops' (docs/shards.md)")
+    eval_max_diff: float = setting(
+        46.0, "and a copy when, at the best of 100 alignments (crops of 0 to 4.5 per cent per axis), no cell "
+              "of the two 16x16 colour thumbnails differs by more than this (0-255)")
+
+    def output_settings(self) -> dict:
+        """Without --exclude-eval its bounds change nothing written: they stay out of the
+        fingerprint, so that a dataset built before they existed is not rebuilt for them."""
+        out = super().output_settings()
+        if not self.exclude_eval:
+            out.pop("eval_max_phash", None)
+            out.pop("eval_max_diff", None)
+        return out
+
+    def validate(self) -> None:
+        super().validate()
+        if (self.exclude_eval_split or self.exclude_eval_root) and not self.exclude_eval:
+            raise ConfigError("--exclude-eval-split and --exclude-eval-root need --exclude-eval")
+        if not 0 <= self.eval_max_phash <= 32:
+            raise ConfigError("eval_max_phash must be between 0 and 32 bits")
+        if not 0.0 <= self.eval_max_diff <= 255.0:  # written so refuses NaN
+            raise ConfigError("eval_max_diff must be between 0 and 255")
+
+
 def check_top_fraction(top_fraction: float) -> None:
     if not 0.0 < top_fraction <= 1.0:
         raise ConfigError(f"top_fraction must be in (0, 1], got {top_fraction}")
 
 
 @dataclass
-class BuildConfig(ShardConfig):
+class BuildConfig(EvalExclusionConfig):
     """Aggregation (LAIT stage 5): group, deduplicate, pick captions, threshold, write shards."""
 
     section = "build"
@@ -97,7 +138,7 @@ class BuildConfig(ShardConfig):
 
 
 @dataclass
-class SelectConfig(ShardConfig):
+class SelectConfig(EvalExclusionConfig):
     """`lait select`: new shards from the scored pool of a built work directory, without rescoring."""
 
     section = "select"

@@ -72,12 +72,23 @@ class BuildResult(Reports):
         if self.stats:
             lines.append(f"build: {self.stats.get('samples', 0)} samples in {self.stats.get('shards', 0)} shards "
                          f"({self.stats.get('shard_bytes', 0) / 1e6:.1f} MB of sample files, before tar headers)")
+            counters = self.stats.get("counters", {})
+            if "build/eval_images" in counters:
+                lines.append(f"build: {counters.get('build/eval_overlap', 0)} images dropped as copies of the "
+                             f"{counters['build/eval_images']} evaluation images (build/eval_overlap)")
         return "\n".join(lines)
 
 
 def fingerprint(work: WorkDir, cfg: BuildConfig) -> Fingerprint:
-    """The build's inputs (every part, with the digest of the task that wrote it) and settings."""
-    return global_fingerprint(work, "build", cfg.content(), INPUT_TABLES, version=VERSION)
+    """The build's inputs (every part, with the digest of the task that wrote it), settings, and
+    the content of the `--exclude-eval` set (`EvalSet.digest`): a changed set rebuilds."""
+    fp = global_fingerprint(work, "build", cfg.content(), INPUT_TABLES, version=VERSION)
+    if not cfg.exclude_eval:
+        return fp
+    from lait.build.decon import load_eval_set
+
+    eval_set = load_eval_set(cfg.exclude_eval, cfg.exclude_eval_split, cfg.exclude_eval_root)
+    return dataclasses.replace(fp, extra={"eval_set": eval_set.digest})
 
 
 def build_record(work: WorkDir) -> dict[str, Any] | None:
@@ -180,9 +191,21 @@ def start_build(work: WorkDir, cfg: BuildConfig, fp: Fingerprint) -> str | None:
     """Clear an earlier build made from other inputs or settings (`fp`; the plan is global: any
     change redoes it, and every shard after it); returns the line that says why, if any."""
     report = RunReport("build")
-    run_global_step(work, fp, lambda: reset(work) or {"config": cfg.content()},
+    run_global_step(work, fp, lambda: reset(work) or {"config": cfg.content(), "exclude_eval": eval_record(cfg)},
                     label="build", force=cfg.force, report=report)
     return report.plan[0] if report.plan else None
+
+
+def eval_record(cfg: BuildConfig) -> dict[str, Any] | None:
+    """What the build's record and `stats.json` say of the `--exclude-eval` set: the flags are
+    not among the fingerprinted settings (the set's content is), so they are kept here."""
+    if not cfg.exclude_eval:
+        return None
+    from lait.build.decon import load_eval_set
+
+    eval_set = load_eval_set(cfg.exclude_eval, cfg.exclude_eval_split, cfg.exclude_eval_root)
+    return {"source": cfg.exclude_eval, "splits": list(cfg.exclude_eval_split), "root": cfg.exclude_eval_root or None,
+            "images": len(eval_set), "digest": eval_set.digest}
 
 
 def run_passes(work: WorkDir, cfg: BuildConfig, fp: Fingerprint) -> BuildResult:
@@ -266,5 +289,6 @@ def collect_stats(work: WorkDir, sizes: dict[str, int]) -> dict[str, Any]:
         "shard_bytes": int(counters.get("build/shard_bytes", 0)),
         "counters": dict(sorted(counters.items())),
         "config": (build_record(work) or {}).get("config"),
+        "exclude_eval": (build_record(work) or {}).get("exclude_eval"),
         "plan_seconds": plan[0].get("seconds") if plan else None,
     }

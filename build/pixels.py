@@ -26,7 +26,7 @@ from __future__ import annotations
 import io
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -62,9 +62,19 @@ def pixel_diff(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(a - np.clip(b * gain, 0, 255)).mean(axis=2).max())
 
 
-def read_thumbnails(work: WorkDir, places: dict[int, tuple[str, int, int]]) -> dict[int, np.ndarray]:
-    """Thumbnails of the images at `places` (index -> (part file name, row group, row) in
-    `images_ok/`), reading each row group's bytes once. Undecodable images are left out."""
+def pixel_diffs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """`pixel_diff` of stacks of thumbnails at once (`a` and `b` broadcast over their leading axes)."""
+    a, b = a.astype(np.float32), b.astype(np.float32)
+    ma, mb = a.mean(axis=(-3, -2, -1), keepdims=True), b.mean(axis=(-3, -2, -1), keepdims=True)
+    gain = np.where((ma < 1.0) | (mb < 1.0), 1.0, np.clip(ma / np.maximum(mb, 1.0), 1 / MAX_GAIN, MAX_GAIN))
+    return np.abs(a - np.clip(b * gain, 0, 255)).mean(axis=-1).max(axis=(-2, -1))
+
+
+def read_thumbnails(work: WorkDir, places: dict[int, tuple[str, int, int]],
+                    decode: Callable[[bytes], np.ndarray | None] = thumbnail) -> dict[int, np.ndarray]:
+    """Thumbnails (`decode` of the bytes) of the images at `places` (index -> (part file name,
+    row group, row) in `images_ok/`), reading each row group's bytes once. Undecodable images
+    are left out."""
     by_group: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
     for i, (src, rg, row) in places.items():
         by_group[(src, rg)].append((row, i))
@@ -73,7 +83,7 @@ def read_thumbnails(work: WorkDir, places: dict[int, tuple[str, int, int]]) -> d
     for (src, rg), rows in sorted(by_group.items()):
         column = storage.parquet_file(folder / src).read_row_group(rg, columns=["bytes"]).column(0)
         for row, i in rows:
-            t = thumbnail(column[row].as_py() or b"")
+            t = decode(column[row].as_py() or b"")
             if t is not None:
                 out[i] = t
     return out

@@ -72,6 +72,9 @@ class SelectResult(Reports):
             s = self.stats
             lines.append(f"select: {s['samples']} of {s['pool']} pool samples in {s['shards']} shards "
                          f"({s['shard_bytes'] / 1e6:.1f} MB of sample files, before tar headers) in {s['out']}")
+            if "eval_images" in s:
+                lines.append(f"select: {s['eval_overlap']} pool samples dropped as copies of the {s['eval_images']} "
+                             f"evaluation images (build/eval_overlap, in {s['out']}/_select/rejected/)")
             if s.get("uids_not_in_pool"):
                 lines.append(f"select: {s['uids_not_in_pool']} uids of {s['uids_file']} are not in the pool")
         return "\n".join(lines)
@@ -98,17 +101,49 @@ def read_uids(path: str) -> list[str]:
 
 
 # -- the selection -----------------------------------------------------------------------------
-def choose(work: WorkDir, cfg: SelectConfig, wanted: list[str] | None) -> tuple[pa.Array, dict[str, int]]:
-    """The uids of the pool the selection keeps, and its counts (pool, not in pool)."""
-    pool = work.read("pool", columns=["uid", "image_url", "score"])
+def choose(work: WorkDir, cfg: SelectConfig, wanted: list[str] | None,
+           state: WorkDir | None = None) -> tuple[pa.Array, dict[str, int]]:
+    """The uids of the pool the selection keeps, and its counts (pool, not in pool, evaluation
+    overlaps). The pool images that `--exclude-eval` drops go to `state`'s `rejected/`."""
+    columns = ["uid", "image_url", "score"]
+    if cfg.exclude_eval:
+        columns += ["page_url", "phash", "src_file", "row_group", "row_index"]
+    pool = work.read("pool", columns=columns)
     counts = {"pool": pool.num_rows}
     if wanted is not None:
         wanted_arr = pa.array(sorted(set(wanted)), pa.string())
         counts["uids_requested"] = len(wanted_arr)
         counts["uids_not_in_pool"] = len(wanted_arr) - pc.sum(pc.is_in(wanted_arr, value_set=pool["uid"])).as_py()
         pool = pool.filter(pc.is_in(pool["uid"], value_set=wanted_arr))
+    if cfg.exclude_eval:
+        pool, counts["eval_images"], counts["eval_overlap"] = exclude_eval(work, pool, cfg, state)
     kept, _, _ = score_cut(pool["score"].to_numpy(), pool["image_url"], cfg.min_score, cfg.top_fraction)
     return pool["uid"].take(pa.array(kept, pa.int64())), counts
+
+
+def exclude_eval(work: WorkDir, pool: pa.Table, cfg: SelectConfig,
+                 state: WorkDir | None) -> tuple[pa.Table, int, int]:
+    """The pool without the pictures of the `--exclude-eval` set (`lait.build.decon`), each of
+    those recorded as `build/eval_overlap` in `state`'s `rejected/`; the set's size and the
+    number dropped. The pool holds a picture's kept image only: a copy that the build grouped
+    with it is judged by that image."""
+    from lait.build.decon import detail_of, find_overlaps, load_eval_set
+    from lait.build.pixels import read_thumbnails
+    from lait.parts import PartitionedWriter
+
+    eval_set = load_eval_set(cfg.exclude_eval, cfg.exclude_eval_split, cfg.exclude_eval_root)
+    places = list(zip(pool["src_file"].to_pylist(), pool["row_group"].to_pylist(), pool["row_index"].to_pylist()))
+    phashes = np.array([int(h, 16) for h in pool["phash"].to_pylist()], np.uint64)
+    found = find_overlaps(eval_set, phashes, lambda idx: read_thumbnails(work, {i: places[i] for i in idx}, detail_of),
+                          cfg.eval_max_phash, cfg.eval_max_diff)
+    if state is not None and found:
+        urls, pages = pool["image_url"].to_pylist(), pool["page_url"].to_pylist()
+        with PartitionedWriter(state, PLAN_STAGE) as parts:
+            for i in sorted(found):
+                parts.reject("build/eval_overlap", 0, image_url=urls[i], page_url=pages[i], detail=found[i].detail())
+    keep = np.ones(pool.num_rows, bool)
+    keep[list(found)] = False
+    return pool.filter(pa.array(keep)), len(eval_set), len(found)
 
 
 def source_inputs(work: WorkDir) -> dict[str, Any]:
@@ -141,8 +176,13 @@ def check_build_current(work: WorkDir) -> None:
 
 def fingerprint(work: WorkDir, cfg: SelectConfig, source: dict[str, Any]) -> str:
     uids_digest = hashlib.sha256(storage.read_bytes(storage.location(cfg.uids))).hexdigest() if cfg.uids else None
-    blob = json.dumps({"source": work.url, "config": cfg.content(), "uids_sha256": uids_digest, "read": source},
-                      sort_keys=True, default=str)
+    eval_digest = None
+    if cfg.exclude_eval:
+        from lait.build.decon import load_eval_set
+
+        eval_digest = load_eval_set(cfg.exclude_eval, cfg.exclude_eval_split, cfg.exclude_eval_root).digest
+    blob = json.dumps({"source": work.url, "config": cfg.content(), "uids_sha256": uids_digest, "read": source,
+                       "eval_set": eval_digest}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -190,7 +230,8 @@ def select_into(work: WorkDir, out: storage.Location, cfg: SelectConfig) -> Sele
     prepare_out(out, state, selection, cfg.overwrite, cfg.force)
 
     def plan() -> dict[str, Any]:
-        chosen, counts = choose(work, cfg, wanted)
+        state.remove_parts("rejected", PLAN_STAGE)  # an interrupted plan's
+        chosen, counts = choose(work, cfg, wanted, state)
         counts["selected"] = len(chosen)
         counts["shards_planned"] = write_plan(state, pool_rows(work, chosen), cfg.samples_per_shard, PLAN_STAGE)
         return {"stage": PLAN_STAGE, "partition": 0, "counts": counts}
@@ -213,6 +254,8 @@ def select_into(work: WorkDir, out: storage.Location, cfg: SelectConfig) -> Sele
     shard_bytes = sum(int(s.get("counters", {}).get("build/shard_bytes", 0)) for s in state.done_stats(stage.name))
     result.stats = {"samples": sum(sizes.values()), "shards": len(shard_files(out)), "shard_bytes": shard_bytes,
                     "out": str(out), "source": work.url, **counts, "uids_file": cfg.uids or None,
+                    "exclude_eval": {"source": cfg.exclude_eval, "splits": list(cfg.exclude_eval_split),
+                                     "root": cfg.exclude_eval_root or None} if cfg.exclude_eval else None,
                     "config": cfg.content()}
     write_stats(out, result.stats)
     return result

@@ -12,28 +12,26 @@ its `filter/RULE`.
 from __future__ import annotations
 
 import io
-import math
 import warnings
 from dataclasses import dataclass, field
 
-import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+# DRAFT_SIZE, NEAREST_SIDE, Preview and to_rgb keep their stage-2 names here for its other modules.
+from lait.imagehash import (  # noqa: F401
+    DRAFT_SIZE,
+    NEAREST_SIDE,
+    Preview,
+    exif_orientation,
+    reduced_preview,
+    to_rgb,
+    upright,
+)
 from lait.stage import Rejected
 
-# EXIF orientation -> the transpose that shows the image upright.
-_ORIENT = {
-    2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
-    4: Image.Transpose.FLIP_TOP_BOTTOM, 5: Image.Transpose.TRANSPOSE,
-    6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE, 8: Image.Transpose.ROTATE_90,
-}
 # What Pillow raises on damaged data; KeyError: a TIFF whose size tags are missing (fuzzing).
 _DECODE_ERRORS = (OSError, ValueError, SyntaxError, EOFError, IndexError, TypeError, KeyError,
                   MemoryError, Image.DecompressionBombError)
-# Requested size for reduced-scale decoding: phash works on 32x32, so libjpeg may scale down
-# as far as it can (1/8) while the result stays at least this large.
-DRAFT_SIZE = (32, 32)
-NEAREST_SIDE = 64
 
 
 class ImageRejected(Rejected):
@@ -89,13 +87,7 @@ def open_image(data: bytes | memoryview, *, max_pixels: int) -> ImageHeader:
         raise ImageRejected("corrupt", f"size {w}x{h}")
     if w * h > max_pixels:
         raise ImageRejected("decompression_bomb", f"{w}x{h} = {w * h} pixels > {max_pixels}")
-    orientation = 1
-    # getexif() parses the whole block; most images have none, and the check is free.
-    if img.format in ("JPEG", "MPO", "TIFF", "WEBP", "PNG") and (img.format == "TIFF" or "exif" in img.info):
-        try:
-            orientation = int(img.getexif().get(0x0112, 1) or 1)
-        except _DECODE_ERRORS:
-            orientation = 1  # unreadable EXIF: show as stored
+    orientation = exif_orientation(img)
     if orientation in (5, 6, 7, 8):
         w, h = h, w
     try:  # counting a GIF's frames reads through them all: a cut one fails here, not in a rule
@@ -104,31 +96,6 @@ def open_image(data: bytes | memoryview, *, max_pixels: int) -> ImageHeader:
         rule = "truncated" if isinstance(exc, (EOFError, IndexError)) or "truncated" in str(exc).lower() else "corrupt"
         raise ImageRejected(rule, f"counting frames: {type(exc).__name__}: {exc}") from None
     return ImageHeader(img, img.format or "UNKNOWN", w, h, img.mode, frames, orientation, data)
-
-
-def to_rgb(img: Image.Image) -> Image.Image:
-    """RGB for any mode: alpha over white, palette expanded, CMYK converted, 16-bit scaled."""
-    if img.mode == "RGB":
-        return img
-    if img.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):
-        arr = np.asarray(img.convert("I"), dtype=np.int64) if img.mode != "I" else np.asarray(img, np.int64)
-        top = 65535 if img.mode.startswith("I;16") or arr.max(initial=0) > 255 else 255
-        return Image.fromarray((np.clip(arr, 0, top) * 255 // top).astype(np.uint8), "L").convert("RGB")
-    if img.mode == "F":
-        arr = np.nan_to_num(np.asarray(img, np.float32))
-        lo, hi = float(arr.min(initial=0)), float(arr.max(initial=1))
-        arr = (arr - lo) * (255.0 / (hi - lo or 1.0))
-        return Image.fromarray(arr.astype(np.uint8), "L").convert("RGB")
-    if img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or (img.mode == "P" and "transparency" in img.info):
-        rgba = img.convert("RGBA")
-        bg = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        return Image.alpha_composite(bg, rgba).convert("RGB")
-    return img.convert("RGB")
-
-
-def _upright(img: Image.Image, orientation: int) -> Image.Image:
-    op = _ORIENT.get(orientation)
-    return img.transpose(op) if op is not None else img
 
 
 def _load(img: Image.Image) -> None:
@@ -140,35 +107,10 @@ def _load(img: Image.Image) -> None:
         raise ImageRejected(rule, msg) from None
 
 
-@dataclass
-class Preview:
-    """The first frame, small and upright: `image` (RGB, 32 to 256 px) for hashes and
-    classifiers, `nearest` (64x64 nearest-neighbour samples of the decoded pixels) for colour
-    statistics that averaging would blur."""
-
-    image: Image.Image
-    nearest: Image.Image
-
-
 def decode_small(header: ImageHeader) -> Preview:
-    """Decode the first frame for hashing: reduced-scale where the codec can (JPEG draft)."""
-    img = header.image
-    raw_w, raw_h = img.size
-    if img.format in ("JPEG", "MPO"):
-        img.draft("RGB", DRAFT_SIZE)
-    _load(img)
-    img = to_rgb(img)
-    nearest = img.resize((NEAREST_SIDE, NEAREST_SIDE), Image.Resampling.NEAREST)
-    if max(img.size) > 256:
-        # Formats without reduced-scale decoding: shrink before hashing, cheaply.
-        factor = min(8, max(1, min(img.size) // DRAFT_SIZE[0]))
-        img = img.reduce(factor) if factor > 1 else img
-    scale = 1 << max(0, round(math.log2(raw_w / img.size[0])))
-    if scale > 1 and (img.size[0] * scale != raw_w or img.size[1] * scale != raw_h):
-        # A reduced decode rounds its size up; the last row/column covers a partial block.
-        # Dropping it keeps the geometry of two resizes of one picture aligned for hashing.
-        img = img.crop((0, 0, max(1, raw_w // scale), max(1, raw_h // scale)))
-    return Preview(_upright(img, header.orientation), _upright(nearest, header.orientation))
+    """Decode the first frame for hashing: reduced-scale where the codec can (JPEG draft); the
+    decode is `lait.imagehash`'s, so that stage 5 hashes other images the same way."""
+    return reduced_preview(header.image, header.orientation, load=_load)
 
 
 def encode_for_storage(header: ImageHeader, *, keep_max_bytes: int, quality: int) -> tuple[bytes | memoryview, bool]:
@@ -178,7 +120,7 @@ def encode_for_storage(header: ImageHeader, *, keep_max_bytes: int, quality: int
         return header.data, False
     img = Image.open(io.BytesIO(header.data))  # a fresh decoder: the header one was drafted
     _load(img)
-    img = _upright(to_rgb(img), header.orientation)
+    img = upright(to_rgb(img), header.orientation)
     buf = io.BytesIO()
     img.save(buf, "JPEG", quality=quality, subsampling=0 if quality >= 90 else 2)
     return buf.getvalue(), True

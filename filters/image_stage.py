@@ -34,6 +34,7 @@ import numpy as np
 
 from lait.config import ConfigError, StageConfig, setting
 from lait.filters.image_decode import ImageHeader, ImageRejected, decode_small, encode_for_storage, open_image, sniff
+from lait.imagehash import phash_of
 from lait.memory import media_heap
 from lait.parts import helper_thread
 from lait.reasons import fetch_rule
@@ -171,29 +172,6 @@ class NearDuplicateIndex:
         self._hashes[n] = phash
         self._thumbs[n] = thumb
         self._urls.append(url)
-
-
-def _dct_rows(n: int = 32, keep: int = 8) -> np.ndarray:
-    k = np.arange(keep)[:, None]
-    x = np.arange(n)[None, :]
-    return 2.0 * np.cos(np.pi * k * (2 * x + 1) / (2 * n))  # scipy's unnormalised DCT-II rows
-
-
-_DCT8 = _dct_rows()
-
-
-def phash_of(image: Any) -> int:
-    """imagehash.phash's 64 bits (grey 32x32 Lanczos, 2-D DCT-II, low 8x8 above their median),
-    with the 8 needed DCT rows as one small matrix product instead of scipy's full transform."""
-    from PIL import Image
-
-    pixels = np.asarray(image.convert("L").resize((32, 32), Image.Resampling.LANCZOS), np.float64)
-    low = (_DCT8 @ pixels @ _DCT8.T).reshape(-1)
-    # np.median of 64 values is the mean of the middle two; sorting 64 floats is ~20x cheaper
-    # than np.median's general machinery, and (a + b) / 2 is the same float np.median returns.
-    middle = np.sort(low)[31:33]
-    bits = low > (middle[0] + middle[1]) / 2
-    return int.from_bytes(np.packbits(bits).tobytes(), "big")
 
 
 def thumb_of(image: Any) -> np.ndarray:

@@ -163,6 +163,9 @@ REASONS: dict[str, str] = {
     "build/near_duplicate": "stage 4's embeddings put it next to the image its group keeps, its "
                             "perceptual hash agrees (within near_dup_max_phash bits) and so do its "
                             "pixels (near_dup_max_diff).",
+    "build/eval_overlap": "the picture is one of the --exclude-eval evaluation set's, or a copy of one (resized, "
+                          "re-encoded or cropped: perceptual hash within eval_max_phash bits and pixels within "
+                          "eval_max_diff), or a duplicate of such a copy; kept out so retrieval scores stay honest.",
     "build/too_many_texts": "the picture carries more than max_texts_per_image distinct texts.",
     "build/too_many_pages": "the picture is on more than max_pages_per_image pages (a logo, site chrome).",
     "build/generic_texts": "every text of the picture is on more than max_images_per_text pictures.",

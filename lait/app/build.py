@@ -15,7 +15,8 @@ Groups images by URL, content (sha256) and near-duplicates (perceptual hash, and
 embedding pairs) across the whole dataset; keeps the best text of each picture (highest score,
 ties broken by source) and lists the others as ranked candidates; drops images with too many
 texts or pages (logos) and texts on too many images (boilerplate); thresholds by score or top
-fraction. What passed every rule but the thresholds stays in WORK/pool/ for `lait select`.
+fraction; with --exclude-eval, drops the copies of an evaluation set's pictures. What passed
+every rule but the thresholds stays in WORK/pool/ for `lait select`.
 
 Writes WORK/shards/NNNNN.tar (KEY.jpg, KEY.txt, KEY.json with one type per key, and
 KEY.regions.npy/boxes.npy/labels.npy when stage 4 stored regions), NNNNN.parquet sidecars,
@@ -34,6 +35,8 @@ examples:
   lait build work/ --top-fraction 0.3            keep the best 30 % (DataComp-style)
   lait build work/ --resize-mode center_crop --image-size 224
   lait build work/ --config pipeline.yaml        settings from the `build:` section
+  lait build work/ --exclude-eval coco/karpathy.json --exclude-eval-split test
+                                                 keep COCO's test photos out (build/eval_overlap)
 """
 
 def run_build(cfg) -> int:

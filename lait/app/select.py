@@ -13,7 +13,8 @@ and grouped into shards of their own, without running any model or regrouping an
 
 The pool is every picture that passed the build's rules before its score thresholds. A
 selection keeps pool samples by --min-score, --top-fraction (after min-score) and --uids (a
-DataComp subset file: a .npy of sorted u8,u8 uids; or a text file of hex uids). With the
+DataComp subset file: a .npy of sorted u8,u8 uids; or a text file of hex uids), and drops the
+copies of an evaluation set's pictures with --exclude-eval (OUT/_select/rejected/). With the
 build's thresholds it writes the build's very samples. OUT gets NNNNN.tar, NNNNN.parquet,
 NNNNN_stats.json, sizes.json, stats.json and uids.npy (what it selected, in DataComp's format).
 Images can be resized and re-encoded on the way (img2dataset's options). Resumable.
@@ -25,6 +26,7 @@ examples:
   lait select work/ --out top30/ --top-fraction 0.3                 DataComp's CLIP-score baseline
   lait select work/ --out again/ --uids top30/uids.npy              the same samples again
   lait select work/ --out small/ --resize-mode center_crop --image-size 224
+  lait select work/ --out clean/ --exclude-eval eval-photos/        without an evaluation set's pictures
 """
 
 
