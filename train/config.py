@@ -176,8 +176,9 @@ class EvalConfig(Config):
     image_root: str | None = setting(None, "directory the JSON's image paths are relative to (default: the JSON's)")
     split: str = setting("test", "split of the Karpathy JSON")
     limit: int | None = setting(None, "evaluate on the first N images")
-    mode: str = setting("full", "full: ITM on every pair; shortlist: ITM re-ranks the embedding top-k",
-                        choices=["full", "shortlist"])
+    mode: str = setting("full", "full: ITM on every pair; shortlist: ITM re-ranks the embedding top-k; "
+                        "embedding: the embeddings' cosine alone (no cross-encoder)",
+                        choices=["full", "shortlist", "embedding"])
     shortlist_k: int = setting(20, "candidates per query in shortlist mode")
     batch_size: int = setting(256, "pairs per ITM forward")
     device: str = setting("auto", "auto, cpu or cuda")

@@ -2,8 +2,10 @@
 
 ``full`` scores every (image, text) pair with the ITM cross-encoder, in batches. ``shortlist``
 takes the top-k candidates by embedding similarity (faiss, inner product) and re-ranks only those
-with ITM; candidates outside the shortlist rank below every shortlisted one. Results say which
-mode produced them, since shortlist recall is bounded by the shortlist's own recall.
+with ITM; candidates outside the shortlist rank below every shortlisted one. ``embedding`` ranks
+by the embeddings' cosine alone: the unimodal passes and the embedding head, no cross-encoder.
+Results say which mode produced them, since shortlist recall is bounded by the shortlist's own
+recall.
 """
 
 from __future__ import annotations
@@ -213,9 +215,14 @@ def run_eval(cfg: EvalConfig) -> dict:
         i2t, t2i = scorer.shortlist(cfg.shortlist_k)
         metrics = recall_at_k(i2t, t2i, data.text_to_image)
         pairs = int(np.isfinite(i2t).sum() + np.isfinite(t2i).sum())
+    elif cfg.mode == "embedding":
+        img_emb, txt_emb = scorer.embeddings()
+        s = img_emb @ txt_emb.T
+        metrics = recall_at_k(s, s, data.text_to_image)
+        pairs = 0
     else:
-        raise ValueError(f"eval mode must be full or shortlist, not {cfg.mode!r}")
-    result = {"mode": cfg.mode if cfg.mode == "full" else f"shortlist@{cfg.shortlist_k}", **metrics,
+        raise ValueError(f"eval mode must be full, shortlist or embedding, not {cfg.mode!r}")
+    result = {"mode": f"shortlist@{cfg.shortlist_k}" if cfg.mode == "shortlist" else cfg.mode, **metrics,
               "images": len(data.images), "texts": len(data.texts), "itm_pairs_scored": pairs,
               "seconds": time.perf_counter() - t0, "checkpoint": str(cfg.checkpoint)}
     log.info("eval/%s %s", result["mode"], json.dumps({k: round(v, 4) for k, v in metrics.items()}))

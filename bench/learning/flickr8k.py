@@ -13,7 +13,7 @@ Steps (each skipped when its output exists, so a rerun continues):
 3. ``pretrain``: `lait train pretrain` from MiniLM (MLM, MOC, MRFR, ITM, ITC).
 4. ``finetune``: `lait train finetune` from the pretrained checkpoint.
 5. ``eval``: `lait train eval --karpathy-json` on the test split, after pretraining (zero-shot)
-   and after finetuning, in shortlist mode on all test images and full mode on the first
+   and after finetuning, in embedding and shortlist modes on all test images and full mode on the first
    ``--full-limit`` images (full mode scores every pair with the cross-encoder: 875 x 4,375
    pairs would take days on a CPU; the shortlist's ``--shortlist-k`` candidates per query are
    re-ranked by it).
@@ -170,7 +170,8 @@ def main() -> None:
         save()
     if "eval" in steps:
         for tag, ckpt in (("pretrained", pre_ckpt), ("finetuned", ft_ckpt)):
-            for mode, extra in (("shortlist", ["--mode", "shortlist", "--shortlist-k", str(args.shortlist_k)]),
+            for mode, extra in (("embedding", ["--mode", "embedding"]),
+                                ("shortlist", ["--mode", "shortlist", "--shortlist-k", str(args.shortlist_k)]),
                                 ("full", ["--mode", "full", "--limit", str(args.full_limit)])):
                 key = f"eval_{tag}_{mode}"
                 if key in results:

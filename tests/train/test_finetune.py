@@ -44,7 +44,7 @@ def test_pretrain_finetune_eval_pipeline(tmp_path, object_shards, minilm_dir, pr
     assert main(args) == 0
     ckpt = ft / "checkpoints" / "stage-0-ft.pt"
     results = {}
-    for mode in ("full", "shortlist"):
+    for mode in ("full", "shortlist", "embedding"):
         capsys.readouterr()
         assert main(["eval", "--checkpoint", str(ckpt), "--shards", f"{object_shards}/00000.tar", "--limit", "24",
                      "--mode", mode, "--shortlist-k", "5", "--device", "cpu", "--output", str(tmp_path / f"{mode}.json")]) == 0
@@ -52,6 +52,10 @@ def test_pretrain_finetune_eval_pipeline(tmp_path, object_shards, minilm_dir, pr
     assert results["full"]["mode"] == "full" and results["shortlist"]["mode"] == "shortlist@5"
     assert results["full"]["itm_pairs_scored"] == 24 * 24
     assert results["shortlist"]["itm_pairs_scored"] == 2 * 24 * 5
+    assert results["embedding"]["mode"] == "embedding" and results["embedding"]["itm_pairs_scored"] == 0
+    # The shortlist holds the embedding top 5, re-ordered within: at K = 5 both count the same hits.
+    for d in ("i2t", "t2i"):
+        assert results["shortlist"][f"{d}_r5"] == pytest.approx(results["embedding"][f"{d}_r5"])
     for r in results.values():
         assert 0.0 <= r["i2t_r1"] <= r["i2t_r5"] <= r["i2t_r10"] <= 1.0
         assert abs(r["rsum"] - sum(r[f"{d}_r{k}"] for d in ("i2t", "t2i") for k in (1, 5, 10))) < 1e-9
