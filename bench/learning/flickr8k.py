@@ -10,7 +10,8 @@ Steps (each skipped when its output exists, so a rerun continues):
    regions: EfficientNet-Lite0's 7 x 7 cells pooled to ``--regions`` and their ImageNet labels, computed by the
    trainer's own `cnn` region source (so training reads them and evaluation recomputes them
    identically from the JPEGs).
-3. ``pretrain``: `lait train pretrain` from MiniLM (MLM, MOC, MRFR, ITM, ITC).
+3. ``pretrain``: `lait train pretrain` from MiniLM (MLM, MOC, MRFR, ITM, ITC), then a second
+   stage of ITC alone over larger batches.
 4. ``finetune``: `lait train finetune` from the pretrained checkpoint.
 5. ``eval``: `lait train eval --karpathy-json` on the test split, after pretraining (zero-shot)
    and after finetuning, in embedding and shortlist modes on all test images and full mode on the first
@@ -126,13 +127,17 @@ def main() -> None:
     ap.add_argument("--work", type=Path, required=True, help="folder for shards, runs and results")
     ap.add_argument("--only", choices=["scorer", "shards", "pretrain", "finetune", "eval"], action="append")
     ap.add_argument("--pretrain-steps", type=int, default=400)
-    ap.add_argument("--finetune-steps", type=int, default=100)
+    ap.add_argument("--finetune-steps", type=int, default=50)
     ap.add_argument("--full-limit", type=int, default=50)
     ap.add_argument("--shortlist-k", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--regions", type=int, default=16,
                     help="regions per photo: the 7 x 7 feature map average-pooled to the largest grid that fits "
                          "(16: 4 x 4); fewer regions make the cross-encoder's pairs cheaper on a CPU")
+    ap.add_argument("--modes", nargs="+", default=["embedding", "shortlist", "full"],
+                    choices=["embedding", "shortlist", "full"], help="evaluation modes to run")
+    ap.add_argument("--checkpoints", nargs="+", default=["pretrained", "finetuned"],
+                    choices=["pretrained", "finetuned"], help="checkpoints to evaluate")
     ap.add_argument("--data", type=Path, default=DATA, help="the Flickr8k folder (karpathy.json, images/)")
     args = ap.parse_args()
     set_data(args.data)
@@ -153,12 +158,12 @@ def main() -> None:
     if "shards" in steps and not (work / "shards" / "sizes.json").is_file():
         step_shards(work, args.regions)
     threads = str(args.threads)
-    pre_ckpt = work / "pretrain" / "checkpoints" / "stage-0-flickr8k.pt"
+    pre_ckpt = work / "pretrain" / "checkpoints" / "stage-1-flickr8k-itc.pt"
     ft_ckpt = work / "finetune" / "checkpoints" / "stage-0-finetune.pt"
     if "pretrain" in steps and not pre_ckpt.is_file():
         results["pretrain_cpu_s"] = lait(
             "train", "pretrain", "--config", str(HERE / "pretrain-flickr8k.yaml"),
-            "--set", f"output_dir={work / 'pretrain'}", "--set", f"stages.0.shards={work / 'shards'}",
+            "--set", f"output_dir={work / 'pretrain'}", "--set", f"stages.0.shards={work / 'shards'}", "--set", f"stages.1.shards={work / 'shards'}",
             "--set", f"stages.0.steps={args.pretrain_steps}", "--set", f"data.regions.max_regions={args.regions}", "--set", f"cpu_threads={threads}")
         save()
     if "finetune" in steps and not ft_ckpt.is_file():
@@ -170,11 +175,13 @@ def main() -> None:
         save()
     if "eval" in steps:
         for tag, ckpt in (("pretrained", pre_ckpt), ("finetuned", ft_ckpt)):
+            if tag not in args.checkpoints:
+                continue
             for mode, extra in (("embedding", ["--mode", "embedding"]),
                                 ("shortlist", ["--mode", "shortlist", "--shortlist-k", str(args.shortlist_k)]),
                                 ("full", ["--mode", "full", "--limit", str(args.full_limit)])):
                 key = f"eval_{tag}_{mode}"
-                if key in results:
+                if key in results or mode not in args.modes:
                     continue
                 out = work / f"{key}.json"
                 cpu = lait("train", "eval", "--checkpoint", str(ckpt), "--karpathy-json", str(DATA / "karpathy.json"),
