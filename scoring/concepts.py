@@ -21,7 +21,6 @@ The region tokens (`--regions`) are the classifier's 7 x 7 feature map cells (12
 
 from __future__ import annotations
 
-import contextlib
 import logging
 
 import numpy as np
@@ -42,7 +41,6 @@ class ConceptScorer:
 
     name = NAME
     pretrained = WEIGHTS
-    autocast = False
 
     def __init__(self, classifier: ImageClassifier, encoder: SentenceEncoder, device: str):
         import torch
@@ -87,7 +85,7 @@ class ConceptScorer:
         import torch
 
         x = torch.from_numpy(pixels).to(self.device).permute(0, 3, 1, 2).float().div_(255.0)
-        with torch.inference_mode(), contextlib.nullcontext():
+        with torch.inference_mode():
             fmap = self.classifier.feature_map(self.classifier.normalise(x))
             emb = self.concept_embeddings(self.classifier.classify(fmap.mean((2, 3)))).cpu().numpy()
             if tokens:
