@@ -179,15 +179,26 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("LAIT_CACHE") or Path.home() / ".cache" / "lait") / "eval-hashes"
 
 
-def _read_cached(path: Path, n: int) -> np.ndarray | None:
-    try:
-        hashes = np.load(path, allow_pickle=False)
-    except (OSError, ValueError):
-        return None
-    return hashes if hashes.dtype == np.uint64 and hashes.shape == (n, len(VIEW_BOXES)) else None
+def _content_digest(hashes: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(hashes).tobytes()).hexdigest()[:16]
 
 
-def _write_cached(path: Path, hashes: np.ndarray) -> None:
+def _read_cached(key: str, n: int) -> np.ndarray | None:
+    """The cached hashes of `key`, or None when missing or damaged: the file's name ends in the
+    digest of its hashes, so a flipped byte makes it be hashed again instead of trusted."""
+    for path in _cache_dir().glob(f"{key}-*.npy"):
+        try:
+            hashes = np.load(path, allow_pickle=False)
+        except (OSError, ValueError):
+            continue
+        if (hashes.dtype == np.uint64 and hashes.shape == (n, len(VIEW_BOXES))
+                and path.stem.endswith(_content_digest(hashes))):
+            return hashes
+    return None
+
+
+def _write_cached(key: str, hashes: np.ndarray) -> None:
+    path = _cache_dir() / f"{key}-{_content_digest(hashes)}.npy"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -210,12 +221,11 @@ def load_eval_set(spec: str, splits: Sequence[str] = (), root: str = "") -> Eval
         listing.append((str(f.resolve()), st.st_size, st.st_mtime_ns))
     key = hashlib.sha256(json.dumps([HASH_VERSION, [n for n, _ in files], listing]).encode()).hexdigest()[:32]
     if key not in _MEMO:
-        cached = _cache_dir() / f"{key}.npy"
-        hashes = _read_cached(cached, len(files))
+        hashes = _read_cached(key, len(files))
         if hashes is None:
             hashes = np.array([view_hashes(read_image(f), name) for name, f in files], np.uint64)
             hashes = hashes.reshape(-1, len(VIEW_BOXES))
-            _write_cached(cached, hashes)
+            _write_cached(key, hashes)
             log.info("exclude-eval: %d images of %s hashed", len(files), spec)
         _MEMO.clear()  # one set at a time: a process builds with one
         _MEMO[key] = EvalSet(spec, [n for n, _ in files], [f for _, f in files], hashes)

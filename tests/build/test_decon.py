@@ -134,6 +134,21 @@ def test_a_set_is_hashed_once_and_again_when_a_file_changes(tmp_path, own_cache,
         load_eval_set(str(tmp_path / "set"))
 
 
+def test_a_damaged_hash_cache_is_hashed_again_not_trusted(tmp_path, own_cache):
+    from lait.build import decon
+
+    (tmp_path / "set").mkdir()
+    for i in (1, 2):
+        (tmp_path / "set" / f"{i}.jpg").write_bytes(jpeg(grid(i)))
+    first = load_eval_set(str(tmp_path / "set")).hashes.copy()
+    (cached,) = (own_cache / "eval-hashes").glob("*.npy")
+    raw = bytearray(cached.read_bytes())
+    raw[-3] ^= 0x10  # a flipped bit in the last hash
+    cached.write_bytes(bytes(raw))
+    decon._MEMO.clear()
+    assert (load_eval_set(str(tmp_path / "set")).hashes == first).all()
+
+
 # -- the build: synthetic pictures, the fingerprint --------------------------------------------
 def run_build(work: WorkDir, **settings):
     from lait.build.pipeline import build
