@@ -85,16 +85,33 @@ class ImageFetchConfig(FetchConfig):
     directory's `tables` reference and does not hold yet (`lait download`, `lait ingest-warc`)."""
 
     tables: list[str] = setting(["url_list"], "tables whose image_url column lists the images to fetch")
-    share: list[int] = setting([0, 1], "[I, N]: fetch only the hosts whose hash modulo N is I (one "
-                               "of N fetcher processes side by side)")
+    share: list[int] = setting([0, 1], "[I, ..., N]: fetch only the hosts whose hash modulo N is one of "
+                               "the I (one of the units of work side by side, see lait.crawler.units)")
 
     def validate(self) -> None:
         self.validate_fetch()
         unknown = set(self.tables) - {"url_list", "warc_links"}
         if not self.tables or unknown:
             raise ConfigError(f"tables: expected url_list and/or warc_links, got {self.tables}")
-        if len(self.share) != 2 or not 0 <= self.share[0] < self.share[1]:
-            raise ConfigError(f"share: expected [I, N] with 0 <= I < N, got {self.share}")
+        if (len(self.share) < 2 or len(set(self.share[:-1])) != len(self.share) - 1
+                or not all(0 <= i < self.share[-1] for i in self.share[:-1])):
+            raise ConfigError(f"share: expected [I, ..., N] with distinct 0 <= I < N, got {self.share}")
+
+    def owns(self, url: str) -> bool:
+        """Whether `url`'s host is in this fetcher's share."""
+        *mine, of = self.share
+        return of == 1 or host_share(url, of) in mine
+
+
+@dataclass
+class UnitsConfig(Config):
+    """Where stage 1's units of work run (list fetching, archive files): this machine or Ray."""
+
+    executor: str = setting("local", "where the units run: processes on this machine, or tasks on a Ray "
+                            "cluster (each with the whole --concurrency; see lait.crawler.units)",
+                            choices=["local", "ray"], run=True)
+    ray_address: str | None = setting(None, "Ray cluster address for --executor ray (default: start a local one)",
+                                      run=True)
 
 
 def host_share(url: str, n: int) -> int:

@@ -81,24 +81,83 @@ def crawl(cfg: CrawlConfig, *, timeout: float | None = None, quiet: bool = False
 
 
 def fetch_images(cfg: ImageFetchConfig, *, processes: int = 1, timeout: float | None = None,
-                 quiet: bool = False) -> dict[str, Any]:
+                 quiet: bool = False, executor: str = "local", ray_address: str | None = None,
+                 show_progress: bool = False) -> dict[str, Any]:
     """Fetch the images the work directory's `cfg.tables` reference and `images/` lacks, with
-    the crawl's fetcher (the `lait-images` spider) in `processes` subprocesses; returns their
-    stats, added up (`merge_stats`).
+    the crawl's fetcher (the `lait-images` spider), in units of host buckets
+    (`lait.crawler.units`); returns their stats, added up (`merge_stats`).
 
-    The hosts are split among the processes (`ImageFetchConfig.share`), so each host's
-    requests, robots.txt, TDMRep and health stay in one process with its whole per-host
-    share, and the total concurrency is split evenly. The caller holds the work directory's
-    lock (`lait download`, `lait ingest-warc`)."""
+    Local: `processes` units side by side, one subprocess each, splitting `cfg.concurrency`.
+    Ray (`executor="ray"`): several units per task slot of the cluster at `ray_address` (a
+    local one when None), each with the whole `cfg.concurrency`. Each host's requests,
+    robots.txt, TDMRep and health stay in one unit. The caller holds the work directory's lock
+    (`lait download`, `lait ingest-warc`)."""
+    from lait.crawler import units
     from lait.parts import WorkDir
 
     cfg.validate()
-    WorkDir(cfg.out).clean_temp()
+    work = WorkDir(cfg.out)
+    work.clean_temp()
+    if executor == "ray":
+        return merge_stats(_fetch_on_ray(cfg, address=ray_address, show_progress=show_progress))
+    if executor != "local":
+        raise ConfigError(f"executor: expected local or ray, got {executor!r}")
     n = max(1, processes)
-    shares = [cfg.replace(share=[i, n], concurrency=max(1, -(-cfg.concurrency // n))) for i in range(n)] \
-        if n > 1 else [cfg]
-    return merge_stats(_crawl_subprocesses(shares, WorkDir(cfg.out), timeout=timeout, quiet=quiet,
-                                           spider="images"))
+    shares = [cfg]
+    if n > 1:
+        planned = units.plan_units(units.pending_by_bucket(work, cfg.tables), n)
+        shares = units.unit_configs(cfg, planned, split_concurrency=True) if len(planned) > 1 else [cfg]
+    return merge_stats(_crawl_subprocesses(shares, work, timeout=timeout, quiet=quiet, spider="images"))
+
+
+def fetch_unit(settings: dict[str, Any]) -> dict[str, Any]:
+    """A Ray task: fetch one unit's images with a `lait-images` spider in a subprocess of this
+    worker (which dies with it); its stats. The driver holds the work directory's lock and the
+    spider writes on its behalf (`lait.lock.child_env`)."""
+    from lait.parts import WorkDir
+
+    cfg = ImageFetchConfig.from_dict(settings, where="unit")
+    return _crawl_subprocesses([cfg], WorkDir(cfg.out), timeout=None, quiet=False, spider="images")[0]
+
+
+def _fetch_on_ray(cfg: ImageFetchConfig, *, address: str | None = None, retries: int = 3,
+                 task_cpus: float = 1.0, show_progress: bool = True) -> list[dict[str, Any]]:
+    """Fetch the pending images of `cfg.out` as units on a Ray cluster; each unit's stats (a
+    unit that failed after its retries has `finish_reason` `unit_failed` and its error)."""
+    from lait.crawler.units import UNITS_PER_SLOT, pending_by_bucket, plan_units, unit_configs
+    from lait.log import progress
+    from lait.parts import WorkDir
+    from lait.ray_executor import ray_map, ray_task_slots
+
+    work = WorkDir(cfg.out)
+    counts = pending_by_bucket(work, cfg.tables)
+    total = sum(counts.values())
+    slots = ray_task_slots(address, task_cpus)
+    units = plan_units(counts, UNITS_PER_SLOT * slots)
+    cfgs = unit_configs(cfg, units, split_concurrency=False)
+    log.info("%d images to fetch in %d units on %d Ray task slots", total, len(cfgs), slots)
+    if not total:
+        return [{"finish_reason": "finished", "crawl/images_pending": 0}]
+    results: list[dict[str, Any]] = []
+    bar = progress(total=total, desc="download", unit="img", disable=not show_progress)
+    start = time.monotonic()
+    try:
+        for i, out in ray_map(fetch_unit, [(c.to_dict(),) for c in cfgs], address=address, retries=retries,
+                              num_cpus=task_cpus):
+            if isinstance(out, BaseException):
+                stop = errors.stop_error(out)
+                if stop is not None:  # a full disk: every other unit would fail too
+                    raise stop from out
+                log.error("unit %d of %d (%d buckets) failed: %s", i + 1, len(cfgs), len(units[i]), out)
+                out = {"finish_reason": "unit_failed", "lait/unit_error": f"{type(out).__name__}: {out}"}
+            results.append(out)
+            bar.update(out.get("crawl/rows_images", 0) + out.get("crawl/rows_rejected", 0))
+            bar.set_postfix_str(f"{len(results)}/{len(cfgs)} units")
+    finally:
+        bar.close()
+    log.info("%d units done in %.1f s", len(results), time.monotonic() - start)
+    work.clean_temp()  # parts left open by a spider whose node died
+    return results
 
 
 def default_processes(processes: int) -> int:

@@ -375,17 +375,26 @@ def ingest_file(path: str | Path, work_root: str | Location, opts: IngestOptions
     return report
 
 
+def _ingest_unit(path: str, work_url: str, opts: IngestOptions) -> FileReport:
+    """A Ray task: one archive file (its parts and marker), written on behalf of the driver
+    that holds the lock; a file that fails is its report, as in the process pool."""
+    return ingest_file(path, work_url, opts)
+
+
 def ingest_files(paths: list[str | Path], work_root: str | Location, opts: IngestOptions | None = None, *,
-                 workers: int = 1, show_progress: bool = True) -> list[FileReport]:
-    """Ingest several archives, `workers` at a time in a process pool; reports in input order.
-    Holds the work directory's lock while it runs (see `lait.lock`)."""
+                 workers: int = 1, show_progress: bool = True, executor: str = "local",
+                 ray_address: str | None = None) -> list[FileReport]:
+    """Ingest several archives, `workers` at a time in a process pool, or one Ray task each
+    (`executor="ray"`, a file is a unit of work, see `lait.crawler.units`); reports in input
+    order. Holds the work directory's lock while it runs (see `lait.lock`)."""
     work = WorkDir(work_root).init()
     with locked(work, "lait ingest-warc"):
-        return _ingest_all(paths, work, opts or IngestOptions(), workers=workers, show_progress=show_progress)
+        return _ingest_all(paths, work, opts or IngestOptions(), workers=workers, show_progress=show_progress,
+                           executor=executor, ray_address=ray_address)
 
 
 def _ingest_all(paths: list[str | Path], work: WorkDir, opts: IngestOptions, *, workers: int,
-                show_progress: bool) -> list[FileReport]:
+                show_progress: bool, executor: str = "local", ray_address: str | None = None) -> list[FileReport]:
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from lait import lifeline
@@ -399,7 +408,17 @@ def _ingest_all(paths: list[str | Path], work: WorkDir, opts: IngestOptions, *, 
     bar = progress(total=sum(sizes.values()), desc=STAGE, unit="B", unit_scale=True, disable=not show_progress)
     reports: dict[str, FileReport] = {}
     try:
-        if workers <= 1 or len(unique) <= 1:
+        if executor == "ray":
+            from lait.ray_executor import ray_map
+
+            # The lock is this process's: each task writes on its behalf (a file's parts and marker).
+            for i, out in ray_map(_ingest_unit, [(p, work.url, opts) for p in unique], address=ray_address):
+                p = unique[i]
+                reports[p] = out if isinstance(out, FileReport) else \
+                    FileReport(p, file_tag(p), failed=f"{type(out).__name__}: {out}")
+                bar.update(sizes[p])
+            work.clean_temp()  # parts left open by a task whose node died
+        elif workers <= 1 or len(unique) <= 1:
             for p in unique:
                 reports[p] = ingest_file(p, work.url, opts)
                 bar.update(sizes[p])

@@ -135,3 +135,44 @@ class RayExecutor:
         counter = iter(range(1 << 62))
         log.info("%s: %d GPU actors", stage.name, len(actors))
         return lambda root, p, fp: actors[next(counter) % len(actors)].run.remote(root, p, fp)
+
+
+def ray_map(fn: Any, calls: Sequence[tuple], *, address: str | None = None, retries: int = 3,
+            num_cpus: float = 1.0, max_in_flight: int | None = None,
+            init_kwargs: dict[str, Any] | None = None) -> Any:
+    """Run `fn(*args)` for each args of `calls` as a Ray task; yield (index, result) as they finish, with an
+    exception object as the result of a task that failed.
+
+    For units of work that are not partitions of a stage (stage 1's list shares and archive
+    files). A task whose worker or node died is run again, up to `retries` times, on whatever
+    node is alive; a task that raised is not (its error is the answer). At most
+    `max_in_flight` tasks (default: twice the cluster's task slots) are submitted at once."""
+    ray = RayExecutor(address=address, init_kwargs=init_kwargs)._connect()
+    task = ray.remote(fn).options(num_cpus=num_cpus, max_retries=retries, retry_exceptions=False,
+                                  runtime_env=_worker_env())
+    slots = max(1, int(ray.cluster_resources().get("CPU", 1) // max(num_cpus, 1e-9)))
+    limit = max_in_flight or 2 * slots
+    queue = list(enumerate(calls))
+    in_flight: dict[Any, int] = {}
+    try:
+        while queue or in_flight:
+            while queue and len(in_flight) < limit:
+                i, args = queue.pop(0)
+                in_flight[task.remote(*args)] = i
+            ready, _ = ray.wait(list(in_flight), num_returns=1)
+            for ref in ready:
+                i = in_flight.pop(ref)
+                try:
+                    yield i, ray.get(ref)
+                except Exception as exc:  # retries are spent, or the task raised
+                    yield i, getattr(exc, "cause", None) or exc
+    finally:
+        for ref in in_flight:  # a stop (Ctrl-C) or an error in the caller: stop the rest
+            ray.cancel(ref, force=True)
+
+
+def ray_task_slots(address: str | None = None, num_cpus: float = 1.0,
+                   init_kwargs: dict[str, Any] | None = None) -> int:
+    """How many tasks of `num_cpus` CPUs the cluster runs at once (connecting if needed)."""
+    ray = RayExecutor(address=address, init_kwargs=init_kwargs)._connect()
+    return max(1, int(ray.cluster_resources().get("CPU", 1) // max(num_cpus, 1e-9)))

@@ -90,6 +90,20 @@ _BEFORE = pytest.StashKey[set]()
 
 
 @pytest.fixture(scope="session")
+def ray_temp_dir():
+    """Where the Ray tests' local clusters keep their session files (Ray's default is /tmp/ray,
+    which it never cleans): a folder of this run, removed at its end. Short, in /tmp, because
+    Ray puts Unix sockets in it (a socket path has a 107-byte limit that pytest's tmp paths
+    can pass)."""
+    import shutil
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="lait-ray-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO
 

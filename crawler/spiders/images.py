@@ -32,6 +32,7 @@ from scrapy import signals
 from lait.crawler.config import ImageFetchConfig, host_share, scrapy_settings
 from lait.crawler.pipelines import new_run_id
 from lait.crawler.spiders.lait import LaitSpider
+from lait.crawler.units import pending_images
 
 log = logging.getLogger(__name__)
 
@@ -93,28 +94,11 @@ class ImageSpider(LaitSpider):
             yield self._image_request(url, page_url, depth=0, dont_filter=True)
 
     def _pending(self, work) -> Iterator[tuple[str, str | None]]:
-        """(image URL, referring page) of every image referenced and not done, partition by
-        partition; each URL once; with a `share` of the hosts, only theirs."""
-        mine, of = self.cfg.share
-        for p in range(work.n_partitions):
-            done = self._done_in(work, p)
-            for table in self.cfg.tables:
-                for row in work.iter_rows(table, p, columns=["image_url", "page_url"], batch_size=4096):
-                    url = row["image_url"]
-                    if url not in done:
-                        done.add(url)
-                        if of == 1 or host_share(url, of) == mine:
-                            yield url, row["page_url"]
-
-    @staticmethod
-    def _done_in(work, partition: int) -> set[str]:
-        """Image URLs of a partition that have an outcome: an images/ row or a crawl/ reject."""
-        done = {r["image_url"] for r in work.iter_rows("images", partition, columns=["image_url"],
-                                                        batch_size=4096)}
-        for r in work.iter_rows("rejected", partition, columns=["reason", "image_url"], batch_size=4096):
-            if r["image_url"] and r["reason"].startswith("crawl/"):
-                done.add(r["image_url"])
-        return done
+        """(image URL, referring page) of every image referenced and not done, with a `share`
+        of the hosts only theirs."""
+        for url, page_url in pending_images(work, self.cfg.tables):
+            if self.cfg.owns(url):
+                yield url, page_url
 
     def stored_text(self) -> str:
         stats = self.crawler.stats

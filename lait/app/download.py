@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from lait.app.commands import add_config_command
 from lait.config import ConfigError, setting
-from lait.crawler.config import FetchConfig
+from lait.crawler.config import FetchConfig, UnitsConfig
 from lait.reasons import fetch_errors_help, reasons_help
 
 log = logging.getLogger(__name__)
@@ -46,12 +46,14 @@ examples:
   lait download urls.csv --out work/ --caption-col caption
   lait download 's3://bucket/laion/*.parquet' --out work/ --url-col URL --caption-col TEXT \\
       --save-additional-columns NSFW similarity --concurrency 64
+  lait download 's3://bucket/laion/*.parquet' --out s3://bucket/work/ --executor ray \\
+      --ray-address auto --concurrency 64        # 64 per Ray task, one task per CPU
   lait run work/
 """
 
 
 @dataclass
-class DownloadConfig(FetchConfig):
+class DownloadConfig(UnitsConfig, FetchConfig):
     """Settings of `lait download`: the list's columns, then the fetcher's settings."""
 
     section = "download"
@@ -120,7 +122,8 @@ def run(cfg: DownloadConfig) -> int:
         if cfg.fetch:
             fetch = ImageFetchConfig(**cfg.fetch_settings(), tables=["url_list"])
             fetch.out = work.url
-            stats = fetch_images(fetch, processes=default_processes(cfg.processes))
+            stats = fetch_images(fetch, processes=default_processes(cfg.processes), executor=cfg.executor,
+                                 ray_address=cfg.ray_address, show_progress=cfg.progress)
     print(summary(reports, stats), file=sys.stderr)
     if stats is None:
         return 0

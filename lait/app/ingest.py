@@ -12,7 +12,7 @@ from pathlib import Path
 
 from lait.app.commands import add_config_command
 from lait.config import ConfigError, setting
-from lait.crawler.config import FetchConfig
+from lait.crawler.config import FetchConfig, UnitsConfig
 from lait.reasons import fetch_errors_help, reasons_help
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ examples:
 
 
 @dataclasses.dataclass
-class WarcIngestConfig(FetchConfig):
+class WarcIngestConfig(UnitsConfig, FetchConfig):
     """Settings of `lait ingest-warc`: the archives, then the fetcher's settings for the
     images their pages reference."""
 
@@ -132,12 +132,13 @@ def run(cfg: WarcIngestConfig) -> int:
     with locked(work, "lait ingest-warc"):
         work.write_config("ingest-warc", cfg.to_yaml())
         reports = ingest_files(cfg.files, work.url, opts, workers=cfg.workers or os.cpu_count() or 1,
-                               show_progress=cfg.progress)
+                               show_progress=cfg.progress, executor=cfg.executor, ray_address=cfg.ray_address)
         print(format_summary(reports), file=sys.stderr)
         if cfg.fetch_images and cfg.links and work.partitions("warc_links"):
             fetch = ImageFetchConfig(**cfg.fetch_settings(), tables=["warc_links"])
             fetch.out = work.url
-            stats = fetch_images(fetch, processes=default_processes(cfg.fetch_processes))
+            stats = fetch_images(fetch, processes=default_processes(cfg.fetch_processes), executor=cfg.executor,
+                                 ray_address=cfg.ray_address, show_progress=cfg.progress)
             crawl = {k: v for k, v in sorted(stats.items()) if k.startswith("crawl/")}
             print("referenced images: " + json.dumps(crawl, sort_keys=True), file=sys.stderr)
     for r in reports:

@@ -13,20 +13,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
-def ray_temp_dir():
-    """Where the Ray tests' local clusters keep their session files (Ray's default is /tmp/ray,
-    which it never cleans): a folder of this run, removed at its end. Short, in /tmp, because
-    Ray puts Unix sockets in it (a socket path has a 107-byte limit that pytest's tmp paths
-    can pass)."""
-    import shutil
-    import tempfile
-
-    path = tempfile.mkdtemp(prefix="lait-ray-")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture(scope="session")
 def built_wheel(tmp_path_factory) -> Path:
     """lait's wheel, built from this checkout (hatchling, no isolated environment)."""
     out = tmp_path_factory.mktemp("wheel")
