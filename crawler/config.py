@@ -80,6 +80,27 @@ class FetchConfig(Config):
 
 
 @dataclass
+class RetrySettings(Config):
+    """`--retry-failed` of the commands that fetch a work directory's images (`lait download`,
+    `lait ingest-warc`); see `lait.crawler.retry`."""
+
+    retry_failed: bool = setting(False, "then fetch again the images that failed for a transient reason "
+                                 "(timeouts, refused or lost connections, 408, 429, 5xx, hosts marked down, "
+                                 "an unreachable robots.txt), never the others (other 4xx, not an image, "
+                                 "opt-outs, robots.txt refusals)")
+    retry_passes: int = setting(1, "retry passes of --retry-failed (each waits, then fetches the transient "
+                                "failures left again)")
+    retry_delay: float = setting(30.0, "seconds after the latest failure before a retry pass, or longer "
+                                 "when a server asked for it with Retry-After")
+    retry_max_wait: float = setting(900.0, "wait at most this many seconds before a retry pass, whatever "
+                                    "Retry-After asked")
+
+    def validate_retry(self) -> None:
+        if self.retry_passes < 0 or self.retry_delay < 0 or self.retry_max_wait < 0:
+            raise ConfigError("retry-passes, retry-delay and retry-max-wait must be >= 0")
+
+
+@dataclass
 class ImageFetchConfig(FetchConfig):
     """What the image fetcher (`lait-images` spider) does: fetch every image URL the work
     directory's `tables` reference and does not hold yet (`lait download`, `lait ingest-warc`)."""
