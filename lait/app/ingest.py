@@ -12,7 +12,7 @@ from pathlib import Path
 
 from lait.app.commands import add_config_command
 from lait.config import ConfigError, setting
-from lait.crawler.config import FetchConfig
+from lait.crawler.config import FetchConfig, RetrySettings
 from lait.reasons import fetch_errors_help, reasons_help
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ examples:
 
 
 @dataclasses.dataclass
-class WarcIngestConfig(FetchConfig):
+class WarcIngestConfig(FetchConfig, RetrySettings):
     """Settings of `lait ingest-warc`: the archives, then the fetcher's settings for the
     images their pages reference."""
 
@@ -87,6 +87,7 @@ class WarcIngestConfig(FetchConfig):
             raise ConfigError(f"input files not found: {', '.join(missing[:5])}"
                               + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
         self.validate_fetch()
+        self.validate_retry()
         if self.workers < 0 or self.fetch_processes < 0 or self.max_record_mb <= 0:
             raise ConfigError("workers and fetch-processes must be >= 0 and max-record-mb > 0")
         if self.partitions is not None and self.partitions <= 0:
@@ -138,6 +139,8 @@ def run(cfg: WarcIngestConfig) -> int:
             fetch = ImageFetchConfig(**cfg.fetch_settings(), tables=["warc_links"])
             fetch.out = work.url
             stats = fetch_images(fetch, processes=default_processes(cfg.fetch_processes))
+            if cfg.retry_failed and crawl_succeeded(stats.get("finish_reason")):
+                stats = _retry_failed(cfg, work, fetch, stats)
             crawl = {k: v for k, v in sorted(stats.items()) if k.startswith("crawl/")}
             print("referenced images: " + json.dumps(crawl, sort_keys=True), file=sys.stderr)
     for r in reports:
@@ -151,6 +154,17 @@ def run(cfg: WarcIngestConfig) -> int:
     if cfg.strict and any(r.damage for r in reports):
         return 1
     return 0
+
+
+def _retry_failed(cfg: WarcIngestConfig, work, fetch, stats: dict) -> dict:
+    """--retry-failed: passes over the transient failures (`lait.crawler.retry`)."""
+    from lait.crawler.retry import retry_passes
+    from lait.crawler.run import default_processes, fetch_images
+
+    return retry_passes(work, fetch.tables,
+                        lambda: fetch_images(fetch, processes=default_processes(cfg.fetch_processes)),
+                        stats, passes=cfg.retry_passes, delay=cfg.retry_delay, max_wait=cfg.retry_max_wait,
+                        report=lambda line: print(f"lait ingest-warc: {line}", file=sys.stderr))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
