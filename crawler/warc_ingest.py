@@ -309,13 +309,22 @@ class _FileIngest:
         if not is_http_url(page.url):
             self.reject("bad_url", key=page.url, page_url=page.url, detail="WAT page URL is not an http(s) URL")
             return
+        # The opt-outs an archived page gets (lait.pagereader), from what the WAT kept of it.
         if is_noai(robots_directives(page.x_robots_tag)):
             self.reject("noai_page", key=page.url, page_url=page.url, detail=f"X-Robots-Tag: {page.x_robots_tag}")
             return
-        self._links(page.url, page.links, _parse_date(rec.date))
+        if is_noai(robots_directives(page.robots_meta)):
+            self.reject("noai_page", key=page.url, page_url=page.url, detail=f"robots meta: {page.robots_meta}")
+            return
+        if self.opts.obey_tdmrep and is_tdm_reserved(tdm_reservation(page.tdm_header),
+                                                     tdm_reservation(page.tdm_meta)):
+            self.reject("tdm_reserved_page", key=page.url, page_url=page.url,
+                        detail="tdm-reservation: 1 (header or meta tag)")
+            return
+        self._links(page.url, page.links, _parse_date(rec.date), page_title=page.title, page_lang=page.lang)
 
-    def _links(self, page_url: str, links, fetched_at: datetime) -> None:
-        for row in iter_link_rows(page_url, links, fetched_at, self.name):
+    def _links(self, page_url: str, links, fetched_at: datetime, **page) -> None:
+        for row in iter_link_rows(page_url, links, fetched_at, self.name, **page):
             self.write("warc_links", row["image_url"], row)
 
     # -- end -------------------------------------------------------------------------------

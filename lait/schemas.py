@@ -114,6 +114,10 @@ WARC_LINKS = pa.schema([
     pa.field("source", pa.string(), nullable=False),
     pa.field("fetched_at", TIMESTAMP, nullable=False),
     pa.field("warc_file", pa.string()),
+    # What a WAT record says of the page (source "wat"): its <title> and its declared language
+    # (<html lang>), as Common Crawl's WAT carries them; stage 3 reads the archived page itself.
+    pa.field("page_title", pa.string()),
+    pa.field("page_lang", pa.string()),
 ])
 
 # url_list/ (download): the usable rows of URL lists, one per image URL, with their captions.

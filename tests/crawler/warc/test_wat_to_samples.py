@@ -1,0 +1,124 @@
+"""Issue 30: a WAT file alone gives samples, as LAION-5B was built from Common Crawl's WAT
+metadata: each page's image links with their alt texts, no page fetched.
+
+The shared capture's WAT holds only the request record, so the response record's WAT is
+written from the shared WARC in Common Crawl's format (`lait.testkit.wat`). Its image hosts are
+pointed at a local HTTPS mirror with ``--resolve``; the mirror's log shows the images (and
+robots.txt) requested, never the page; the samples' captions are the page's alt texts."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from urllib.parse import urlsplit
+
+import pytest
+
+from lait.crawler.warc_links import wat_image_links
+from lait.parts import WorkDir
+from lait.testkit.photos import PhotoServer, PhotoSite, coco_photos, free_loopback_address
+from lait.testkit.wat import write_wat
+
+PAGE = "https://an.wikipedia.org/wiki/Escopete"
+PIPELINE = ("clean: {languages: [any], min_words: 1}\n"  # Aragonese alt texts, some of one word
+            "score: {model: demo, near_dup_threshold: 0.999}\nbuild: {samples_per_shard: 50}\n")
+
+
+def lait(*argv: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lait", *argv], capture_output=True, text=True, timeout=timeout)
+
+
+def test_wat_links_read_title_lang_and_opt_outs():
+    doc = {"Envelope": {"WARC-Header-Metadata": {"WARC-Target-URI": "http://ex.test/a/page.html"},
+                        "Payload-Metadata": {"HTTP-Response-Metadata": {
+                            "Headers": {"Content-Type": "text/html"},
+                            "HTML-Metadata": {
+                                "Head": {"Title": " A  page ", "Metas": [
+                                    {"name": "robots", "content": "noimageai"},
+                                    {"name": "HTML@/lang", "content": "de"}]},
+                                "Links": [{"path": "A@/href", "url": "/b.html", "text": "b"},
+                                          {"path": "IMG@/src", "url": "p.jpg", "alt": "A red bus"}]}}}}}
+    page = wat_image_links(json.dumps(doc).encode())
+    assert (page.title, page.lang, page.robots_meta) == ("A page", "de", "noimageai")
+    assert [(link.image_url, link.alt) for link in page.links] == [("http://ex.test/a/p.jpg", "A red bus")]
+
+
+def test_wat_page_with_noai_meta_or_tdm_reservation_gives_no_links(tmp_path):
+    from warcio.warcwriter import WARCWriter
+
+    from lait.crawler.warc_ingest import ingest_file
+
+    path = tmp_path / "x.warc.wat.gz"
+    with open(path, "wb") as f:
+        w = WARCWriter(f, gzip=True)
+        for url, metas in [("http://ex.test/ok.html", []),
+                           ("http://ex.test/noai.html", [{"name": "robots", "content": "noai"}]),
+                           ("http://ex.test/tdm.html", [{"name": "tdm-reservation", "content": "1"}])]:
+            doc = {"Envelope": {"WARC-Header-Metadata": {"WARC-Target-URI": url},
+                                "Payload-Metadata": {"HTTP-Response-Metadata": {
+                                    "Headers": {}, "HTML-Metadata": {
+                                        "Head": {"Metas": metas},
+                                        "Links": [{"path": "IMG@/src", "url": url + ".jpg", "alt": "x"}]}}}}}
+            w.write_record(w.create_warc_record(url, "metadata", payload=io.BytesIO(json.dumps(doc).encode()),
+                                                warc_content_type="application/json"))
+    work = WorkDir(tmp_path / "W", n_partitions=2).init()
+    report = ingest_file(path, work.url)
+    assert report.failed is None
+    assert [r["page_url"] for r in work.read("warc_links").to_pylist()] == ["http://ex.test/ok.html"]
+    reasons = {r["page_url"]: r["reason"] for r in work.read("rejected").to_pylist()}
+    assert reasons == {"http://ex.test/noai.html": "ingest/noai_page",
+                       "http://ex.test/tdm.html": "ingest/tdm_reserved_page"}
+
+
+def test_wat_file_alone_gives_samples_of_its_alt_texts(shared_data, tmp_path):
+    wat = write_wat(shared_data / "warc" / "commoncrawl" / "whirlwind.warc.gz", tmp_path / "page.warc.wat.gz")
+    from lait.crawler.warc import WarcReader
+
+    page = next(wat_image_links(r.block, r.url) for r in WarcReader(wat) if r.type == "metadata")
+    image_urls = sorted({link.image_url for link in page.links})
+    alts = {link.alt for link in page.links if link.alt}
+    hosts = sorted({urlsplit(u).hostname for u in image_urls})
+    assert len(image_urls) >= 11 and len(alts) >= 5
+    try:
+        address = free_loopback_address(443)
+    except PermissionError as exc:
+        pytest.skip(f"the mirror of the archived https hosts needs port 443: {exc}")
+    photos = coco_photos(shared_data / "photos" / "coco_train")
+    files = {}
+    for url, (photo, _) in zip(image_urls, photos):
+        parts = urlsplit(url)
+        files[parts.path + (f"?{parts.query}" if parts.query else "")] = photo.read_bytes()
+    site = PhotoSite(files)
+    work = tmp_path / "W"
+    with PhotoServer(site, host=address, port=443, tls=True):
+        done = lait("ingest-warc", str(wat), "--out", str(work), "--partitions", "4", "--allow-loopback",
+                    "--resolve", *[f"{h}:443:{address}" for h in hosts], "--no-autothrottle",
+                    "--log-level", "WARNING", "--no-progress")
+    assert done.returncode == 0, done.stderr[-3000:]
+    # The images were fetched, the page never: only image paths, robots.txt and tdmrep.json.
+    page_path = urlsplit(PAGE).path
+    assert page_path not in site.hits
+    fetched = {h for h in site.hits if h not in ("/robots.txt", "/.well-known/tdmrep.json")}
+    assert fetched == set(files)
+    w = WorkDir(work)
+    assert w.count("pages") == 0
+    links = w.read("warc_links").to_pylist()
+    assert {(r["source"], r["page_url"], r["page_title"], r["page_lang"]) for r in links} == {
+        ("wat", PAGE, "Escopete - Biquipedia, a enciclopedia libre", "an")}
+
+    (tmp_path / "pipeline.yaml").write_text(PIPELINE)
+    done = lait("run", str(work), "--config", str(tmp_path / "pipeline.yaml"), "--workers", "1", "--no-progress")
+    assert done.returncode == 0, done.stderr[-3000:]
+    samples = []
+    for tar in sorted((work / "shards").glob("*.tar")):
+        with tarfile.open(tar) as tf:
+            samples += [json.load(io.TextIOWrapper(tf.extractfile(m))) for m in tf.getmembers()
+                        if m.name.endswith(".json")]
+    assert len(samples) >= 3, done.stderr[-2000:]
+    print(f"{len(samples)} samples:", sorted(s["caption"] for s in samples))
+    for s in samples:
+        assert s["url"] in image_urls and s["page_url"] == PAGE
+        assert s["caption"] in alts and s["source"] == "alt", s
