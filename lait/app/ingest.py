@@ -46,8 +46,13 @@ on a file, or with --strict when any archive was damaged; 2 for bad arguments.
 reruns: each file writes parts tagged with its path and a marker in WORK/_done/ingest-warc/;
 a finished, unchanged file is skipped, an interrupted or changed one is redone (--force redoes all).
 
+inputs: local files; archive URLs (s3://..., https://...), each copied to a temporary local file
+by the worker that reads it; Common Crawl path lists (warc.paths.gz, wat.paths.gz: one path a
+line, under --base-url), which stand for the archives they list.
+
 examples:
   lait ingest-warc CC-MAIN-*.warc.gz --out work/ --workers 8
+  lait ingest-warc wat.paths.gz --out work/ --workers 8      # a crawl's WAT files, from data.commoncrawl.org
   lait ingest-warc CC-MAIN-*.warc.wat.gz --out work/      # references and alt texts only
   lait ingest-warc page.warc.gz --out work/ --resolve upload.wikimedia.org:443:10.0.0.7 --allow-private
   lait run work/                                           # stages 2-5 on what was ingested
@@ -61,8 +66,11 @@ class WarcIngestConfig(FetchConfig, RetrySettings):
 
     section = "ingest_warc"
 
-    files: list[str] = setting([], "WARC/ARC/WAT files (.warc, .warc.gz, .arc, .arc.gz, .wat.gz)",
-                               positional=True, nargs="+")
+    files: list[str] = setting([], "WARC/ARC/WAT files (.warc, .warc.gz, .arc, .arc.gz, .wat.gz): local "
+                               "paths, archive URLs (s3://, https://) or Common Crawl path lists "
+                               "(warc.paths.gz, wat.paths.gz)", positional=True, nargs="+")
+    base_url: str = setting("https://data.commoncrawl.org/", "base URL of the relative paths of Common "
+                            "Crawl path lists (s3://commoncrawl/ reads them through S3)")
     out: str = setting("", "work directory to create or add to")
     partitions: int | None = setting(None, "partition count of a new work directory (default 16)")
     workers: int = setting(0, "files read in parallel (0: one per CPU core)")
@@ -82,7 +90,9 @@ class WarcIngestConfig(FetchConfig, RetrySettings):
             raise ConfigError("no input files")
         if not self.out:
             raise ConfigError("--out WORK is required")
-        missing = [f for f in self.files if not Path(f).is_file()]
+        from lait.crawler.archive_inputs import is_url
+
+        missing = [f for f in self.files if not is_url(f) and not Path(f).is_file()]
         if missing:
             raise ConfigError(f"input files not found: {', '.join(missing[:5])}"
                               + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
@@ -119,6 +129,7 @@ def format_summary(reports) -> str:
 
 
 def run(cfg: WarcIngestConfig) -> int:
+    from lait.crawler.archive_inputs import expand_archives
     from lait.crawler.config import ImageFetchConfig
     from lait.crawler.run import crawl_stopped, crawl_succeeded, default_processes, fetch_images
     from lait.crawler.warc_ingest import IngestOptions, ingest_files
@@ -132,7 +143,7 @@ def run(cfg: WarcIngestConfig) -> int:
     stats = None
     with locked(work, "lait ingest-warc"):
         work.write_config("ingest-warc", cfg.to_yaml())
-        reports = ingest_files(cfg.files, work.url, opts, workers=cfg.workers or os.cpu_count() or 1,
+        reports = ingest_files(expand_archives(cfg.files, cfg.base_url), work.url, opts, workers=cfg.workers or os.cpu_count() or 1,
                                show_progress=cfg.progress)
         print(format_summary(reports), file=sys.stderr)
         if cfg.fetch_images and cfg.links and work.partitions("warc_links"):

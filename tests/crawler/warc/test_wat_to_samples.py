@@ -122,3 +122,26 @@ def test_wat_file_alone_gives_samples_of_its_alt_texts(shared_data, tmp_path):
     for s in samples:
         assert s["url"] in image_urls and s["page_url"] == PAGE
         assert s["caption"] in alts and s["source"] == "alt", s
+
+
+def test_path_list_of_archive_urls(shared_data, tmp_path):
+    """A Common Crawl path list (`wat.paths.gz`) read from a server as `--base-url`, its archive
+    fetched over HTTP through fsspec; a second run skips the archive it already ingested (its URL,
+    size and ETag unchanged)."""
+    import gzip
+
+    wat = write_wat(shared_data / "warc" / "commoncrawl" / "whirlwind.warc.gz", tmp_path / "page.warc.wat.gz")
+    rel = "crawl-data/CC-MAIN-2024-22/segments/1/wat/page.warc.wat.gz"
+    site = PhotoSite({f"/{rel}": wat.read_bytes(),
+                      "/crawl-data/CC-MAIN-2024-22/wat.paths.gz": gzip.compress(f"{rel}\n".encode())})
+    work = tmp_path / "W"
+    with PhotoServer(site) as server:
+        listing = f"{server.url}/crawl-data/CC-MAIN-2024-22/wat.paths.gz"
+        runs = [lait("ingest-warc", listing, "--base-url", server.url + "/", "--out", str(work), "--partitions", "2",
+                     "--no-fetch-images", "--log-level", "WARNING", "--no-progress") for _ in range(2)]
+    for done in runs:
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert "already ingested" not in runs[0].stderr and "already ingested" in runs[1].stderr
+    links = WorkDir(work).read("warc_links").to_pylist()
+    assert {(r["page_url"], r["warc_file"]) for r in links} == {(PAGE, "page.warc.wat.gz")}
+    assert len({r["image_url"] for r in links}) == 13
