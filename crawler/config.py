@@ -111,9 +111,9 @@ class ImageFetchConfig(FetchConfig):
 
     def validate(self) -> None:
         self.validate_fetch()
-        unknown = set(self.tables) - {"url_list", "warc_links"}
+        unknown = set(self.tables) - {"url_list", "warc_links", "retry_queue"}
         if not self.tables or unknown:
-            raise ConfigError(f"tables: expected url_list and/or warc_links, got {self.tables}")
+            raise ConfigError(f"tables: expected url_list, warc_links and/or retry_queue, got {self.tables}")
         if len(self.share) != 2 or not 0 <= self.share[0] < self.share[1]:
             raise ConfigError(f"share: expected [I, N] with 0 <= I < N, got {self.share}")
 
@@ -125,7 +125,7 @@ def host_share(url: str, n: int) -> int:
 
 
 @dataclass
-class CrawlConfig(FetchConfig):
+class CrawlConfig(FetchConfig, RetrySettings):
     """Settings of one crawl (`lait crawl`, `scrapy crawl lait -a NAME=VALUE`)."""
 
     section = "crawl"
@@ -151,6 +151,9 @@ class CrawlConfig(FetchConfig):
         if not self.seeds:
             raise ConfigError("at least one seed URL or seeds file is required (--seeds)")
         self.validate_fetch()
+        self.validate_retry()
+        if self.retry_failed and self.redis_url:
+            raise ConfigError("--retry-failed is for a crawl of one machine (not with --redis-url)")
         for name in ("max_depth", "max_pages", "n_partitions"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0")

@@ -20,8 +20,11 @@ the latest time a server asked for with `Retry-After` (the fetcher records it, s
 `lait.crawler.spiders.lait`), at most `max_wait` seconds from now.
 
 Only the fetcher's own rows are retried: rows an archive held (`ingest-warc` parts, tag
-`warc-...`) are what the archive captured, and only URLs that the fetch tables reference
-(`url_list/`, `warc_links/`) can be fetched again.
+`warc-...`) are what the archive captured. `lait download` and `ingest-warc` retry the URLs
+their tables reference (`url_list/`, `warc_links/`), which the fetch reads again. A crawl has
+no such table: its passes (`queue=True`) first write the URLs they take out, with their
+pages, into `retry_queue/`, and fetch from there; the queue is emptied once its fetch has
+finished, so a pass killed in between is taken up by the next.
 """
 
 from __future__ import annotations
@@ -111,7 +114,16 @@ def _own_parts(work: WorkDir, table: str, partition: int) -> list:
     return out
 
 
-def _referenced(work: WorkDir, tables: list[str], partition: int) -> set[str]:
+class _Everything:
+    """The URLs of a crawl: every one (a crawl's rows are all its own)."""
+
+    def __contains__(self, url: object) -> bool:
+        return True
+
+
+def _referenced(work: WorkDir, tables: list[str], partition: int) -> set[str] | _Everything:
+    if not tables:
+        return _Everything()
     urls: set[str] = set()
     for t in tables:
         for row in work.iter_rows(t, partition, columns=["image_url"], batch_size=4096):
@@ -119,7 +131,7 @@ def _referenced(work: WorkDir, tables: list[str], partition: int) -> set[str]:
     return urls
 
 
-def _drop_mask(table: str, keys: pa.Table, referenced: set[str]) -> pa.Array:
+def _drop_mask(table: str, keys: pa.Table, referenced) -> pa.Array:
     """True for the rows of a part to take out: transient outcomes of referenced URLs."""
     urls = keys.column("image_url").to_pylist()
     if table == "images":
@@ -132,7 +144,8 @@ def _drop_mask(table: str, keys: pa.Table, referenced: set[str]) -> pa.Array:
 
 
 def plan_retry(work: WorkDir, tables: list[str]) -> RetryPlan:
-    """Count the transient outcomes of the URLs `tables` reference (reads only key columns)."""
+    """Count the transient outcomes of the URLs `tables` reference (all URLs when `tables` is
+    empty: a crawl); reads only key columns."""
     plan = RetryPlan()
     for p in range(work.n_partitions):
         parts = {t: _own_parts(work, t, p) for t in ("images", "rejected")}
@@ -188,25 +201,54 @@ def _rewrite_without(work: WorkDir, table: str, path, mask: pa.Array) -> int:
     return len(mask) - keep_rows
 
 
-def clear_transient(work: WorkDir, tables: list[str]) -> Counter[str]:
-    """Take the transient outcomes of the URLs `tables` reference out of images/ and rejected/;
-    returns what was taken out, per error or reason. The caller holds the work directory's lock."""
+def clear_transient(work: WorkDir, tables: list[str], *, queue_tag: str | None = None) -> Counter[str]:
+    """Take the transient outcomes of the URLs `tables` reference (all when empty) out of
+    images/ and rejected/; returns what was taken out, per error or reason. With `queue_tag`,
+    each partition's URLs and pages go into `retry_queue/` (committed) before its parts are
+    rewritten. The caller holds the work directory's lock."""
+    from lait.parts import PartitionedWriter
+
     cleared: Counter[str] = Counter()
-    for p in range(work.n_partitions):
-        parts = {t: _own_parts(work, t, p) for t in ("images", "rejected")}
-        if not parts["images"] and not parts["rejected"]:
-            continue
-        referenced = _referenced(work, tables, p)
-        for table, files in parts.items():
-            col = "error" if table == "images" else "reason"
-            for f in files:
-                keys = storage.read_table(f, columns=_KEY_COLUMNS[table])
-                mask = _drop_mask(table, keys, referenced)
-                if not pc.any(mask).as_py():
-                    continue
-                cleared.update(keys.filter(mask).column(col).to_pylist())
+    queue = PartitionedWriter(work, queue_tag) if queue_tag else None
+    try:
+        for p in range(work.n_partitions):
+            parts = {t: _own_parts(work, t, p) for t in ("images", "rejected")}
+            if not parts["images"] and not parts["rejected"]:
+                continue
+            referenced = _referenced(work, tables, p)
+            hits: list[tuple[str, object, pa.Array]] = []
+            for table, files in parts.items():
+                col = "error" if table == "images" else "reason"
+                for f in files:
+                    keys = storage.read_table(f, columns=_KEY_COLUMNS[table] + ["page_url"])
+                    mask = _drop_mask(table, keys, referenced)
+                    if not pc.any(mask).as_py():
+                        continue
+                    taken = keys.filter(mask)
+                    cleared.update(taken.column(col).to_pylist())
+                    if queue is not None:
+                        for url, page in zip(taken.column("image_url").to_pylist(),
+                                             taken.column("page_url").to_pylist()):
+                            queue.write("retry_queue", p, {"image_url": url, "page_url": page})
+                    hits.append((table, f, mask))
+            if queue is not None and hits:
+                queue.commit("retry_queue", p)  # queued before the failures go
+            for table, f, mask in hits:
                 _rewrite_without(work, table, f, mask)
+    except BaseException:
+        if queue is not None:
+            queue.abort()
+        raise
+    if queue is not None:
+        queue.close()
     return cleared
+
+
+def clear_queue(work: WorkDir) -> None:
+    """Remove every part of `retry_queue/` (after a fetch of it finished)."""
+    for f in work.part_files("retry_queue"):
+        storage.remove(stats_path(f))
+        storage.remove(f)
 
 
 def outcome_counts(stats: dict[str, Any]) -> Counter[str]:
@@ -232,16 +274,23 @@ RETRY_AFTER_KEY = "lait/retry_after_until"
 
 def retry_passes(work: WorkDir, tables: list[str], fetch: Callable[[], dict[str, Any]], stats: dict[str, Any] | None,
                  *, passes: int, delay: float, max_wait: float, report: Callable[[str], None],
-                 sleep: Callable[[float], None] = time.sleep) -> dict[str, Any] | None:
+                 queue: bool = False, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any] | None:
     """Up to `passes` retry passes after a first fetch whose stats are `stats`; each waits,
-    clears the transient outcomes and calls `fetch` again. Returns the last fetch's stats (or
-    `stats` when nothing was left to retry)."""
+    clears the transient outcomes of the URLs `tables` reference and calls `fetch` again. With
+    `queue` (a crawl: `tables` empty, `fetch` reads `retry_queue/`), the URLs go through
+    `retry_queue/`. Returns the last fetch's stats (or `stats` when nothing was retried)."""
     from lait.crawler.run import crawl_succeeded
 
     if stats is not None:
         report("pass 0 (first fetch): " + format_counts(outcome_counts(stats)))
     retry_after = (stats or {}).get(RETRY_AFTER_KEY)
     last_end = time.time() if stats is not None else None
+    if queue and work.part_files("retry_queue"):  # a pass that was killed: finish it first
+        report("retry: fetching the URLs an interrupted pass queued")
+        stats = fetch()
+        if not crawl_succeeded(stats.get("finish_reason")):
+            return stats
+        clear_queue(work)
     for n in range(1, passes + 1):
         plan = plan_retry(work, tables)
         if plan.total == 0:
@@ -252,11 +301,13 @@ def retry_passes(work: WorkDir, tables: list[str], fetch: Callable[[], dict[str,
                f"fetching them again in {wait:.1f} s")
         if wait > 0:
             sleep(wait)
-        clear_transient(work, tables)
+        clear_transient(work, tables, queue_tag=f"retry-{time.time_ns()}" if queue else None)
         stats = fetch()
         last_end = time.time()
         report(f"retry pass {n}: " + format_counts(outcome_counts(stats)))
         if not crawl_succeeded(stats.get("finish_reason")):  # stopped (Ctrl-C) or failed: no more passes
             break
+        if queue:
+            clear_queue(work)
         retry_after = stats.get(RETRY_AFTER_KEY)
     return stats

@@ -20,6 +20,7 @@ import socket
 import ssl
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from lait.testkit.generator import Response
@@ -139,16 +140,19 @@ class FlakySite:
     then a `rate` share of requests, drawn with `seed`, gets a 503 or a 429 (both with a
     `Retry-After` of the seconds left in the bad spell, rounded up) or a stall of `stall`
     seconds before the answer; afterwards it answers as `site` does. `spare` paths (robots.txt,
-    tdmrep.json) always answer as `site` does, so that a test's bad spell hits the images. `log`
+    tdmrep.json), and with `only` the paths it refuses, always answer as `site` does, so that a
+    test's bad spell hits the images. `log`
     lists every request as (path, what it got: the status, or "stall")."""
 
     def __init__(self, site: RoutableSite, *, flaky_seconds: float = 60.0, rate: float = 0.5,
                  stall: float = 5.0, seed: int = 0,
-                 spare: tuple[str, ...] = ("/robots.txt", "/.well-known/tdmrep.json")):
+                 spare: tuple[str, ...] = ("/robots.txt", "/.well-known/tdmrep.json"),
+                 only: Callable[[str], bool] | None = None):
         import threading
 
         self.site, self.flaky_seconds, self.rate, self.stall = site, flaky_seconds, rate, stall
         self.spare = spare
+        self.only = only  # when given, only the paths it accepts misbehave (a crawl's images)
         self._random = random.Random(seed)
         self._lock = threading.Lock()
         self._start: float | None = None
@@ -160,7 +164,8 @@ class FlakySite:
             if self._start is None:
                 self._start = now
             left = self.flaky_seconds - (now - self._start)
-            bad = left > 0 and path not in self.spare and self._random.random() < self.rate
+            eligible = path not in self.spare and (self.only is None or self.only(path))
+            bad = left > 0 and eligible and self._random.random() < self.rate
             kind = self._random.choice(["503", "429", "stall"]) if bad else None
         if kind in ("503", "429"):
             self.log.append((path, kind))

@@ -129,3 +129,34 @@ def test_retry_failed_recovers_a_bad_spell(shared_data, tmp_path):
             assert kinds[-1] == "404" and kinds.count("404") == 1, (path, kinds)
             answered_404 += 1
     assert answered_404 == len(missing)
+
+
+def test_crawl_retry_failed_recovers_the_images_of_a_bad_spell(tmp_path):
+    """`lait crawl --retry-failed`: the crawl's images have no list to be read from again, so a
+    pass queues the failed ones with their pages in retry_queue/ and the image fetcher takes
+    them from there; the queue is empty afterwards."""
+    from lait.testkit.generator import generate_site
+    from lait.testkit.server import SiteServer
+
+    site = generate_site(10, seed=3)
+    flaky = FlakySite(site, flaky_seconds=4.0, rate=0.5, stall=3.0, seed=7, only=lambda p: p.startswith("/img/"))
+    with SiteServer(flaky, cache_size=0) as server:
+        done = lait("crawl", "--seeds", server.url + "/", "--out", str(tmp_path / "W"), "--allow-loopback",
+                    "--no-autothrottle", "--n-partitions", "4", "--retries", "0", "--download-timeout", "1.5",
+                    "--retry-failed", "--retry-delay", "0.2", "--log-level", "WARNING")
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = Counter(kind for _, kind in flaky.log)
+    assert got["503"] + got["429"] + got["stall"] > 0, got
+    first = next(line for line in done.stderr.splitlines() if "rows failed for a transient reason" in line)
+    assert int(first.split("retry pass 1: ")[1].split()[0]) > 0
+    work = WorkDir(tmp_path / "W")
+    images = work.read("images", columns=["image_url", "status", "error"]).to_pylist()
+    rejected = [r for r in work.read("rejected").to_pylist() if r["reason"].startswith("crawl/") and r["image_url"]]
+    outcomes = Counter([r["image_url"] for r in images] + [r["image_url"] for r in rejected])
+    assert outcomes and set(outcomes.values()) == {1}, outcomes
+    assert not [r for r in images if is_transient(r["error"])] and not [
+        r for r in rejected if is_transient_reject(r["reason"])]
+    assert work.part_files("retry_queue") == []
+    for path in {p for p, kind in flaky.log if kind == "404" and p.startswith("/img/")}:
+        kinds = [kind for p, kind in flaky.log if p == path]
+        assert kinds[-1] == "404" and kinds.count("404") == 1, (path, kinds)
