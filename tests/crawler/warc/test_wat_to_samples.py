@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 import tarfile
+from collections import Counter
 from urllib.parse import urlsplit
 
 import pytest
@@ -145,3 +146,31 @@ def test_path_list_of_archive_urls(shared_data, tmp_path):
     links = WorkDir(work).read("warc_links").to_pylist()
     assert {(r["page_url"], r["warc_file"]) for r in links} == {(PAGE, "page.warc.wat.gz")}
     assert len({r["image_url"] for r in links}) == 13
+
+
+def test_wat_beside_its_warc_adds_no_second_candidate(shared_data, tmp_path):
+    """WARC and WAT of one crawl ingested together: the archived page gives each image its
+    texts once; the WAT's links of the same page are left to it."""
+    from lait.crawler.warc_ingest import ingest_file
+
+    warc = shared_data / "warc" / "commoncrawl" / "whirlwind.warc.gz"
+    wat = write_wat(warc, tmp_path / "page.warc.wat.gz")
+    counts = {}
+    for name, files in (("warc", [warc]), ("both", [warc, wat]), ("wat", [wat])):
+        work = WorkDir(tmp_path / name, n_partitions=2).init()
+        for f in files:
+            assert ingest_file(f, work.url).failed is None
+        done = lait("clean", str(work.root), "--languages", "any", "--min-words", "1", "--workers", "1",
+                    "--no-progress")
+        assert done.returncode == 0, done.stderr[-2000:]
+        rows = work.read("candidates").to_pylist()
+        pairs = Counter((r["page_url"], r["image_url"]) for r in rows)
+        assert set(pairs.values()) == {1}, pairs
+        counts[name] = {k: sorted((t["source"], t["text"]) for r in rows if (r["page_url"], r["image_url"]) == k
+                                  for t in r["texts"]) for k in pairs}
+    assert len(counts["wat"]) == 7 and len(counts["warc"]) >= 7
+    assert counts["both"] == counts["warc"]
+    # The WAT alone: alt texts only, each of them one the page gives too.
+    for key, texts in counts["wat"].items():
+        assert {s for s, _ in texts} == {"alt"}
+        assert set(texts) <= set(counts["warc"].get(key, [])) | {t for v in counts["warc"].values() for t in v}
