@@ -174,3 +174,25 @@ def test_wat_beside_its_warc_adds_no_second_candidate(shared_data, tmp_path):
     for key, texts in counts["wat"].items():
         assert {s for s, _ in texts} == {"alt"}
         assert set(texts) <= set(counts["warc"].get(key, [])) | {t for v in counts["warc"].values() for t in v}
+
+
+def test_archive_url_of_another_fsspec_filesystem(shared_data, tmp_path):
+    """An archive URL of a non-HTTP fsspec filesystem (memory://, in this process) is read
+    through `lait.storage` like s3:// would be, and is skipped once ingested."""
+    import fsspec
+
+    from lait.crawler.warc_ingest import ingest_files
+
+    wat = write_wat(shared_data / "warc" / "commoncrawl" / "whirlwind.warc.gz", tmp_path / "page.warc.wat.gz")
+    url = "memory://lait-test-archives/crawl/page.warc.wat.gz"
+    with fsspec.open(url, "wb") as f:
+        f.write(wat.read_bytes())
+    try:
+        work = WorkDir(tmp_path / "W", n_partitions=2)
+        first = ingest_files([url], work.url, show_progress=False)
+        again = ingest_files([url], work.url, show_progress=False)
+    finally:
+        fsspec.filesystem("memory").rm("/lait-test-archives", recursive=True)
+    assert first[0].failed is None and first[0].links == 13 and not first[0].skipped
+    assert again[0].skipped
+    assert {r["warc_file"] for r in work.read("warc_links").to_pylist()} == {"page.warc.wat.gz"}
