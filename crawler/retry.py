@@ -8,7 +8,7 @@ could not be fetched. Those are *transient* (`is_transient`); everything else is
 never asked for again: other 4xx, not an image, empty, `noai`, TDMRep, robots.txt refusals,
 the address guard, a name that does not resolve.
 
-A retry pass (`retry_pass`) waits, then takes the transient outcomes out of the work
+A retry pass (`retry_passes`) waits, then takes the transient outcomes out of the work
 directory (`clear_transient`: the parts that hold them are rewritten without them, each
 atomically), then runs the same fetch again: the fetcher fetches every referenced URL with no
 outcome, which are exactly the ones just taken out. So a retried URL's new outcome replaces
@@ -61,7 +61,7 @@ TRANSIENT_STATUSES = frozenset({408, 429})
 TRANSIENT_REJECTS = frozenset({"crawl/host_down", "crawl/robots_unreachable"})
 # Archive rows: what the capture held, not something lait fetched.
 ARCHIVE_TAG_PREFIX = "warc-"
-# The rewrite streams a part row group by row group: images/ groups hold ~8 MiB of bytes.
+# What decides whether a row goes (read alone: images/ parts also hold the image bytes).
 _KEY_COLUMNS = {"images": ["image_url", "error"], "rejected": ["image_url", "reason"]}
 
 
@@ -170,8 +170,9 @@ def plan_retry(work: WorkDir, tables: list[str]) -> RetryPlan:
     return plan
 
 
-def _rewrite_without(work: WorkDir, table: str, path, mask: pa.Array) -> int:
-    """Replace a part by itself without the masked rows (atomically; removed when empty)."""
+def _rewrite_without(table: str, path, mask: pa.Array) -> int:
+    """Replace a part by itself without the masked rows (atomically; removed when empty),
+    streamed a row group at a time: an images/ row group holds ~8 MiB of image bytes."""
     from lait.schemas import get_table
 
     keep_rows = len(mask) - pc.sum(mask).as_py()
@@ -234,7 +235,7 @@ def clear_transient(work: WorkDir, tables: list[str], *, queue_tag: str | None =
             if queue is not None and hits:
                 queue.commit("retry_queue", p)  # queued before the failures go
             for table, f, mask in hits:
-                _rewrite_without(work, table, f, mask)
+                _rewrite_without(table, f, mask)
     except BaseException:
         if queue is not None:
             queue.abort()
