@@ -80,6 +80,27 @@ class FetchConfig(Config):
 
 
 @dataclass
+class RetrySettings(Config):
+    """`--retry-failed` of the commands that fetch a work directory's images (`lait download`,
+    `lait ingest-warc`); see `lait.crawler.retry`."""
+
+    retry_failed: bool = setting(False, "then fetch again the images that failed for a transient reason "
+                                 "(timeouts, refused or lost connections, 408, 429, 5xx, hosts marked down, "
+                                 "an unreachable robots.txt), never the others (other 4xx, not an image, "
+                                 "opt-outs, robots.txt refusals)")
+    retry_passes: int = setting(1, "retry passes of --retry-failed (each waits, then fetches the transient "
+                                "failures left again)")
+    retry_delay: float = setting(30.0, "seconds after the latest failure before a retry pass, or longer "
+                                 "when a server asked for it with Retry-After")
+    retry_max_wait: float = setting(900.0, "wait at most this many seconds before a retry pass, whatever "
+                                    "Retry-After asked")
+
+    def validate_retry(self) -> None:
+        if self.retry_passes < 0 or self.retry_delay < 0 or self.retry_max_wait < 0:
+            raise ConfigError("retry-passes, retry-delay and retry-max-wait must be >= 0")
+
+
+@dataclass
 class ImageFetchConfig(FetchConfig):
     """What the image fetcher (`lait-images` spider) does: fetch every image URL the work
     directory's `tables` reference and does not hold yet (`lait download`, `lait ingest-warc`)."""
@@ -90,9 +111,9 @@ class ImageFetchConfig(FetchConfig):
 
     def validate(self) -> None:
         self.validate_fetch()
-        unknown = set(self.tables) - {"url_list", "warc_links"}
+        unknown = set(self.tables) - {"url_list", "warc_links", "retry_queue"}
         if not self.tables or unknown:
-            raise ConfigError(f"tables: expected url_list and/or warc_links, got {self.tables}")
+            raise ConfigError(f"tables: expected url_list, warc_links and/or retry_queue, got {self.tables}")
         if (len(self.share) < 2 or len(set(self.share[:-1])) != len(self.share) - 1
                 or not all(0 <= i < self.share[-1] for i in self.share[:-1])):
             raise ConfigError(f"share: expected [I, ..., N] with distinct 0 <= I < N, got {self.share}")
@@ -121,7 +142,7 @@ def host_share(url: str, n: int) -> int:
 
 
 @dataclass
-class CrawlConfig(FetchConfig):
+class CrawlConfig(FetchConfig, RetrySettings):
     """Settings of one crawl (`lait crawl`, `scrapy crawl lait -a NAME=VALUE`)."""
 
     section = "crawl"
@@ -147,6 +168,9 @@ class CrawlConfig(FetchConfig):
         if not self.seeds:
             raise ConfigError("at least one seed URL or seeds file is required (--seeds)")
         self.validate_fetch()
+        self.validate_retry()
+        if self.retry_failed and self.redis_url:
+            raise ConfigError("--retry-failed is for a crawl of one machine (not with --redis-url)")
         for name in ("max_depth", "max_pages", "n_partitions"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0")

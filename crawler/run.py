@@ -176,7 +176,7 @@ def merge_stats(all_stats: list[dict[str, Any]]) -> dict[str, Any]:
         for key, value in stats.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue
-            if key == "elapsed_time_seconds" or key.startswith("memusage/"):
+            if key in ("elapsed_time_seconds", "lait/retry_after_until") or key.startswith("memusage/"):
                 out[key] = max(out.get(key, 0), value)
             else:
                 out[key] = out.get(key, 0) + value

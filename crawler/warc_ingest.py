@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import re
 import time
 from collections import Counter
@@ -43,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from lait import storage
+from lait.crawler import archive_inputs
 from lait.crawler.reasons import ERROR_TDM_RESERVED
 from lait.crawler.warc import HttpError, WarcReader, WarcRecord, decode_body, parse_http
 from lait.crawler.warc_links import image_links, iter_link_rows, wat_image_links
@@ -110,10 +110,10 @@ class FileReport:
 
 
 def file_tag(path: str | Path) -> str:
-    """Part tag of an archive: readable stem plus a hash of its absolute path."""
-    p = Path(path).resolve()
-    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", p.name)[:48]
-    digest = hashlib.blake2b(str(p).encode("utf-8", "surrogatepass"), digest_size=5).hexdigest()
+    """Part tag of an archive: readable stem plus a hash of its absolute path (or URL)."""
+    ident = archive_inputs.identity(str(path))
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", archive_inputs.archive_name(ident))[:48]
+    digest = hashlib.blake2b(ident.encode("utf-8", "surrogatepass"), digest_size=5).hexdigest()
     return f"warc-{stem}-{digest}"
 
 
@@ -121,14 +121,14 @@ def marker_path(work: WorkDir, tag: str) -> Location:
     return input_marker(work, STAGE, tag)
 
 
-def _fingerprint(path: Path) -> dict[str, Any]:
-    st = path.stat()
-    return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+def _fingerprint(path: str | Path) -> dict[str, Any]:
+    return archive_inputs.fingerprint(str(path))
 
 
 def is_ingested(work: WorkDir, path: str | Path) -> bool:
-    """True when `path` was fully ingested into `work` and has not changed since."""
-    return input_done(work, STAGE, file_tag(path), _fingerprint(Path(path)))
+    """True when `path` (a local file or an archive URL) was fully ingested into `work` and
+    has not changed since."""
+    return input_done(work, STAGE, file_tag(path), _fingerprint(path))
 
 
 def _parse_date(value: str | None) -> datetime:
@@ -171,9 +171,9 @@ def _sniff(body: bytes) -> str | None:
 class _FileIngest:
     """The parts and counters of one archive being ingested."""
 
-    def __init__(self, work: WorkDir, path: Path, tag: str, opts: IngestOptions):
+    def __init__(self, work: WorkDir, path: str, tag: str, opts: IngestOptions):
         self.work, self.path, self.tag, self.opts = work, path, tag, opts
-        self.name = path.name
+        self.name = archive_inputs.archive_name(path)
         self.counters: Counter[str] = Counter()
         self.max_body = max(opts.max_page_bytes, opts.max_image_bytes)
         # Small row groups: up to partitions x tables parts are open at once.
@@ -309,13 +309,22 @@ class _FileIngest:
         if not is_http_url(page.url):
             self.reject("bad_url", key=page.url, page_url=page.url, detail="WAT page URL is not an http(s) URL")
             return
+        # The opt-outs an archived page gets (lait.pagereader), from what the WAT kept of it.
         if is_noai(robots_directives(page.x_robots_tag)):
             self.reject("noai_page", key=page.url, page_url=page.url, detail=f"X-Robots-Tag: {page.x_robots_tag}")
             return
-        self._links(page.url, page.links, _parse_date(rec.date))
+        if is_noai(robots_directives(page.robots_meta)):
+            self.reject("noai_page", key=page.url, page_url=page.url, detail=f"robots meta: {page.robots_meta}")
+            return
+        if self.opts.obey_tdmrep and is_tdm_reserved(tdm_reservation(page.tdm_header),
+                                                     tdm_reservation(page.tdm_meta)):
+            self.reject("tdm_reserved_page", key=page.url, page_url=page.url,
+                        detail="tdm-reservation: 1 (header or meta tag)")
+            return
+        self._links(page.url, page.links, _parse_date(rec.date), page_title=page.title, page_lang=page.lang)
 
-    def _links(self, page_url: str, links, fetched_at: datetime) -> None:
-        for row in iter_link_rows(page_url, links, fetched_at, self.name):
+    def _links(self, page_url: str, links, fetched_at: datetime, **page) -> None:
+        for row in iter_link_rows(page_url, links, fetched_at, self.name, **page):
             self.write("warc_links", row["image_url"], row)
 
     # -- end -------------------------------------------------------------------------------
@@ -327,17 +336,19 @@ class _FileIngest:
 
 
 def ingest_file(path: str | Path, work_root: str | Location, opts: IngestOptions | None = None) -> FileReport:
-    """Ingest one archive into a work directory; the unit of work of `lait ingest-warc`.
+    """Ingest one archive (a local file, or a URL: `lait.crawler.archive_inputs`) into a work
+    directory; the unit of work of `lait ingest-warc`.
 
     Never raises for bad archive content (that is damage in the report); an unexpected error
     of lait itself is caught, its partial parts removed, and reported in `failed`.
     """
     opts = opts or IngestOptions()
-    path = Path(path)
+    path = str(path)
     work = WorkDir(work_root)
     tag = file_tag(path)
-    report = FileReport(str(path), tag)
-    if not opts.force and is_ingested(work, path):
+    report = FileReport(path, tag)
+    fingerprint = _fingerprint(path)  # before reading: a file that changes meanwhile is redone next time
+    if not opts.force and input_done(work, STAGE, tag, fingerprint):
         report.skipped = True
         return report
     start = time.perf_counter()
@@ -346,13 +357,14 @@ def ingest_file(path: str | Path, work_root: str | Location, opts: IngestOptions
     storage.remove(marker_path(work, tag))
     job = _FileIngest(work, path, tag, opts)
     try:
-        reader = WarcReader(path, max_record_bytes=opts.max_record_bytes, check_gzip=opts.check_gzip)
-        for rec in reader:
-            job.record(rec)
+        with archive_inputs.local_file(path) as local:
+            reader = WarcReader(local, max_record_bytes=opts.max_record_bytes, check_gzip=opts.check_gzip)
+            for rec in reader:
+                job.record(rec)
         for d in reader.damage:
-            key = d.url or str(path)
+            key = d.url or path
             job.reject(d.rule, key=key, page_url=d.url,
-                       detail=f"{path.name}" + (f" record {d.record}" if d.record is not None else "")
+                       detail=f"{job.name}" + (f" record {d.record}" if d.record is not None else "")
                        + f": {d.detail}")
             report.damage.append(f"{d.rule}: " + (f"record {d.record}: " if d.record is not None else "")
                                  + d.detail)
@@ -371,7 +383,7 @@ def ingest_file(path: str | Path, work_root: str | Location, opts: IngestOptions
     report.rejected = outputs.get("rejected", 0)
     report.counters = dict(sorted(job.counters.items()))
     report.seconds = round(time.perf_counter() - start, 3)
-    atomic_write_json(marker_path(work, tag), {**_fingerprint(path), "report": report.to_dict()})
+    atomic_write_json(marker_path(work, tag), {**fingerprint, "report": report.to_dict()})
     return report
 
 
@@ -403,8 +415,8 @@ def _ingest_all(paths: list[str | Path], work: WorkDir, opts: IngestOptions, *, 
     work.clean_temp()
     paths = [str(p) for p in paths]
     # The same file named twice would race on its own parts.
-    unique = list(dict.fromkeys(str(Path(p).resolve()) for p in paths))
-    sizes = {p: os.path.getsize(p) for p in unique}
+    unique = list(dict.fromkeys(archive_inputs.identity(p) for p in paths))
+    sizes = {p: archive_inputs.size(p) for p in unique}
     bar = progress(total=sum(sizes.values()), desc=STAGE, unit="B", unit_scale=True, disable=not show_progress)
     reports: dict[str, FileReport] = {}
     try:

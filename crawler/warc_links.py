@@ -7,7 +7,10 @@ image fetch or a join with `images/` happens inside one partition.
 
 `warc_links` columns: page_url, image_url (absolute), alt, title, source ("html": a URL of an
 image of an archived page, as `lait.pagereader` reads it; "wat": a WAT `Links` entry),
-fetched_at (capture time of the page) and warc_file (the archive's file name).
+fetched_at (capture time of the page), warc_file (the archive's file name), and for WAT links
+page_title and page_lang (the page's <title> and <html lang>, as the WAT record gives them).
+Stage 3 makes the alt and title texts of WAT links candidates (sources `alt`, `title`): a WAT
+file alone gives samples, as LAION-5B was built, without fetching any page.
 """
 
 from __future__ import annotations
@@ -59,11 +62,18 @@ def image_links(tree, page_url: str) -> list[ImageLink]:
 
 @dataclass
 class WatPage:
-    """What a WAT metadata record says about one captured page."""
+    """What a WAT metadata record says about one captured page: its URL, opt-outs (the
+    `X-Robots-Tag` and `tdm-reservation` headers, the robots and tdm-reservation meta tags),
+    title, declared language and image links."""
 
     url: str
     x_robots_tag: str | None
     links: list[ImageLink]
+    title: str | None = None
+    lang: str | None = None
+    robots_meta: str | None = None
+    tdm_header: str | None = None
+    tdm_meta: str | None = None
 
 
 def wat_image_links(block: bytes, target_url: str | None = None) -> WatPage | None:
@@ -79,8 +89,19 @@ def wat_image_links(block: bytes, target_url: str | None = None) -> WatPage | No
         return None
     headers = resp.get("Headers") or {}
     robots = next((v for k, v in headers.items() if k.lower() == "x-robots-tag"), None)
+    tdm_header = next((v for k, v in headers.items() if k.lower() == "tdm-reservation"), None)
     html_meta = resp.get("HTML-Metadata") or {}
-    base = ((html_meta.get("Head") or {}).get("Base")) or url
+    head = html_meta.get("Head") or {}
+    base = head.get("Base") or url
+    # Metas: one object per <meta> (name/property/http-equiv, content); the WAT writer adds
+    # the <html lang> as {"name": "HTML@/lang", "content": ...}.
+    metas: dict[str, str] = {}
+    for m in head.get("Metas") or []:
+        if isinstance(m, dict) and isinstance(m.get("content"), str):
+            key = str(m.get("name") or m.get("property") or m.get("http-equiv") or "").lower()
+            if key and key not in metas:
+                metas[key] = m["content"]
+    title = head.get("Title")
     links = []
     for link in html_meta.get("Links") or []:
         if not isinstance(link, dict) or not str(link.get("path", "")).upper().startswith("IMG@"):
@@ -88,10 +109,16 @@ def wat_image_links(block: bytes, target_url: str | None = None) -> WatPage | No
         image_url = resolve(base, link.get("url"))
         if image_url:
             links.append(ImageLink(image_url, _clean(link.get("alt")), _clean(link.get("title")), "wat"))
-    return WatPage(url, robots if isinstance(robots, str) else None, links)
+    return WatPage(url, robots if isinstance(robots, str) else None, links,
+                   title=_clean(title) if isinstance(title, str) else None,
+                   lang=_clean(metas.get("html@/lang") or metas.get("html@/xml:lang")),
+                   robots_meta=metas.get("robots"),
+                   tdm_header=tdm_header if isinstance(tdm_header, str) else None,
+                   tdm_meta=metas.get("tdm-reservation"))
 
 
-def iter_link_rows(page_url: str, links: list[ImageLink], fetched_at, warc_file: str) -> Iterator[dict]:
+def iter_link_rows(page_url: str, links: list[ImageLink], fetched_at, warc_file: str, *,
+                   page_title: str | None = None, page_lang: str | None = None) -> Iterator[dict]:
     """`warc_links` rows, one per distinct (image URL, alt, title) of the page."""
     seen = set()
     for link in links:
@@ -100,4 +127,5 @@ def iter_link_rows(page_url: str, links: list[ImageLink], fetched_at, warc_file:
             continue
         seen.add(key)
         yield {"page_url": page_url, "image_url": link.image_url, "alt": link.alt, "title": link.title,
-               "source": link.source, "fetched_at": fetched_at, "warc_file": warc_file}
+               "source": link.source, "fetched_at": fetched_at, "warc_file": warc_file,
+               "page_title": page_title, "page_lang": page_lang}

@@ -9,7 +9,9 @@ through the rules of `lait.filters.text_rules`; texts repeated on most pages of 
 as `clean/site_boilerplate`. Each (page, image) pair with at least one text goes to the
 candidates partition of its image URL. A page that breaks the parser or runs past the time
 limit is rejected with its reason; the partition goes on. The rows of URL lists (`url_list/`,
-`lait download`) add their captions as candidates with source `list`, under the same rules.
+`lait download`) add their captions as candidates with source `list`, and the image links of
+WAT files (`warc_links/` rows of source `wat`, `lait ingest-warc`) their alt and title texts
+as `alt` and `title` candidates, under the same rules.
 """
 
 from __future__ import annotations
@@ -317,10 +319,11 @@ class CleanStage(Stage):
 
     name = "clean"
     input_table = "pages"
-    # URL lists (`lait download`): each row's caption, partitioned by image URL already.
-    extra_inputs = ("url_list",)
+    # URL lists (`lait download`): each row's caption; WAT image links (`lait ingest-warc`):
+    # their alt and title texts. Both are partitioned by image URL already.
+    extra_inputs = ("url_list", "warc_links")
     output_tables = ("candidates",)
-    version = 2  # 2: junk rules, page texts with one owner, language ID over all languages
+    version = 3  # 2: junk rules, page texts with one owner, language ID over all languages; 3: WAT links
 
     def __init__(self, cfg: CleanConfig):
         self.cfg = cfg
@@ -331,8 +334,10 @@ class CleanStage(Stage):
         return {**self.__dict__, "_rules": None, "_repaired": {}}
 
     def partitions(self, work) -> list[int]:
-        """Partitions with pages or list rows (a work directory of `lait download` has no pages)."""
-        return sorted(set(work.partitions("pages")) | set(work.partitions("url_list")))
+        """Partitions with pages, list rows or archived links (a work directory of `lait download`,
+        or of `lait ingest-warc` of WAT files, has no pages)."""
+        return sorted(set(work.partitions("pages")) | set(work.partitions("url_list"))
+                      | set(work.partitions("warc_links")))
 
     def prepare(self, text: str) -> list[str]:
         """A raw text as candidates: repaired (ftfy), and split into sentences when longer than
@@ -390,6 +395,35 @@ class CleanStage(Stage):
                 self._emit(ctx, url, image_url, raw, rules, site_texts[host], limit, found.site_names, license_)
         if "list" in cfg.sources:
             self._list_captions(ctx, rules)
+        self._wat_links(ctx, rules)
+
+    def _wat_links(self, ctx: PartContext, rules: TextRules) -> None:
+        """The alt and title texts of each WAT image link (`warc_links/` rows of source `wat`) as
+        `alt` and `title` candidates of the image, with the page as the WAT names it, as LAION
+        read WAT files: no page is fetched. A link that an archived page of the same work
+        directory also has (a row of source `html`) is left to that page, which gives the same
+        texts and more. Site boilerplate does not apply: a partition holds no site's pages."""
+        wanted = [src for src in ("alt", "title") if src in self.cfg.sources]
+        if not wanted:
+            return
+        from_pages: set[tuple[str, str]] = set()
+        wat: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        for row in ctx.work.iter_rows("warc_links", ctx.partition,
+                                      columns=["page_url", "image_url", "alt", "title", "source"]):
+            key = (row["page_url"], row["image_url"])
+            if row["source"] != "wat":
+                from_pages.add(key)
+                continue
+            texts = wat.setdefault(key, [])
+            for src in wanted:  # one image may be linked twice from a page, with other texts
+                if row[src] and (src, row[src]) not in texts:
+                    texts.append((src, row[src]))
+        for (page_url, image_url), texts in wat.items():
+            if (page_url, image_url) in from_pages:
+                continue
+            ctx.count("wat_links_in")
+            raw = [(src, piece) for src, text in texts for piece in self.prepare(text)]
+            self._emit(ctx, page_url, image_url, raw, rules, Counter(), float("inf"))
 
     def _list_captions(self, ctx: PartContext, rules: TextRules) -> None:
         """Each URL list row's caption as a `list` candidate of its image (the same rules as

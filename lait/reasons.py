@@ -58,8 +58,13 @@ REASONS: dict[str, str] = {
     "crawl/too_deep": "the page nests elements deeper than libxml2 reads (256 levels): it was stored, "
                       "but the images and links below that depth were never seen, so not fetched.",
     # Stage 1 from archives (`lait ingest-warc`): records not stored, and damage notes.
-    "ingest/noai_page": "a WAT record of a page whose X-Robots-Tag says noai or noimageai: its image "
-                        "links are not stored (a WARC page with noai is a pages/ row with error noai).",
+    "ingest/noai_page": "a WAT record of a page whose X-Robots-Tag or robots meta tag says noai or "
+                        "noimageai: its image links are not stored (a WARC page with noai is a pages/ "
+                        "row with error noai).",
+    "ingest/tdm_reserved_page": "a WAT record of a page that reserves text and data mining rights "
+                                "(W3C TDMRep: a tdm-reservation: 1 header or meta tag): its image links "
+                                "are not stored (a WARC page with it is a pages/ row with error "
+                                "tdm_reserved).",
     "ingest/too_large": "a record larger than --max-record-mb, skipped unread.",
     "ingest/body_too_large": "a record whose payload is, or decodes to (a compression bomb), more than "
                              "the crawler's size limit for its kind (--max-page-bytes, "

@@ -114,6 +114,10 @@ WARC_LINKS = pa.schema([
     pa.field("source", pa.string(), nullable=False),
     pa.field("fetched_at", TIMESTAMP, nullable=False),
     pa.field("warc_file", pa.string()),
+    # What a WAT record says of the page (source "wat"): its <title> and its declared language
+    # (<html lang>), as Common Crawl's WAT carries them; stage 3 reads the archived page itself.
+    pa.field("page_title", pa.string()),
+    pa.field("page_lang", pa.string()),
 ])
 
 # url_list/ (download): the usable rows of URL lists, one per image URL, with their captions.
@@ -125,6 +129,13 @@ URL_LIST = pa.schema([
     pa.field("extra", pa.string()),
     pa.field("list_file", pa.string(), nullable=False),
     pa.field("row", pa.int64(), nullable=False),
+])
+
+# retry_queue/ (`--retry-failed` of a crawl): images whose transient failure was taken out to
+# be fetched again; the crawl has no table of references to fetch them from (lait.crawler.retry).
+RETRY_QUEUE = pa.schema([
+    pa.field("image_url", pa.string(), nullable=False),
+    pa.field("page_url", pa.string()),
 ])
 
 # image_embs/ (score): one fp16 L2-normalised embedding per scored image.
@@ -244,6 +255,7 @@ TABLES: dict[str, Table] = {
         Table("rejected", REJECTED, "reason"),
         Table("warc_links", WARC_LINKS, "image_url"),
         Table("url_list", URL_LIST, "image_url"),
+        Table("retry_queue", RETRY_QUEUE, "image_url"),
         Table("image_embs", IMAGE_EMBS, "image_url"),
         Table("text_embs", TEXT_EMBS, "image_url"),
         Table("regions", REGIONS, "image_url"),

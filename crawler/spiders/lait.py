@@ -80,6 +80,30 @@ def _tdm_header(response) -> bool | None:
     return tdm_reservation(_header(response, "tdm-reservation") or None)
 
 
+# A Retry-After further away than this is taken as this (a server's misconfiguration must
+# not park a retry pass for days).
+MAX_RETRY_AFTER = 86400.0
+
+
+def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
+    """Seconds a `Retry-After` value asks to wait (delay-seconds or an HTTP date), or None."""
+    from email.utils import parsedate_to_datetime
+
+    value = (value or "").strip()
+    if not value:
+        return None
+    if value.isdigit():
+        return min(float(value), MAX_RETRY_AFTER)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    now = time.time() if now is None else now
+    return min(max(0.0, when.timestamp() - now), MAX_RETRY_AFTER)
+
+
 def _headers_map(response) -> dict[str, str]:
     return {k.decode("latin-1"): ", ".join(v.decode("latin-1") for v in vs)
             for k, vs in response.headers.items()}
@@ -328,6 +352,8 @@ class LaitSpider(scrapy.Spider):
             item.image_url = response.request.meta.get("redirect_urls", [response.request.url])[0]
         if not 200 <= status < 300:
             item.error = http_error(status)
+            if status in (429, 503):  # `--retry-failed` waits at least this long (lait.crawler.retry)
+                self._note_retry_after(_header(response, "Retry-After"))
         elif is_noai(robots_directives(_header(response, "X-Robots-Tag"))):
             item.error = "noai"
         elif self.cfg.obey_tdmrep and _tdm_header(response):
@@ -391,6 +417,11 @@ class LaitSpider(scrapy.Spider):
             return RejectedItem(reason, page_url=referer, image_url=url, detail=detail)
         return RejectedItem(reason, page_url=url, detail=(f"{detail}; linked from {referer}"
                                                           if referer else detail))
+
+    def _note_retry_after(self, value: str | None) -> None:
+        seconds = retry_after_seconds(value)
+        if seconds is not None:
+            self.crawler.stats.max_value("lait/retry_after_until", time.time() + seconds)
 
     def _count(self, event: str) -> None:
         self.crawler.stats.inc_value(f"crawl/{event}")

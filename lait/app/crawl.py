@@ -22,6 +22,8 @@ limits, an identifying user agent. A host that fails --host-down-after times in 
 refused, timeout) is marked down and its other requests are not sent. Requests to loopback,
 private, link-local and cloud-metadata addresses are refused after DNS resolution (recorded in
 rejected/ as crawl/refused_<kind>) unless --allow-loopback / --allow-private.
+--retry-failed then fetches again the images that failed for a transient reason (timeouts,
+refused connections, 408, 429, 5xx, hosts marked down), after --retry-delay and any Retry-After.
 Ctrl-C stops cleanly (exit 0). A crawl into a work directory that already holds pages resumes
 it: pages and images already there are not fetched again, even after the crawler was killed.
 
@@ -35,11 +37,31 @@ def run(cfg) -> int:
     from lait.crawler.run import crawl, crawl_stopped, crawl_succeeded
 
     stats = crawl(cfg)
+    if cfg.retry_failed and crawl_succeeded(stats.get("finish_reason")):
+        stats = _retry_failed(cfg, stats)
     summary = {k: v for k, v in sorted(stats.items())
                if k.startswith("crawl/") or k in ("finish_reason", "elapsed_time_seconds")}
     print(json.dumps(summary, indent=1), file=sys.stderr)
     reason = stats.get("finish_reason")
     return 0 if crawl_succeeded(reason) or crawl_stopped(reason) else 1
+
+
+def _retry_failed(cfg, stats: dict) -> dict:
+    """--retry-failed: passes over the crawl's images that failed for a transient reason,
+    fetched again by the image fetcher through `retry_queue/` (`lait.crawler.retry`)."""
+    from lait.crawler.config import ImageFetchConfig
+    from lait.crawler.retry import retry_passes
+    from lait.crawler.run import fetch_images
+    from lait.drivers import open_work_dir
+    from lait.lock import locked
+
+    work = open_work_dir(cfg.out)
+    fetch = ImageFetchConfig(**cfg.fetch_settings(), tables=["retry_queue"])
+    fetch.out = work.url
+    with locked(work, "lait crawl"):
+        return retry_passes(work, [], lambda: fetch_images(fetch), stats, passes=cfg.retry_passes,
+                            delay=cfg.retry_delay, max_wait=cfg.retry_max_wait, queue=True,
+                            report=lambda line: print(f"lait crawl: {line}", file=sys.stderr))
 
 
 def register(sub) -> None:

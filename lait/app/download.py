@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from lait.app.commands import add_config_command
 from lait.config import ConfigError, setting
-from lait.crawler.config import FetchConfig, UnitsConfig
+from lait.crawler.config import FetchConfig, RetrySettings, UnitsConfig
 from lait.reasons import fetch_errors_help, reasons_help
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ examples:
 
 
 @dataclass
-class DownloadConfig(UnitsConfig, FetchConfig):
+class DownloadConfig(UnitsConfig, FetchConfig, RetrySettings):
     """Settings of `lait download`: the list's columns, then the fetcher's settings."""
 
     section = "download"
@@ -78,6 +78,7 @@ class DownloadConfig(UnitsConfig, FetchConfig):
         if not self.lists:
             raise ConfigError("no URL list given")
         self.validate_fetch()
+        self.validate_retry()
         if not self.url_col:
             raise ConfigError("--url-col must name a column")
         if self.n_partitions < 0 or self.processes < 0:
@@ -124,6 +125,8 @@ def run(cfg: DownloadConfig) -> int:
             fetch.out = work.url
             stats = fetch_images(fetch, processes=default_processes(cfg.processes), executor=cfg.executor,
                                  ray_address=cfg.ray_address, show_progress=cfg.progress)
+            if cfg.retry_failed and crawl_succeeded(stats.get("finish_reason")):
+                stats = _retry_failed(cfg, work, fetch, stats)
     print(summary(reports, stats), file=sys.stderr)
     if stats is None:
         return 0
@@ -132,6 +135,20 @@ def run(cfg: DownloadConfig) -> int:
         print(f"lait download: stopped; run the same command again to resume ({work.url})", file=sys.stderr)
         return 0
     return 0 if crawl_succeeded(reason) else 1
+
+
+def _retry_failed(cfg: DownloadConfig, work, fetch, stats: dict) -> dict:
+    """--retry-failed: passes over the transient failures (`lait.crawler.retry`)."""
+    from lait.crawler.retry import retry_passes
+    from lait.crawler.run import default_processes, fetch_images
+
+    def fetch_again() -> dict:
+        return fetch_images(fetch, processes=default_processes(cfg.processes), executor=cfg.executor,
+                            ray_address=cfg.ray_address)
+
+    return retry_passes(work, fetch.tables, fetch_again,
+                        stats, passes=cfg.retry_passes, delay=cfg.retry_delay, max_wait=cfg.retry_max_wait,
+                        report=lambda line: print(f"lait download: {line}", file=sys.stderr))
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from lait.app.commands import add_config_command
 from lait.config import ConfigError, setting
-from lait.crawler.config import FetchConfig, UnitsConfig
+from lait.crawler.config import FetchConfig, RetrySettings, UnitsConfig
 from lait.reasons import fetch_errors_help, reasons_help
 
 log = logging.getLogger(__name__)
@@ -46,8 +46,13 @@ on a file, or with --strict when any archive was damaged; 2 for bad arguments.
 reruns: each file writes parts tagged with its path and a marker in WORK/_done/ingest-warc/;
 a finished, unchanged file is skipped, an interrupted or changed one is redone (--force redoes all).
 
+inputs: local files; archive URLs (s3://..., https://...), each copied to a temporary local file
+by the worker that reads it; Common Crawl path lists (warc.paths.gz, wat.paths.gz: one path a
+line, under --base-url), which stand for the archives they list.
+
 examples:
   lait ingest-warc CC-MAIN-*.warc.gz --out work/ --workers 8
+  lait ingest-warc wat.paths.gz --out work/ --workers 8      # a crawl's WAT files, from data.commoncrawl.org
   lait ingest-warc CC-MAIN-*.warc.wat.gz --out work/      # references and alt texts only
   lait ingest-warc page.warc.gz --out work/ --resolve upload.wikimedia.org:443:10.0.0.7 --allow-private
   lait run work/                                           # stages 2-5 on what was ingested
@@ -55,14 +60,17 @@ examples:
 
 
 @dataclasses.dataclass
-class WarcIngestConfig(UnitsConfig, FetchConfig):
+class WarcIngestConfig(UnitsConfig, FetchConfig, RetrySettings):
     """Settings of `lait ingest-warc`: the archives, then the fetcher's settings for the
     images their pages reference."""
 
     section = "ingest_warc"
 
-    files: list[str] = setting([], "WARC/ARC/WAT files (.warc, .warc.gz, .arc, .arc.gz, .wat.gz)",
-                               positional=True, nargs="+")
+    files: list[str] = setting([], "WARC/ARC/WAT files (.warc, .warc.gz, .arc, .arc.gz, .wat.gz): local "
+                               "paths, archive URLs (s3://, https://) or Common Crawl path lists "
+                               "(warc.paths.gz, wat.paths.gz)", positional=True, nargs="+")
+    base_url: str = setting("https://data.commoncrawl.org/", "base URL of the relative paths of Common "
+                            "Crawl path lists (s3://commoncrawl/ reads them through S3)")
     out: str = setting("", "work directory to create or add to")
     partitions: int | None = setting(None, "partition count of a new work directory (default 16)")
     workers: int = setting(0, "files read in parallel (0: one per CPU core)")
@@ -82,11 +90,14 @@ class WarcIngestConfig(UnitsConfig, FetchConfig):
             raise ConfigError("no input files")
         if not self.out:
             raise ConfigError("--out WORK is required")
-        missing = [f for f in self.files if not Path(f).is_file()]
+        from lait.crawler.archive_inputs import is_url
+
+        missing = [f for f in self.files if not is_url(f) and not Path(f).is_file()]
         if missing:
             raise ConfigError(f"input files not found: {', '.join(missing[:5])}"
                               + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
         self.validate_fetch()
+        self.validate_retry()
         if self.workers < 0 or self.fetch_processes < 0 or self.max_record_mb <= 0:
             raise ConfigError("workers and fetch-processes must be >= 0 and max-record-mb > 0")
         if self.partitions is not None and self.partitions <= 0:
@@ -118,6 +129,7 @@ def format_summary(reports) -> str:
 
 
 def run(cfg: WarcIngestConfig) -> int:
+    from lait.crawler.archive_inputs import expand_archives
     from lait.crawler.config import ImageFetchConfig
     from lait.crawler.run import crawl_stopped, crawl_succeeded, default_processes, fetch_images
     from lait.crawler.warc_ingest import IngestOptions, ingest_files
@@ -131,14 +143,17 @@ def run(cfg: WarcIngestConfig) -> int:
     stats = None
     with locked(work, "lait ingest-warc"):
         work.write_config("ingest-warc", cfg.to_yaml())
-        reports = ingest_files(cfg.files, work.url, opts, workers=cfg.workers or os.cpu_count() or 1,
-                               show_progress=cfg.progress, executor=cfg.executor, ray_address=cfg.ray_address)
+        reports = ingest_files(expand_archives(cfg.files, cfg.base_url), work.url, opts,
+                               workers=cfg.workers or os.cpu_count() or 1, show_progress=cfg.progress,
+                               executor=cfg.executor, ray_address=cfg.ray_address)
         print(format_summary(reports), file=sys.stderr)
         if cfg.fetch_images and cfg.links and work.partitions("warc_links"):
             fetch = ImageFetchConfig(**cfg.fetch_settings(), tables=["warc_links"])
             fetch.out = work.url
             stats = fetch_images(fetch, processes=default_processes(cfg.fetch_processes), executor=cfg.executor,
                                  ray_address=cfg.ray_address, show_progress=cfg.progress)
+            if cfg.retry_failed and crawl_succeeded(stats.get("finish_reason")):
+                stats = _retry_failed(cfg, work, fetch, stats)
             crawl = {k: v for k, v in sorted(stats.items()) if k.startswith("crawl/")}
             print("referenced images: " + json.dumps(crawl, sort_keys=True), file=sys.stderr)
     for r in reports:
@@ -152,6 +167,20 @@ def run(cfg: WarcIngestConfig) -> int:
     if cfg.strict and any(r.damage for r in reports):
         return 1
     return 0
+
+
+def _retry_failed(cfg: WarcIngestConfig, work, fetch, stats: dict) -> dict:
+    """--retry-failed: passes over the transient failures (`lait.crawler.retry`)."""
+    from lait.crawler.retry import retry_passes
+    from lait.crawler.run import default_processes, fetch_images
+
+    def fetch_again() -> dict:
+        return fetch_images(fetch, processes=default_processes(cfg.fetch_processes), executor=cfg.executor,
+                            ray_address=cfg.ray_address)
+
+    return retry_passes(work, fetch.tables, fetch_again,
+                        stats, passes=cfg.retry_passes, delay=cfg.retry_delay, max_wait=cfg.retry_max_wait,
+                        report=lambda line: print(f"lait ingest-warc: {line}", file=sys.stderr))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

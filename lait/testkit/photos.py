@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import datetime
 import errno
+import math
 import random
 import socket
 import ssl
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from lait.testkit.generator import Response
-from lait.testkit.server import SiteServer
+from lait.testkit.server import RoutableSite, SiteServer
 
 NOT_AN_IMAGE_PREFIX = "/not-an-image/"
 MISSING_PREFIX = "/missing/"
@@ -131,3 +133,48 @@ def coco_photos(folder: Path) -> list[tuple[Path, str]]:
             first[a["image_id"]] = (a["id"], " ".join(a["caption"].split()))
     out = [(Path(folder) / im["file_name"], first[im["id"]][1]) for im in data["images"] if im["id"] in first]
     return sorted(out, key=lambda pc: pc[0].name)
+
+
+class FlakySite:
+    """A site that misbehaves for its first `flaky_seconds` (counted from its first request):
+    then a `rate` share of requests, drawn with `seed`, gets a 503 or a 429 (both with a
+    `Retry-After` of the seconds left in the bad spell, rounded up) or a stall of `stall`
+    seconds before the answer; afterwards it answers as `site` does. `spare` paths (robots.txt,
+    tdmrep.json), and with `only` the paths it refuses, always answer as `site` does, so that a
+    test's bad spell hits the images. `log`
+    lists every request as (path, what it got: the status, or "stall")."""
+
+    def __init__(self, site: RoutableSite, *, flaky_seconds: float = 60.0, rate: float = 0.5,
+                 stall: float = 5.0, seed: int = 0,
+                 spare: tuple[str, ...] = ("/robots.txt", "/.well-known/tdmrep.json"),
+                 only: Callable[[str], bool] | None = None):
+        import threading
+
+        self.site, self.flaky_seconds, self.rate, self.stall = site, flaky_seconds, rate, stall
+        self.spare = spare
+        self.only = only  # when given, only the paths it accepts misbehave (a crawl's images)
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+        self._start: float | None = None
+        self.log: list[tuple[str, str]] = []
+
+    def route(self, path: str, base_url: str = "") -> Response:
+        with self._lock:
+            now = time.monotonic()
+            if self._start is None:
+                self._start = now
+            left = self.flaky_seconds - (now - self._start)
+            eligible = path not in self.spare and (self.only is None or self.only(path))
+            bad = left > 0 and eligible and self._random.random() < self.rate
+            kind = self._random.choice(["503", "429", "stall"]) if bad else None
+        if kind in ("503", "429"):
+            self.log.append((path, kind))
+            return Response(int(kind), "text/plain", b"try again later",
+                            {"Retry-After": str(max(1, math.ceil(left)))})
+        if kind == "stall":
+            self.log.append((path, "stall"))
+            time.sleep(self.stall)
+        resp = self.site.route(path, base_url)
+        if kind is None:
+            self.log.append((path, str(resp.status)))
+        return resp
