@@ -317,8 +317,9 @@ class CleanStage(Stage):
 
     name = "clean"
     input_table = "pages"
-    # URL lists (`lait download`): each row's caption, partitioned by image URL already.
-    extra_inputs = ("url_list",)
+    # URL lists (`lait download`): each row's caption, partitioned by image URL already; and
+    # `images/`, so that a row whose image was never fetched gives no candidate (nor rejects).
+    extra_inputs = ("url_list", "images")
     output_tables = ("candidates",)
     version = 2  # 2: junk rules, page texts with one owner, language ID over all languages
 
@@ -394,9 +395,16 @@ class CleanStage(Stage):
     def _list_captions(self, ctx: PartContext, rules: TextRules) -> None:
         """Each URL list row's caption as a `list` candidate of its image (the same rules as
         every text; site boilerplate does not apply: a list is no site). A row without a page
-        column has the page URL '' (candidates need one)."""
+        column has the page URL '' (candidates need one). A row whose image has no bytes (never
+        fetched: refused by a rule, an unreachable host, a failed download) is left out: it can
+        never be a sample, and stage 1 already recorded why."""
+        fetched = {r["image_url"] for r in ctx.work.iter_rows("images", ctx.partition, columns=["image_url", "error"],
+                                                              batch_size=8192) if r["error"] is None}
         for row in ctx.work.iter_rows("url_list", ctx.partition, columns=["image_url", "caption", "page_url"]):
             ctx.count("list_rows_in")
+            if row["image_url"] not in fetched:
+                ctx.count("list_rows_not_fetched")
+                continue
             raw = [("list", piece) for piece in self.prepare(row["caption"])] if row["caption"] else []
             self._emit(ctx, row["page_url"] or "", row["image_url"], raw, rules, Counter(), float("inf"))
 
