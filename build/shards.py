@@ -31,9 +31,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lait import errors, storage
+from lait.build.books import TYPES, type_of
 from lait.build.regions import RegionReader
 from lait.build.resize import ImageOptions, exif_json, prepare
-from lait.build.books import TYPES, type_of
 from lait.build.sample import (
     FAILED_TO_DOWNLOAD,
     FAILED_TO_RESIZE,

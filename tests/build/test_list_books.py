@@ -137,3 +137,13 @@ def test_build_order_lists_the_failures_too(tmp_path):
     assert {r["key"] for r in sidecar if r["status"] == "success"} == set(samples)
     assert sum(s["count"] for s in stats.values()) == len(rows) + 1
     assert all(isinstance(s["id"], int) for s in samples.values())
+
+
+def test_download_refuses_extra_columns_named_like_sample_fields():
+    from lait.app.download import DownloadConfig
+    from lait.config import ConfigError
+
+    DownloadConfig(lists=["l.csv"], out="w", save_additional_columns=["similarity", "NSFW"]).validate()
+    for name in ("status", "key", "reason"):
+        with pytest.raises(ConfigError, match=f"--save-additional-columns {name}: named like fields"):
+            DownloadConfig(lists=["l.csv"], out="w", save_additional_columns=["id", name]).validate()
