@@ -388,7 +388,6 @@ class ShardStage(Stage):
                                              caption=f["caption"], page_url=f["page_url"],
                                              extra=json.loads(f["extra"]) if f["extra"] else {}))
                 sidecar[-1][REASON] = f["reason"]
-                ctx.count("build/list_rows_failed")
             ctx.count("build/samples", tar.samples)
             ctx.count("build/shard_bytes", tar.bytes)
             sidecar.sort(key=lambda s: s["key"])

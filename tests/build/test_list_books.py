@@ -127,6 +127,9 @@ def test_input_order_every_row_a_sample_or_a_failure(tmp_path):
          ("nested", pa.string())]
     assert json.loads((shards / "sizes.json").read_text()) == {
         n.replace("_stats.json", ".tar"): s["successes"] for n, s in stats.items()}
+    counters = json.loads((shards / "stats.json").read_text())["counters"]
+    assert (counters["build/list_rows"], counters["build/list_rows_failed"]) == \
+        (n, sum(r["status"] != "success" for r in sidecar) - 1)  # broken.png failed later, in its shard
 
 
 def test_build_order_lists_the_failures_too(tmp_path):
