@@ -55,7 +55,7 @@ class ListRow:
     image_url: str | None
     caption: str | None
     page_url: str | None
-    extra: dict[str, Any]
+    extra: str | None  # the JSON object `url_list/` holds, parsed when asked for (`ListBook.extra_of`)
     position: int = -1  # 0-based over every list, img2dataset's numbering
     reason: str | None = None  # set for a row `lait download` refused
     detail: str | None = None
@@ -72,15 +72,22 @@ class ListBook:
     def extra_of(self, url: str) -> dict[str, Any]:
         """The typed extra columns of the row that named `url` (every column, None when absent)."""
         row = self.by_url.get(url)
-        values = row.extra if row is not None else {}
+        values = json.loads(row.extra) if row is not None and row.extra else {}
         return {name: coerce(values.get(name), tp) for name, tp in self.extra_types}
+
+
+def _kind(value: Any) -> type | None:
+    return None if value is None else type(value)
 
 
 def type_of(values: list[Any]) -> str:
     """One sidecar type for an extra column's values: bool, int64, double, or string."""
-    present = [v for v in values if v is not None]
-    kinds = {type(v) for v in present}
-    if not present or kinds <= {str}:
+    return _type_of_kinds({_kind(v) for v in values})
+
+
+def _type_of_kinds(kinds: set[type | None]) -> str:
+    kinds = kinds - {None}
+    if not kinds or kinds <= {str}:
         return "string"
     if kinds <= {bool}:
         return "bool"
@@ -130,7 +137,7 @@ def _download_rejects(work: WorkDir, files: list[str]) -> list[ListRow]:
         m = _ROW_IN_DETAIL.search(r["detail"] or "")
         if m is None or m.group(1) not in by_name:
             continue
-        out.append(ListRow(by_name[m.group(1)], int(m.group(2)), r["image_url"], r["text"], None, {},
+        out.append(ListRow(by_name[m.group(1)], int(m.group(2)), r["image_url"], r["text"], None, None,
                            reason=r["reason"], detail=r["detail"]))
     return out
 
@@ -148,10 +155,14 @@ def load_book(work: WorkDir, samples_per_shard: int) -> ListBook | None:
     """The work directory's list rows with their positions and extra types; None without lists."""
     if not work.part_files("url_list"):
         return None
-    rows = [ListRow(r["list_file"], r["row"], r["image_url"], r["caption"], r["page_url"],
-                    json.loads(r["extra"]) if r["extra"] else {})
-            for r in work.iter_rows("url_list", columns=["image_url", "caption", "page_url", "extra", "list_file",
-                                                        "row"], batch_size=8192)]
+    # The extra columns stay JSON text per row (a parsed dict per row would double the plan's
+    # heap on a large list); their values are only looked at here, once, for their types.
+    rows, seen = [], {}
+    for r in work.iter_rows("url_list", columns=["image_url", "caption", "page_url", "extra", "list_file", "row"],
+                            batch_size=8192):
+        rows.append(ListRow(r["list_file"], r["row"], r["image_url"], r["caption"], r["page_url"], r["extra"]))
+        for name, value in (json.loads(r["extra"]) if r["extra"] else {}).items():
+            seen.setdefault(name, set()).add(_kind(value))
     sizes = _list_sizes(work)
     files = sorted({r.list_file for r in rows} | set(sizes))
     rows += _download_rejects(work, files)
@@ -164,8 +175,7 @@ def load_book(work: WorkDir, samples_per_shard: int) -> ListBook | None:
     for r in rows:
         r.position = offsets[r.list_file] + r.row - 1
     rows.sort(key=lambda r: r.position)
-    names = list(dict.fromkeys(k for r in rows for k in r.extra))
-    types = [(name, type_of([r.extra.get(name) for r in rows])) for name in names]
+    types = [(name, _type_of_kinds(kinds)) for name, kinds in seen.items()]
     return ListBook(rows, {r.image_url: r for r in rows if r.reason is None}, types)
 
 
