@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lait import storage
+from lait.build.books import ListBook, failures, input_key, load_book
 from lait.build.config import BuildConfig
 from lait.build.dedup import group_duplicates, hamming, phash_int
 from lait.build.neardup import embedding_pairs
@@ -48,6 +49,7 @@ from lait.schemas import get_table
 log = logging.getLogger(__name__)
 
 PLAN_TAG = "build-plan"
+EXTRA_COLUMNS = "_extra_columns"  # among the plan's counters: the list's extra columns and their types
 POOL = get_table("pool").schema
 
 
@@ -113,6 +115,7 @@ class RejectSink:
     def __init__(self, work: WorkDir):
         self.parts = PartitionedWriter(work, PLAN_TAG)
         self.counts: Counter[str] = Counter()
+        self.first: dict[str, tuple[str, str | None]] = {}  # URL -> its first (reason, detail): the books
 
     def reject(self, rule: str, image: Image, *, text: str | None = None, page_url: str | None = None,
                detail: str | None = None) -> None:
@@ -120,6 +123,7 @@ class RejectSink:
         reason = self.parts.reject(f"build/{rule}", self.parts.partition_of(image.url), image_url=image.url,
                                    page_url=page_url, text=text, detail=detail)
         self.counts[reason] += 1
+        self.first.setdefault(image.url, (reason, detail))
 
     def close(self) -> None:
         self.parts.close()
@@ -204,8 +208,9 @@ def make_groups(work: WorkDir, images: list[Image], cfg: BuildConfig) -> list[Gr
 
 def plan_build(work: WorkDir, cfg: BuildConfig) -> dict[str, Any]:
     """Decide every sample and write `build_plan/` and the rejects; returns the pass's counters."""
-    for table in ("rejected", "build_plan", "pool"):
+    for table in ("rejected", "build_plan", "pool", "build_failed"):
         work.remove_parts(table, PLAN_TAG)
+    book = load_book(work, cfg.samples_per_shard)
     images = load_images(work)
     overlaps, n_eval = eval_overlaps(work, images, cfg)
     groups = make_groups(work, images, cfg)
@@ -217,14 +222,24 @@ def plan_build(work: WorkDir, cfg: BuildConfig) -> dict[str, Any]:
         moved = rescore_groups(work, alive)
         generic = generic_texts(alive, cfg)
         ranked = rank_texts(alive, generic, sink, cfg)
-        pool = write_pool(work, pool_table(ranked, cfg))
+        pool = write_pool(work, pool_table(ranked, cfg, book))
         kept = {g.rep.url for g in apply_thresholds(ranked, sink, cfg)}
         chosen = (t.filter(pa.array([u in kept for u in t.column("image_url").to_pylist()], pa.bool_()))
                   for t in pool)
-        n_shards = write_plan(work, chosen, cfg.samples_per_shard)
+        if cfg.key_order == "input":
+            n_shards, per_shard = write_plan_by_input(work, chosen, cfg.samples_per_shard, book)
+        else:
+            n_shards = write_plan(work, chosen, cfg.samples_per_shard)
+            per_shard = {s: min(cfg.samples_per_shard, len(kept) - s * cfg.samples_per_shard) for s in range(n_shards)}
     finally:
         sink.close()
+    failed = write_failures(work, book, kept, sink.first, cfg, per_shard) if book is not None else []
     counters = dict(sorted({**sink.counts, **moved}.items()))
+    if book is not None:
+        counters["build/list_rows"] = len(book.rows)
+        counters["build/list_rows_failed"] = len(failed)
+        counters["build/shards"] = n_shards = max(n_shards, 1 + max((f["shard"] for f in failed), default=-1))
+        counters[EXTRA_COLUMNS] = book.extra_types
     counters.update({"build/groups": len(groups), "build/plan_images": len(images),
                      "build/pool": len(ranked), "build/planned": len(kept), "build/shards": n_shards,
                      "build/generic_texts_dropped": len(generic)})
@@ -360,10 +375,12 @@ def shard_order(g: Group) -> tuple[str, int, int]:
     return (g.rep.src_file, g.rep.row_group, g.rep.row_index)
 
 
-def pool_table(groups: list[Group], cfg: BuildConfig) -> pa.Table:
+def pool_table(groups: list[Group], cfg: BuildConfig, book: ListBook | None = None) -> pa.Table:
     """The rows of `pool/` for `groups`, in shard order: each picture's sample as planned (a
-    pool row has no key yet: the plan gives it one) and its uid."""
-    rows = [plan_row("", -1, g, cfg) for g in sorted(groups, key=shard_order)]
+    pool row has no key yet: the plan gives it one) and its uid; with URL lists (`book`), the
+    extra columns of the list row that named the picture's URL."""
+    rows = [plan_row("", -1, g, cfg, book.extra_of(g.rep.url) if book is not None else None)
+            for g in sorted(groups, key=shard_order)]
     columns = {f.name: pa.array([r[f.name] for r in rows], f.type) for f in POOL if f.name != "uid"}
     columns["uid"] = pa.array([sample_uid(r["image_url"], r["caption"]) for r in rows], pa.string())
     return pa.table(columns)
@@ -427,6 +444,57 @@ def write_plan(plan: WorkDir, rows: Iterable[pa.Table], samples_per_shard: int, 
     return -(-n // samples_per_shard)
 
 
+def write_plan_by_input(plan: WorkDir, rows: Iterable[pa.Table], samples_per_shard: int, book: ListBook | None
+                        ) -> tuple[int, dict[int, int]]:
+    """`build_plan/` keyed by input order (`key_order: input`): each sample's shard and key come
+    from its list row's position, as img2dataset's (`books.input_key`), so that a key joins
+    back to its row. Returns the number of shards (the last one holding a sample) and the
+    samples per shard. ConfigError when a sample's URL is no list row's (a crawl's image)."""
+    from lait.config import ConfigError
+
+    t = pa.concat_tables(list(rows)).drop_columns(["uid"]) if book is not None else None
+    if t is None or t.num_rows == 0:
+        return 0, {}
+    places = []
+    for url in t.column("image_url").to_pylist():
+        row = book.by_url.get(url)
+        if row is None:
+            raise ConfigError(f"build: key_order input needs every sample to come from a URL list; {url} does not "
+                              "(a crawled or archived image): build with key_order build")
+        places.append(input_key(row.position, samples_per_shard))
+    t = t.add_column(0, "shard", pa.array([p[0] for p in places], pa.int32()))
+    t = t.add_column(0, "key", pa.array([p[1] for p in places], pa.string()))
+    t = t.sort_by([("key", "ascending")])
+    shards = t.column("shard").to_numpy()
+    per_shard = {int(sh): int(n) for sh, n in zip(*np.unique(shards, return_counts=True))}
+    with PartitionedWriter(plan, PLAN_TAG) as parts:
+        for sh in per_shard:
+            parts.write_table("build_plan", sh, t.filter(pc.equal(t["shard"], sh)))
+    return max(per_shard) + 1, per_shard
+
+
+def write_failures(work: WorkDir, book: ListBook, kept: set[str], build_rejects: dict[str, tuple[str, str | None]],
+                   cfg: BuildConfig, per_shard: dict[int, int]) -> list[dict[str, Any]]:
+    """`build_failed/`: the list rows that became no sample, each in the shard whose sidecar
+    lists it. Keyed by input order, a row goes where its position puts it (img2dataset's
+    layout); in build order, the rows are dealt to the shards in turn, their keys following
+    the shard's samples. Returns the rows written."""
+    rows = failures(work, book, kept, build_rejects)
+    n_shards = max(1, len(per_shard))
+    width = key_width(cfg.samples_per_shard)
+    for j, r in enumerate(rows):
+        position = r.pop("position")
+        if cfg.key_order == "input":
+            r["shard"], r["key"] = input_key(position, cfg.samples_per_shard)
+        else:
+            shard = j % n_shards
+            r["shard"], r["key"] = shard, f"{shard:05d}{per_shard.get(shard, 0) + j // n_shards:0{width}d}"
+    with PartitionedWriter(work, PLAN_TAG) as parts:
+        for r in rows:
+            parts.write("build_failed", r["shard"], r)
+    return rows
+
+
 def _cand_json(c: Cand) -> dict[str, Any]:
     return {"text": c.text, "source": c.source, "lang": c.lang,
             "score": round(float(c.score), 6), "page_url": c.page_url}
@@ -435,7 +503,8 @@ def _cand_json(c: Cand) -> dict[str, Any]:
 _META_ENCODER = json.JSONEncoder(ensure_ascii=False, sort_keys=True)  # once, not per row as `json.dumps` would
 
 
-def plan_row(key: str, shard: int, g: Group, cfg: BuildConfig) -> dict[str, Any]:
+def plan_row(key: str, shard: int, g: Group, cfg: BuildConfig, extra: dict[str, Any] | None = None
+             ) -> dict[str, Any]:
     best, rep = g.candidates[0], g.rep
     meta = {
         "key": key,
@@ -460,6 +529,8 @@ def plan_row(key: str, shard: int, g: Group, cfg: BuildConfig) -> dict[str, Any]
         "n_candidates": len(g.candidates),
         "status": "success",
     }
+    if extra:
+        meta["extra"] = extra  # the list's columns, after the fixed ones (`build.sample.make_sample`)
     return {"key": key, "shard": shard, "image_url": rep.url, "page_url": best.page_url,
             "caption": best.text, "source": best.source, "lang": best.lang,
             "score": best.score, "width": rep.width, "height": rep.height, "format": rep.format,

@@ -115,6 +115,11 @@ class BuildConfig(EvalExclusionConfig):
               "this (0-255); phashes collide on simple pictures")
     source_priority: list[str] = setting(
         list(DEFAULT_SOURCE_PRIORITY), "tie-break between equal scores, best source first")
+    key_order: str = setting(
+        "build", "how samples are keyed and laid into shards: build (lait's order, shards mixed by URL hash) or "
+                 "input (img2dataset's: a sample's key is its URL list row's position, shard number then index, "
+                 "so that it joins back to its row; every sample must come from a URL list)",
+        choices=["build", "input"])
 
     def validate(self) -> None:
         super().validate()

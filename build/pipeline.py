@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lait import lifeline, storage
-from lait.build.aggregate import PLAN_TAG, plan_build
+from lait.build.aggregate import EXTRA_COLUMNS, PLAN_TAG, plan_build
 from lait.build.config import BuildConfig
 from lait.build.pick import PickStage
 from lait.build.shards import ShardStage, finish_shard_dir, shard_files, write_stats
@@ -37,13 +37,14 @@ from lait.stage import RunReport, run_global_step
 log = logging.getLogger(__name__)
 
 STAGES = ("build_pick", "build_plan", "build_shards")
-INPUT_TABLES = ("scored", "images_ok", "near_dups", "regions", "region_labels")
+INPUT_TABLES = ("scored", "images_ok", "near_dups", "regions", "region_labels", "url_list")
 BUILD_STEP = "build"  # the global step whose marker holds the build's fingerprint and settings
 # The version of the build's rules: bump it when a change of code changes what the build writes,
 # so that a build made by an older lait is redone (2: the fixed sample schema, uids, the pool;
-# 3: duplicates confirmed by their pixels, texts of copies rescored against the kept image).
-VERSION = 3
-BUILD_TABLES = ("build_images", "build_plan", "pool")  # the build's own tables, cleared on a rebuild
+# 3: duplicates confirmed by their pixels, texts of copies rescored against the kept image;
+# 4: a URL list's failed rows in the sidecars, its extra columns in the samples).
+VERSION = 4
+BUILD_TABLES = ("build_images", "build_plan", "pool", "build_failed")  # the build's own tables, cleared on a rebuild
 # Up to this many images the plan runs in this process: its heap stays under a few tens of MB,
 # and a child would cost more than it saves (40 ms of a 0.25 s plan of 2,000 images).
 PLAN_IN_PROCESS_IMAGES = 20_000
@@ -220,8 +221,13 @@ def run_passes(work: WorkDir, cfg: BuildConfig, fp: Fingerprint) -> BuildResult:
 
     plan_report = RunReport("build_plan")
     plan_fp = dataclasses.replace(fp, stage="build_plan")  # the pick pass wrote none of its inputs
-    if run_global_step(work, plan_fp, lambda: {"stage": "build_plan", "partition": 0, "counters": run_plan(work, cfg)},
-                       label="build_plan", report=plan_report) is None:
+
+    def plan() -> dict[str, Any]:
+        counters = run_plan(work, cfg)
+        extra = counters.pop(EXTRA_COLUMNS, [])
+        return {"stage": "build_plan", "partition": 0, "counters": counters, "extra_columns": extra}
+
+    if run_global_step(work, plan_fp, plan, label="build_plan", report=plan_report) is None:
         plan_report.skipped.append(0)
     else:
         plan_report.done.append(0)
@@ -229,7 +235,9 @@ def run_passes(work: WorkDir, cfg: BuildConfig, fp: Fingerprint) -> BuildResult:
     log.debug(plan_report.summary())  # printed with the others by the command
 
     out = shard_dir(work)
-    shard_report = executor.run(ShardStage(cfg.image_options(), cfg.regions, out=str(out)), work)
+    extra = [tuple(c) for c in (work.markers("build_plan").get(0) or {}).get("extra_columns") or []]
+    shard_report = executor.run(ShardStage(cfg.image_options(), cfg.regions, out=str(out), extra_columns=extra),
+                                work)
     result.reports.append(shard_report)
     if not shard_report.ok:
         return result

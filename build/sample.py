@@ -11,7 +11,10 @@ pandas and polars a few more) see every key with its full type in any first row,
   caption's candidate.
 
 The Parquet sidecar has the same fields as Arrow columns (`SIDECAR`), plus the failed samples
-of the shard with their `status` and `error_message`, as img2dataset writes it.
+of the shard with their `status` and `error_message`, as img2dataset writes it, and lait's
+`reason` for each failure. A build from URL lists appends the lists' extra columns
+(`--save-additional-columns`) to every sample and sidecar row, after the fixed fields, each
+with one type (`lait.build.books`).
 """
 
 from __future__ import annotations
@@ -62,7 +65,9 @@ FIELDS: list[tuple[str, pa.DataType, str]] = [
 ]
 
 KEYS = [name for name, _, _ in FIELDS]
-SIDECAR = pa.schema([pa.field(name, tp) for name, tp, _ in FIELDS])
+# The sidecar's column beside img2dataset's status: lait's `stage/rule` of a failed row.
+REASON = "reason"
+SIDECAR = pa.schema([pa.field(name, tp) for name, tp, _ in FIELDS] + [pa.field(REASON, pa.string())])
 STRINGS = {name for name, tp, _ in FIELDS if tp == pa.string()} - {"error_message"}
 INTS = {name for name, tp, _ in FIELDS if pa.types.is_integer(tp)}
 CANDIDATE_KEYS = [f.name for f in CANDIDATE]
@@ -87,6 +92,7 @@ def make_sample(meta: dict[str, Any], **image: Any) -> dict[str, Any]:
     and what writing the image decided (`key`, `status`, `width`, ...); raises ValueError when a
     key is left over or missing, so that the schema cannot drift silently."""
     values = {**meta, **image}
+    columns = values.pop("extra", None) or {}  # the URL list's extra columns
     values["uid"] = sample_uid(values["url"], values["caption"])
     values.setdefault("error_message", None)
     for name in ("lang", "license", "pretrained"):
@@ -107,7 +113,28 @@ def make_sample(meta: dict[str, Any], **image: Any) -> dict[str, Any]:
         out[name] = v
     if not out["urls"] or not out["candidates"]:
         raise ValueError(f"sample {out['key']}: urls and candidates must not be empty")
-    return out
+    return with_extra(out, columns)
+
+
+def with_extra(record: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """`record` with the list's extra columns after its fixed keys; ValueError for a column named
+    like a fixed key (`lait download` refuses those, as img2dataset does)."""
+    clash = sorted(set(extra) & (set(KEYS) | {REASON}))
+    if clash:
+        raise ValueError(f"extra columns {clash} are named like fields of the sample")
+    record.update(extra)
+    return record
+
+
+def failed_record(key: str, status: str, error_message: str, *, url: str | None, caption: str | None,
+                  page_url: str | None, extra: dict[str, Any]) -> dict[str, Any]:
+    """The sidecar row of a list row that became no sample: what the list said of it, its
+    status and message; every measure of an image it never became is null."""
+    values: dict[str, Any] = {name: None for name in KEYS}
+    values.update(key=key, uid=sample_uid(url or "", caption or ""), url=url or "", caption=caption or "",
+                  status=status, error_message=error_message, page_url=page_url or "",
+                  urls=[url] if url else [], candidates=[])
+    return with_extra(values, extra)
 
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)  # `json.dumps` makes one per call
@@ -123,7 +150,7 @@ def check_sample(obj: Any) -> list[str]:
     if not isinstance(obj, dict):
         return ["not a JSON object"]
     problems = []
-    if list(obj) != KEYS:
+    if list(obj)[:len(KEYS)] != KEYS:  # the list's extra columns may follow
         problems.append(f"keys {list(obj)} are not {KEYS}")
     for name, tp, _ in FIELDS:
         if name not in obj:

@@ -31,13 +31,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lait import errors, storage
+from lait.build.books import TYPES, type_of
 from lait.build.regions import RegionReader
 from lait.build.resize import ImageOptions, exif_json, prepare
 from lait.build.sample import (
     FAILED_TO_DOWNLOAD,
     FAILED_TO_RESIZE,
+    KEYS,
+    REASON,
     SIDECAR,
     SUCCESS,
+    failed_record,
     make_sample,
     sample_json,
     uids_to_array,
@@ -287,19 +291,33 @@ class ShardStage(Stage):
 
     name = "build_shards"
     input_table = "build_plan"
+    # The URL list rows of the shard that became no sample: its sidecar and _stats.json list them.
+    extra_inputs = ("build_failed",)
     output_tables = ()
 
     def __init__(self, images: ImageOptions | None = None, regions: bool = True, *,
-                 source: str | None = None, out: str | None = None):
+                 source: str | None = None, out: str | None = None,
+                 extra_columns: list[tuple[str, str]] | None = None):
         self.images = images or ImageOptions()
         self.regions = regions
         self.source = source
         self.out = out
+        # The URL lists' extra columns and their types over the whole build (the plan's); None:
+        # typed from the shard's own values (`lait select`, whose pool rows carry them).
+        self.extra_columns = extra_columns
 
     def settings(self) -> dict[str, Any]:
         """What changes a shard besides its plan: the image options and the region arrays (the
         build's and the selection's own fingerprints hold every other setting)."""
-        return {**dataclasses.asdict(self.images), "regions": self.regions}
+        out = {**dataclasses.asdict(self.images), "regions": self.regions}
+        if self.extra_columns:
+            out["extra_columns"] = [list(c) for c in self.extra_columns]
+        return out
+
+    def partitions(self, work: WorkDir) -> list[int]:
+        """Shards with samples or failed rows (a shard of URL list rows that all failed still
+        gets its tar, sidecar and stats, as img2dataset's)."""
+        return sorted(set(work.partitions("build_plan")) | set(work.partitions("build_failed")))
 
     def output_folder(self, work: WorkDir) -> Location:
         return storage.location(self.out) if self.out else work.root / "shards"
@@ -349,9 +367,11 @@ class ShardStage(Stage):
                     ctx.reject("build/corrupt_image" if isinstance(exc, CorruptImage) else "build/unreadable",
                                image_url=r["image_url"], page_url=r["page_url"], text=r["caption"], detail=err)
                     status = FAILED_TO_DOWNLOAD if isinstance(exc, (MissingBytes, CorruptImage)) else FAILED_TO_RESIZE
-                    sidecar.append(make_sample(meta, key=r["key"], status=status, error_message=err,
-                                               width=None, height=None, original_width=r["width"],
-                                               original_height=r["height"], exif="{}"))
+                    sidecar.append({**make_sample(meta, key=r["key"], status=status, error_message=err,
+                                                  width=None, height=None, original_width=r["width"],
+                                                  original_height=r["height"], exif="{}"),
+                                    REASON: "build/corrupt_image" if isinstance(exc, CorruptImage)
+                                    else "build/unreadable"})
                     continue
                 if image.reencoded:
                     ctx.count("build/reencoded")
@@ -363,11 +383,17 @@ class ShardStage(Stage):
                     members.update(regions.arrays(r["image_url"]))
                 tar.write(r["key"], members)
                 sidecar.append(sample)
+            for f in ctx.work.read("build_failed", ctx.partition).to_pylist():
+                sidecar.append(failed_record(f["key"], f["status"], f["error_message"], url=f["image_url"],
+                                             caption=f["caption"], page_url=f["page_url"],
+                                             extra=json.loads(f["extra"]) if f["extra"] else {}))
+                sidecar[-1][REASON] = f["reason"]
             ctx.count("build/samples", tar.samples)
             ctx.count("build/shard_bytes", tar.bytes)
             sidecar.sort(key=lambda s: s["key"])
             side_bytes = io.BytesIO()
-            pq.write_table(pa.Table.from_pylist(sidecar, schema=SIDECAR), side_bytes, compression="zstd")
+            pq.write_table(pa.Table.from_pylist(sidecar, schema=self.sidecar_schema(sidecar)), side_bytes,
+                           compression="zstd")
             atomic_write_bytes(out_dir / f"{name}.parquet", side_bytes.getvalue())
             atomic_write_json(out_dir / f"{name}_stats.json", shard_stats(sidecar, started))
             tar.close()
@@ -377,6 +403,16 @@ class ShardStage(Stage):
             raise
         finally:
             source.close()
+
+
+    def sidecar_schema(self, rows: list[dict[str, Any]]) -> pa.Schema:
+        """SIDECAR, then the extra columns: with the build's types, else typed from `rows`."""
+        if self.extra_columns is not None:
+            extra = self.extra_columns
+        else:
+            names = list(dict.fromkeys(k for r in rows for k in r if k not in KEYS and k != REASON))
+            extra = [(n, type_of([r.get(n) for r in rows])) for n in names]
+        return pa.schema(list(SIDECAR) + [pa.field(n, TYPES[tp]) for n, tp in extra])
 
 
 class MissingBytes(ValueError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 HOST_DOWN = "crawl/host_down"
 ROBOTS_UNREACHABLE = "crawl/robots_unreachable"
+HOST_UNREACHABLE = "crawl/host_unreachable"
 TDM_RESERVED = "crawl/tdm_reserved"
 DECOMPRESSION_BOMB = "crawl/decompression_bomb"
 

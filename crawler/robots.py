@@ -13,12 +13,14 @@ every origin (scheme, host, port) a request goes to, page and image hosts alike:
   read: it counts as unreachable for 24 hours (disallow all), and is a
   ``crawl/decompression_bomb`` row of ``rejected/``;
 - unreachable (5xx, timeout, refused, DNS failure, any other failed download) disallows
-  everything (2.3.1.4): requests are refused as ``crawl/robots_unreachable``, and the next
-  request to that origin after ``LAIT_ORIGIN_RETRY_SECONDS`` asks again. A host that was marked
-  down meanwhile refuses them as ``crawl/host_down``.
+  everything (2.3.1.4): requests are refused as ``crawl/robots_unreachable``, or as
+  ``crawl/host_unreachable`` when no connection to the host could be made at all (no name, no
+  route, refused: the host is down, not its robots.txt), and the next request to
+  that origin after ``LAIT_ORIGIN_RETRY_SECONDS`` asks again. A host that was marked down
+  meanwhile refuses them as ``crawl/host_down``.
 
-Refused requests raise `RobotsForbidden` (``crawl/robots``) or `RobotsUnreachable`, which the
-spider records in ``rejected/``.
+Refused requests raise `RobotsForbidden` (``crawl/robots``), `RobotsUnreachable` or
+`HostUnreachable`, which the spider records in ``rejected/``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 
 from lait.crawler.hosts import HostDown, host_of
 from lait.crawler.origindocs import OriginDocumentMiddleware
-from lait.crawler.reasons import ROBOTS_UNREACHABLE
+from lait.crawler.reasons import HOST_UNREACHABLE, ROBOTS_UNREACHABLE
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +60,35 @@ class RobotsUnreachable(IgnoreRequest):
         super().__init__(f"robots.txt of {origin} unreachable ({why}): disallow all")
 
 
+class HostUnreachable(RobotsUnreachable):
+    """A request to an origin no connection could be made to when its robots.txt was asked
+    for: the request itself was never sent, and the host, not a rule, is why."""
+
+    reason = HOST_UNREACHABLE
+
+    def __init__(self, origin: str, why: str):
+        IgnoreRequest.__init__(self, f"host {origin} unreachable ({why}): the request was never sent")
+
+
+# Failures of the connection itself (Twisted's and Scrapy's names): the host never answered.
+# A 5xx, a cut body or a bomb is an answer: robots.txt unreachable, the host reachable.
+# A download timeout is not among them: it cannot tell a host that never answered from a slow one.
+_NO_CONNECTION = ("DNSLookupError", "CannotResolveHostError", "ConnectionRefusedError", "ConnectError",
+                  "NoRouteError", "TCPTimedOutError", "DownloadConnectionRefusedError", "UnknownHostError")
+
+
+def is_no_connection(exc: BaseException) -> bool:
+    """True when `exc` says no connection to the host was made (by its class or a base's name)."""
+    return any(cls.__name__ in _NO_CONNECTION for cls in type(exc).__mro__)
+
+
 @dataclass(frozen=True)
 class RobotsVerdict:
     """What an origin's robots.txt says: its rules, allow all (None), or unreachable (why)."""
 
     rules: Protego | None = None
     unreachable: str | None = None
+    no_connection: bool = False  # unreachable because the host never answered at all
 
 
 ALLOW_ALL = RobotsVerdict()
@@ -116,7 +141,8 @@ class RobotsTxtMiddleware(OriginDocumentMiddleware):
     def verdict_from_failure(self, exc):
         if isinstance(exc, IgnoreRequest) and "max redirections" in str(exc):
             return ALLOW_ALL, RULES_TTL  # too many redirects: unavailable (RFC 9309 2.3.1.2)
-        return RobotsVerdict(unreachable=f"{type(exc).__name__}: {exc}"), self.retry_after
+        return (RobotsVerdict(unreachable=f"{type(exc).__name__}: {exc}", no_connection=is_no_connection(exc)),
+                self.retry_after)
 
     def check(self, request, verdict: RobotsVerdict) -> None:
         if verdict.unreachable is not None:
@@ -126,8 +152,12 @@ class RobotsTxtMiddleware(OriginDocumentMiddleware):
             why = health.down_reason(host) if health is not None else None
             if why is not None:
                 raise HostDown(host, why)
+            origin = request.url.split("/", 3)[2]
+            if verdict.no_connection:
+                self.stats.inc_value("robotstxt/host_unreachable")
+                raise HostUnreachable(origin, verdict.unreachable)
             self.stats.inc_value("robotstxt/unreachable")
-            raise RobotsUnreachable(request.url.split("/", 3)[2], verdict.unreachable)
+            raise RobotsUnreachable(origin, verdict.unreachable)
         if verdict.rules is not None and not verdict.rules.can_fetch(request.url, self.token):
             self.stats.inc_value("robotstxt/forbidden")
             raise RobotsForbidden(request.url, self.token)

@@ -314,16 +314,24 @@ def page_candidates(row: dict[str, Any], cfg: CleanConfig) -> tuple[list[tuple[s
     return texts.images, texts.truncated
 
 
+def _fetched_images(ctx: PartContext) -> set[str]:
+    """Image URLs of the partition with bytes in `images/` (fetched, no error)."""
+    return {r["image_url"] for r in ctx.work.iter_rows("images", ctx.partition, columns=["image_url", "error"],
+                                                        batch_size=8192) if r["error"] is None}
+
+
 class CleanStage(Stage):
     """Stage 3 of LAIT over one partition of `pages/`; output re-partitioned by image URL."""
 
     name = "clean"
     input_table = "pages"
     # URL lists (`lait download`): each row's caption; WAT image links (`lait ingest-warc`):
-    # their alt and title texts. Both are partitioned by image URL already.
-    extra_inputs = ("url_list", "warc_links")
+    # their alt and title texts. Both are partitioned by image URL already. And `images/`, so
+    # that a list row whose image was never fetched gives no candidate (nor rejects).
+    extra_inputs = ("url_list", "warc_links", "images")
     output_tables = ("candidates",)
-    version = 3  # 2: junk rules, page texts with one owner, language ID over all languages; 3: WAT links
+    version = 3  # 2: junk rules, page texts with one owner, language ID over all languages; 3: WAT links,
+    # list rows only with their image fetched
 
     def __init__(self, cfg: CleanConfig):
         self.cfg = cfg
@@ -428,9 +436,15 @@ class CleanStage(Stage):
     def _list_captions(self, ctx: PartContext, rules: TextRules) -> None:
         """Each URL list row's caption as a `list` candidate of its image (the same rules as
         every text; site boilerplate does not apply: a list is no site). A row without a page
-        column has the page URL '' (candidates need one)."""
+        column has the page URL '' (candidates need one). A row whose image has no bytes (never
+        fetched: refused by a rule, an unreachable host, a failed download) is left out: it can
+        never be a sample, and stage 1 already recorded why."""
+        fetched = _fetched_images(ctx)
         for row in ctx.work.iter_rows("url_list", ctx.partition, columns=["image_url", "caption", "page_url"]):
             ctx.count("list_rows_in")
+            if row["image_url"] not in fetched:
+                ctx.count("list_rows_not_fetched")
+                continue
             raw = [("list", piece) for piece in self.prepare(row["caption"])] if row["caption"] else []
             self._emit(ctx, row["page_url"] or "", row["image_url"], raw, rules, Counter(), float("inf"))
 

@@ -27,6 +27,9 @@ REASONS: dict[str, str] = {
     "crawl/robots_unreachable": "the host's robots.txt could not be fetched (5xx, timeout, refused "
                                 "connection, oversize cut); RFC 9309 says disallow all, so the "
                                 "request was never sent.",
+    "crawl/host_unreachable": "no connection to the host could be made when its robots.txt was asked "
+                              "for (no such name, refused, no route); the request was never "
+                              "sent.",
     "crawl/host_down": "the host failed several times in a row (DNS, refused connection, timeout) and "
                        "was marked down; this request to it was never sent.",
     "crawl/tdm_reserved": "the origin's /.well-known/tdmrep.json reserves text and data mining rights "

@@ -226,6 +226,22 @@ BUILD_PLAN = pa.schema([
     pa.field("meta", pa.string(), nullable=False),
 ])
 
+# build_failed/ (build, pass 2): the URL list rows that became no sample, partitioned by the shard
+# whose sidecar and _stats.json list them (img2dataset's failed rows; `lait.build.books`).
+BUILD_FAILED = pa.schema([
+    pa.field("key", pa.string(), nullable=False),
+    pa.field("shard", pa.int32(), nullable=False),
+    pa.field("image_url", pa.string()),
+    pa.field("page_url", pa.string()),
+    pa.field("caption", pa.string()),
+    pa.field("status", pa.string(), nullable=False),  # failed_to_download, failed_to_resize
+    pa.field("error_message", pa.string(), nullable=False),
+    pa.field("reason", pa.string()),  # lait's stage/rule; null when nothing recorded one
+    pa.field("list_file", pa.string(), nullable=False),
+    pa.field("row", pa.int64(), nullable=False),
+    pa.field("extra", pa.string()),  # the list's extra columns, typed, as a JSON object
+])
+
 # pool/ (build, pass 2): every picture that passed the build's rules but the score thresholds,
 # with its planned sample; partitioned by image URL, rows in shard order. `lait select` cuts
 # subsets from it. `uid` is the sample's DataComp-style id (docs/shards.md).
@@ -263,6 +279,7 @@ TABLES: dict[str, Table] = {
         Table("near_dups", NEAR_DUPS, "image_url_a"),
         Table("build_images", BUILD_IMAGES, "image_url"),
         Table("build_plan", BUILD_PLAN, "key"),
+        Table("build_failed", BUILD_FAILED, "key"),
         Table("pool", POOL, "image_url"),
     ]
 }

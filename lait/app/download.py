@@ -83,6 +83,13 @@ class DownloadConfig(UnitsConfig, FetchConfig, RetrySettings):
             raise ConfigError("--url-col must name a column")
         if self.n_partitions < 0 or self.processes < 0:
             raise ConfigError("n_partitions and processes must be >= 0")
+        from lait.build.sample import KEYS, REASON
+
+        # They reach every sample's JSON beside its own fields (img2dataset refuses these too).
+        clash = sorted(set(self.save_additional_columns) & {*KEYS, REASON})
+        if clash:
+            raise ConfigError(f"--save-additional-columns {', '.join(clash)}: named like fields of a shard sample; "
+                              f"these names are taken: {', '.join(KEYS + [REASON])}")
 
 
 def summary(reports, stats: dict | None) -> str:

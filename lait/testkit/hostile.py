@@ -17,8 +17,9 @@ tdm        ``tdm-cdn.lait.test`` (.6)     tdmrep.json reserves TDM rights on its
 
 `KINDS` names, for each kind, the reason a polite, robust crawl records for its images (in
 ``rejected/``, or as the error of an ``images/`` row): with robots.txt obeyed, the first three
-never get past their robots.txt (``crawl/robots_unreachable``; a host tried again later in a
-long crawl may be marked down instead).
+never get past their robots.txt (``crawl/host_unreachable`` where no connection is made,
+``crawl/robots_unreachable`` where the connection hangs; a host tried again later in a long
+crawl may be marked down instead).
 
 `HostileGallery` is a one-page site whose images all live on one host: the measure of what a
 dead host costs a crawl (`bench/crawl/bench_hostile.py`, tests).
@@ -58,10 +59,10 @@ class HostileKind:
     reasons: tuple[str, ...]  # every reason that is right for it
 
 
-_UNREACHABLE = ("crawl/robots_unreachable", "crawl/host_down")
+_UNREACHABLE = ("crawl/robots_unreachable", "crawl/host_unreachable", "crawl/host_down")
 KINDS: dict[str, HostileKind] = {k.name: k for k in (
-    HostileKind("nxdomain", "crawl/robots_unreachable", _UNREACHABLE + ("download/CannotResolveHostError",)),
-    HostileKind("refused", "crawl/robots_unreachable",
+    HostileKind("nxdomain", "crawl/host_unreachable", _UNREACHABLE + ("download/CannotResolveHostError",)),
+    HostileKind("refused", "crawl/host_unreachable",
                 _UNREACHABLE + ("download/DownloadConnectionRefusedError",)),
     HostileKind("blackhole", "crawl/robots_unreachable", _UNREACHABLE + ("download/DownloadTimeoutError",)),
     HostileKind("trickle", "crawl/host_down", ("crawl/host_down", "download/DownloadTimeoutError")),

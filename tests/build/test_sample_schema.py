@@ -52,14 +52,15 @@ def test_every_sample_has_every_key_with_its_type(built):
 
 def test_sidecar_has_the_same_fields_and_the_failed_sample(built):
     table = pq.read_table(sorted(built.glob("*.parquet")))
-    assert table.schema.names == KEYS and table.schema.equals(SIDECAR)
+    assert table.schema.names == KEYS + ["reason"] and table.schema.equals(SIDECAR)
     rows = table.to_pylist()
     by_key = {m["key"]: m for m in samples(built)}
     for r in rows:
         if r["status"] == "success":
-            assert r == by_key[r["key"]]
+            assert r.pop("reason") is None and r == by_key[r["key"]]
     failed = [r for r in rows if r["status"] != "success"]
-    assert [(r["url"].rsplit("/", 1)[1], r["status"]) for r in failed] == [("broken.png", "failed_to_resize")]
+    assert [(r["url"].rsplit("/", 1)[1], r["status"], r["reason"]) for r in failed] == \
+        [("broken.png", "failed_to_resize", "build/unreadable")]
     assert failed[0]["error_message"] and failed[0]["width"] is None and failed[0]["original_width"] == 400
     stats = {p.name: json.loads(p.read_text()) for p in built.glob("*_stats.json")}
     assert sorted(stats) == [f"{p.stem}_stats.json" for p in sorted(built.glob("*.tar"))]

@@ -166,3 +166,20 @@ def test_polish_caption_dropped_by_languages_en(make_work, td):
     got, rejected = run_clean(make_work, td, page(body))
     assert set(got) == {"http://site.test/en.jpg"} and got["http://site.test/en.jpg"][0]["lang"] == "en"
     assert any(r["reason"] == "clean/language" and r["detail"] == "language pl" for r in rejected)
+
+
+def test_list_rows_whose_image_was_never_fetched_give_no_stage3_rows(make_work, td):
+    """A list row whose image has no bytes (an unreachable host, a failed download, no images/
+    row at all) is stage 1's failure: stage 3 neither cleans its caption nor rejects it."""
+    work = make_work(n_partitions=2)
+    urls = {k: f"http://photos.test/{k}.jpg" for k in ("ok", "failed", "absent")}
+    td.write_table(work, "url_list", [{"image_url": u, "caption": "x", "page_url": None, "extra": None,
+                                       "list_file": "l.csv", "row": i + 1} for i, u in enumerate(urls.values())],
+                   "image_url")
+    failed = {**td.image_row(urls["failed"], None, status=0), "error": "download/DownloadConnectionRefusedError"}
+    td.write_table(work, "images", [td.image_row(urls["ok"], td.encode(td.photo(2))), failed], "image_url")
+    cfg = CleanConfig(work=str(work.root), progress=False, languages=["en"])
+    assert LocalExecutor(workers=1, show_progress=False).run(CleanStage(cfg), work).ok
+    rows = list(work.iter_rows("rejected")) + list(work.iter_rows("candidates"))
+    # the fetched image's one-letter caption is judged (and rejected); the others are not seen
+    assert {r["image_url"] for r in rows} == {urls["ok"]}

@@ -63,6 +63,7 @@ def test_bidi_controls_leave_no_trace_in_candidates(make_work, td):
     td.write_table(work, "pages", [td.page_row(PAGE, html)], "url")
     td.write_table(work, "url_list", [{"image_url": "http://news.test/b.jpg", "caption": "A cat\u061c asleep\u202d on a sofa",
                                        "page_url": None, "extra": None, "list_file": "l.csv", "row": 1}], "image_url")
+    td.write_table(work, "images", [td.image_row("http://news.test/b.jpg", td.encode(td.photo(1)))], "image_url")
     cfg = CleanConfig(work=str(work.root), progress=False, languages=["any"])
     report = LocalExecutor(workers=1, retries=0, show_progress=False).run(CleanStage(cfg), work)
     assert report.ok, report.summary()

@@ -26,7 +26,7 @@ from lait.parts import WorkDir
 from lait.testkit.photos import MISSING_PREFIX, NOT_AN_IMAGE_PREFIX, PhotoServer, PhotoSite, coco_photos
 from lait.testkit.pipeline_kit import write_csv
 
-UNREACHABLE = {"crawl/robots_unreachable", "crawl/host_down", "filter/download"}
+UNREACHABLE = {"crawl/host_unreachable", "crawl/host_down"}
 PIPELINE = "clean: {languages: [en]}\nscore: {model: demo, near_dup_threshold: 0.999}\nbuild: {samples_per_shard: 20}\n"
 
 

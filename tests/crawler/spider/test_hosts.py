@@ -118,4 +118,4 @@ def test_resolve_override_reaches_a_name_dns_does_not_know(hostile, tmp_path):
     _, reasons = _gallery_crawl(tmp_path, site, [f"imgs.lait.test:{port}:127.0.0.2"])
     assert reasons == {"crawl/robots": 3}  # reached: its robots.txt said no
     _, reasons = _gallery_crawl(tmp_path / "b", site, [f"{TRICKLE_HOST}:{port}:127.0.0.4"])
-    assert set(reasons) == {"crawl/robots_unreachable"}  # not overridden: the name does not resolve
+    assert set(reasons) == {"crawl/host_unreachable"}  # not overridden: the name does not resolve

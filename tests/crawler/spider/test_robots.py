@@ -153,3 +153,15 @@ def test_robots_txt_404_allows_everything(tmp_path):
     assert {"", "public.html", "private/x.html"} <= set(pages)
     assert {"img/home.jpg", "img/public.jpg", "img/private-x.jpg"} <= set(images)
     assert not rejected
+
+
+def test_a_host_never_connected_to_is_unreachable_not_its_robots_txt():
+    from scrapy.exceptions import DownloadTimeoutError
+    from twisted.internet.error import ConnectionRefusedError, DNSLookupError
+
+    from lait.crawler.robots import HostUnreachable, RobotsUnreachable, is_no_connection, verdict_for_status
+
+    assert is_no_connection(ConnectionRefusedError()) and is_no_connection(DNSLookupError())
+    assert not is_no_connection(DownloadTimeoutError()) and not is_no_connection(ValueError())
+    assert not verdict_for_status(503, b"")[0].no_connection  # an answer: the host is there
+    assert HostUnreachable.reason == "crawl/host_unreachable" and issubclass(HostUnreachable, RobotsUnreachable)
