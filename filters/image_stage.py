@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from lait.config import ConfigError, StageConfig, setting
+from lait.filters.consent import dmi_reservation, load_hash_list
 from lait.filters.image_decode import ImageHeader, ImageRejected, decode_small, encode_for_storage, open_image, sniff
 from lait.imagehash import phash_of
 from lait.memory import media_heap
@@ -74,6 +75,10 @@ class FilterConfig(StageConfig):
     keep_jpeg_max_bytes: int = setting(4_000_000, "store an upright RGB/grey JPEG as fetched when at "
                                        "most this large; otherwise re-encode")
     jpeg_quality: int = setting(95, "quality of re-encoded JPEGs")
+    exclude_hashes: str = setting("", "file of MD5 or SHA-256 hex digests of image bytes to reject, one a "
+                                  "line (filter/excluded_hash)", metavar="FILE")
+    honour_dmi: bool = setting(True, "reject images whose XMP plus:DataMining (IPTC) prohibits AI/ML "
+                               "training or data mining (filter/dmi_reserved)")
 
     def validate(self) -> None:
         super().validate()
@@ -84,6 +89,8 @@ class FilterConfig(StageConfig):
         if not 1 <= self.jpeg_quality <= 100:
             raise ConfigError("jpeg_quality must be between 1 and 100")
         self.formats = [f.upper() for f in self.formats]
+        if self.exclude_hashes:
+            load_hash_list(self.exclude_hashes)  # a missing file or a bad line fails here, not per part
 
 
 # -- rule filters on the header ------------------------------------------------------------------
@@ -220,6 +227,7 @@ def _with_sha256(rows: Iterator[dict[str, Any]], max_bytes: int,
 
 
 _CLASSIFIERS: dict[tuple[str, int], Any] = {}  # one per worker process
+_HASH_LISTS: dict[str, Any] = {}  # file -> its HashList, read once per worker process
 
 
 class ImageFilterStage(Stage):
@@ -231,6 +239,7 @@ class ImageFilterStage(Stage):
 
     def __init__(self, cfg: FilterConfig):
         self.cfg = cfg
+        self.hashes: Any = None  # the --exclude-hashes list, read when a partition starts
 
     def _classifier(self) -> Any:
         from lait.filters.uninformative import load_classifier
@@ -240,9 +249,16 @@ class ImageFilterStage(Stage):
             _CLASSIFIERS[key] = load_classifier(self.cfg.uninformative, max_colours=self.cfg.flat_max_colours)
         return _CLASSIFIERS[key]
 
+    def _hash_list(self) -> Any:
+        path = self.cfg.exclude_hashes
+        if path and path not in _HASH_LISTS:
+            _HASH_LISTS[path] = load_hash_list(path)
+        return _HASH_LISTS.get(path)
+
     def process(self, ctx: PartContext) -> None:
         cfg = self.cfg
         classifier = self._classifier()
+        self.hashes = self._hash_list()
         rules = header_filters(cfg)
         kept_sha: dict[str, str] = {}
         near = NearDuplicateIndex(cfg.phash_distance, cfg.near_dup_max_diff)
@@ -296,12 +312,19 @@ class ImageFilterStage(Stage):
             raise ImageRejected("too_large", f"{len(data)} bytes > {cfg.max_bytes}")
         if sha is None:
             sha = hashlib.sha256(data).hexdigest()
+        listed = self.hashes.match(data, sha) if self.hashes else None
+        if listed:
+            raise ImageRejected("excluded_hash", f"{listed} is on {cfg.exclude_hashes}")
         if cfg.dedup and sha in kept_sha and data:
             raise ImageRejected("duplicate_sha256", f"same bytes as {kept_sha[sha]}")
         sniffed = sniff(data, row.get("mime"))
         if sniffed:
             raise ImageRejected(*sniffed)
         header = open_image(data, max_pixels=cfg.max_pixels)
+        if cfg.honour_dmi:
+            reserved = dmi_reservation(header.image.info, data)
+            if reserved:
+                raise ImageRejected("dmi_reserved", reserved)
         dropped = first_rejection(rules, header)
         if dropped is not None:
             raise ImageRejected(dropped[0].name, dropped[1] or "")

@@ -1,0 +1,169 @@
+"""Stage 2's consent checks on the image file itself: hash block lists, reservations inside it.
+
+- **Hash lists** (`--exclude-hashes FILE`): hex digests of image bytes to keep out, one a
+  line, as the lists of known abuse material and of privacy or rights complaints are shared.
+  A 32-digit entry is an MD5, a 64-digit one a SHA-256; ``md5:`` / ``sha256:`` prefixes are
+  accepted, ``#`` starts a comment. An image whose bytes match is `filter/excluded_hash`.
+- **Reservations in the file** (IPTC Photo Metadata 2023.1, `plus:DataMining`, from the PLUS
+  Coalition's vocabulary): the XMP packet (JPEG APP1, PNG iTXt, WebP XMP chunk, TIFF tag
+  700) may say data mining is prohibited. lait builds training data, so every value that
+  prohibits AI/ML training, generative AI/ML training, or data mining in general reserves the
+  image (`filter/dmi_reserved`); "unspecified" and "allowed" do not. The ``SEE...`` values
+  prohibit and point to a constraint lait cannot evaluate: reserved too. An unknown value
+  that says ``PROHIBITED`` is taken as a prohibition.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from lait.config import ConfigError
+
+PLUS_NS = "http://ns.useplus.org/ldf/xmp/1.0/"
+VOCAB = "http://ns.useplus.org/ldf/vocab/"
+
+# Each PLUS Data Mining value, with its label (what ExifTool writes when given the label) and
+# whether it reserves the image against use in a training set.
+DMI_VALUES: dict[str, tuple[str, bool]] = {
+    "DMI-UNSPECIFIED": ("Unspecified - no prohibition defined", False),
+    "DMI-ALLOWED": ("Allowed", False),
+    "DMI-PROHIBITED-AIMLTRAINING": ("Prohibited for AI/ML training", True),
+    "DMI-PROHIBITED-GENAIMLTRAINING": ("Prohibited for Generative AI/ML training", True),
+    "DMI-PROHIBITED-EXCEPTSEARCHENGINEINDEXING": ("Prohibited except for search engine indexing", True),
+    "DMI-PROHIBITED": ("Prohibited", True),
+    "DMI-PROHIBITED-SEECONSTRAINT": ("Prohibited, see plus:OtherConstraints", True),
+    "DMI-PROHIBITED-SEEEMBEDDEDRIGHTSEXPR": ("Prohibited, see iptcExt:EmbdEncRightsExpr", True),
+    "DMI-PROHIBITED-SEELINKEDRIGHTSEXPR": ("Prohibited, see iptcExt:LinkedEncRightsExpr", True),
+}
+_BY_LABEL = {re.sub(r"\W+", " ", label).strip().lower(): code for code, (label, _) in DMI_VALUES.items()}
+
+
+# -- hash lists ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HashList:
+    md5: frozenset[str] = frozenset()
+    sha256: frozenset[str] = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.md5 or self.sha256)
+
+    def match(self, data: bytes | memoryview, sha256: str) -> str | None:
+        """'md5 HEX' or 'sha256 HEX' when the bytes are listed, else None. `sha256`: the hex
+        digest stage 2 already took; MD5 is taken only when the list has MD5 entries."""
+        if sha256 in self.sha256:
+            return f"sha256 {sha256}"
+        if self.md5:
+            md5 = hashlib.md5(data, usedforsecurity=False).hexdigest()
+            if md5 in self.md5:
+                return f"md5 {md5}"
+        return None
+
+
+_HEX = re.compile(r"[0-9a-f]+")
+
+
+def load_hash_list(path: str) -> HashList:
+    """The digests in `path`; ConfigError for a line that is not one."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise ConfigError(f"exclude_hashes: {path} cannot be read: {exc.strerror or exc}") from None
+    md5: set[str] = set()
+    sha: set[str] = set()
+    for n, line in enumerate(text.splitlines(), 1):
+        entry = line.split("#", 1)[0].strip().lower()
+        if not entry:
+            continue
+        kind, _, digest = entry.rpartition(":")
+        digest = digest.strip()
+        if not _HEX.fullmatch(digest) or kind not in ("", "md5", "sha256") or len(digest) not in (32, 64) \
+                or (kind == "md5" and len(digest) != 32) or (kind == "sha256" and len(digest) != 64):
+            raise ConfigError(f"exclude_hashes: {path}:{n}: not an MD5 or SHA-256 hex digest: {line.strip()[:80]!r}")
+        (md5 if len(digest) == 32 else sha).add(digest)
+    return HashList(frozenset(md5), frozenset(sha))
+
+
+# -- plus:DataMining -------------------------------------------------------------------------------
+
+_XMP_KEYS = ("xmp", "XML:com.adobe.xmp")  # Pillow's keys: JPEG/WebP/TIFF, and PNG's iTXt
+_PACKET = re.compile(rb"<x:xmpmeta\b.*?</x:xmpmeta>", re.S)
+_PLUS_NS_BYTES = PLUS_NS.encode()
+_PLUS_NS_RE = re.compile(re.escape(_PLUS_NS_BYTES))  # re searches a memoryview without copying it
+
+
+def xmp_packets(info: dict, data: bytes | memoryview) -> list[bytes]:
+    """The XMP packets of an image: what Pillow read from the header, and, where the bytes name
+    the PLUS namespace but Pillow found no packet (one after PNG's image data, a TIFF tag),
+    the packets in the raw bytes."""
+    out = []
+    for key in _XMP_KEYS:
+        value = info.get(key)
+        if isinstance(value, str):
+            value = value.encode("utf-8", "replace")
+        if isinstance(value, (bytes, bytearray)) and value:
+            out.append(bytes(value))
+    if not any(_PLUS_NS_BYTES in p for p in out) and _PLUS_NS_RE.search(data):
+        out += _PACKET.findall(data)
+    return out
+
+
+def data_mining_values(packet: bytes) -> list[str]:
+    """The plus:DataMining values of one XMP packet, as written (URI, code or label): as an
+    element's text, an rdf:resource, an attribute of rdf:Description, or items of a list."""
+    from lxml import etree
+
+    if _PLUS_NS_BYTES not in packet:
+        return []
+    parser = etree.XMLParser(resolve_entities=False, no_network=True, recover=True, huge_tree=False)
+    try:
+        root = etree.fromstring(packet, parser)
+    except (etree.XMLSyntaxError, ValueError):
+        root = None
+    if root is None:  # not XML enough to parse: look for the vocabulary's codes themselves
+        return [m.decode() for m in re.findall(rb"DMI-[A-Z-]+", packet)]
+    values = []
+    tag = f"{{{PLUS_NS}}}DataMining"
+    rdf = "http://www.w3.org/1999/02/22-rdf-syntax-ns#"
+    for el in root.iter():
+        if not isinstance(el.tag, str):
+            continue
+        if tag in el.attrib:
+            values.append(el.attrib[tag])
+        if el.tag == tag:
+            resource = el.get(f"{{{rdf}}}resource")
+            if resource:
+                values.append(resource)
+            items = [li for li in el.iter(f"{{{rdf}}}li")]
+            values += [(li.get(f"{{{rdf}}}resource") or li.text or "") for li in items]
+            if not items and (el.text or "").strip():
+                values.append(el.text)
+    return [v.strip() for v in values if v and v.strip()]
+
+
+def dmi_code(value: str) -> str:
+    """The vocabulary code a written value means (URI, bare code or label); the value itself,
+    upper-cased, when it is none of them."""
+    v = value.strip()
+    if v.startswith(VOCAB):
+        v = v[len(VOCAB):]
+    elif "/" in v and "DMI-" in v.upper():
+        v = v.rsplit("/", 1)[1]
+    if v.upper() in DMI_VALUES:
+        return v.upper()
+    return _BY_LABEL.get(re.sub(r"\W+", " ", v).strip().lower(), v.upper())
+
+
+def dmi_reservation(info: dict, data: bytes | memoryview) -> str | None:
+    """The reserving value of an image's plus:DataMining (for the reject's detail), or None."""
+    for packet in xmp_packets(info, data):
+        for value in data_mining_values(packet):
+            code = dmi_code(value)
+            reserved = DMI_VALUES[code][1] if code in DMI_VALUES else "PROHIBITED" in code
+            if reserved:
+                return f"plus:DataMining {code}"
+    return None

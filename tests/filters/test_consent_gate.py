@@ -1,0 +1,158 @@
+"""Issue 32 items 3 and 4 at stage 2: hash block lists, and reservations inside the image file
+(IPTC Photo Metadata 2023.1 `plus:DataMining`)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from PIL import Image, PngImagePlugin, TiffImagePlugin
+
+from lait.config import ConfigError
+from lait.executor import LocalExecutor
+from lait.filters.consent import DMI_VALUES, VOCAB, dmi_code, load_hash_list
+from lait.filters.image_stage import FilterConfig, ImageFilterStage
+from lait.parts import WorkDir
+
+
+def run_filter(work: WorkDir, **settings) -> None:
+    cfg = FilterConfig(work=str(work.root), workers=1, progress=False, **settings)
+    cfg.validate()
+    report = LocalExecutor(workers=1, retries=0, show_progress=False).run(ImageFilterStage(cfg), work)
+    assert report.ok, report.summary()
+
+
+def outcome(work: WorkDir) -> tuple[set[str], dict[str, tuple[str, str]]]:
+    kept = {r["image_url"] for r in work.iter_rows("images_ok")}
+    rejected = {r["image_url"]: (r["reason"], r["detail"]) for r in work.iter_rows("rejected")}
+    return kept, rejected
+
+
+# -- plus:DataMining -------------------------------------------------------------------------------
+
+def xmp(value: str, form: str) -> bytes:
+    """An XMP packet whose plus:DataMining is `value`, written as an element, an attribute of
+    rdf:Description or an rdf:resource (the three ways XMP writers put a simple property)."""
+    ns = 'xmlns:plus="http://ns.useplus.org/ldf/xmp/1.0/"'
+    if form == "element":
+        desc = f'<rdf:Description rdf:about="" {ns}><plus:DataMining>{value}</plus:DataMining></rdf:Description>'
+    elif form == "attribute":
+        desc = f'<rdf:Description rdf:about="" {ns} plus:DataMining="{value}"/>'
+    else:
+        desc = f'<rdf:Description rdf:about="" {ns}><plus:DataMining rdf:resource="{value}"/></rdf:Description>'
+    return ('<?xpacket begin="\ufeff" id="W5M0MpCehiHzreSzNTczkc9d"?>'
+            '<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#">'
+            f'{desc}</rdf:RDF></x:xmpmeta><?xpacket end="w"?>').encode()
+
+
+def with_xmp(img: Image.Image, fmt: str, packet: bytes, td) -> bytes:
+    if fmt == "PNG":  # iTXt, compressed: Pillow must inflate it
+        info = PngImagePlugin.PngInfo()
+        info.add_itxt("XML:com.adobe.xmp", packet.decode(), zip=True)
+        return td.encode(img, "PNG", pnginfo=info)
+    if fmt == "TIFF":  # tag 700
+        ifd = TiffImagePlugin.ImageFileDirectory_v2()
+        ifd[700] = packet
+        ifd.tagtype[700] = 1
+        return td.encode(img, "TIFF", tiffinfo=ifd)
+    return td.encode(img, fmt, xmp=packet)  # JPEG APP1, WebP XMP chunk
+
+
+# Each value once as its URI, its bare code and its label (as ExifTool writes it from the label),
+# in each container format the stage reads.
+SPELLINGS = [("uri", "JPEG", "element"), ("code", "PNG", "attribute"), ("label", "WEBP", "element"),
+             ("uri", "TIFF", "resource")]
+
+
+def _spelled(code: str, how: str) -> str:
+    return {"uri": VOCAB + code, "code": code, "label": DMI_VALUES[code][0]}[how]
+
+
+def test_vocabulary_is_the_iptc_one():
+    assert len(DMI_VALUES) == 9  # IPTC Photo Metadata 2023.1 / PLUS LDF Data Mining vocabulary
+    allowed = {c for c, (_, reserved) in DMI_VALUES.items() if not reserved}
+    assert allowed == {"DMI-UNSPECIFIED", "DMI-ALLOWED"}
+    assert dmi_code("Unspecified – no prohibition defined") == "DMI-UNSPECIFIED"  # en dash, as IPTC prints it
+    assert dmi_code(" http://ns.useplus.org/ldf/vocab/DMI-PROHIBITED ") == "DMI-PROHIBITED"
+
+
+def test_every_data_mining_value_reserved_ones_rejected_others_kept(make_work, td):
+    work = make_work(n_partitions=2)
+    rows, expect_reserved, expect_kept = [], {}, set()
+    for i, code in enumerate(DMI_VALUES):
+        for j, (how, fmt, form) in enumerate(SPELLINGS):
+            url = f"http://site.test/{code}/{how}.{fmt.lower()}"
+            data = with_xmp(td.photo(10 * i + j, 420, 340), fmt, xmp(_spelled(code, how), form), td)
+            rows.append(td.image_row(url, data, mime=f"image/{fmt.lower()}"))
+            if DMI_VALUES[code][1]:
+                expect_reserved[url] = code
+            else:
+                expect_kept.add(url)
+    # No XMP at all, and XMP without a DataMining property: kept.
+    rows.append(td.image_row("http://site.test/plain.jpg", td.encode(td.photo(99, 420, 340))))
+    other = xmp("x", "element").replace(b"plus:DataMining", b"plus:ImageSupplierName")
+    rows.append(td.image_row("http://site.test/other-xmp.jpg", with_xmp(td.photo(98, 420, 340), "JPEG", other, td)))
+    expect_kept |= {"http://site.test/plain.jpg", "http://site.test/other-xmp.jpg"}
+    td.write_table(work, "images", rows, "image_url")
+
+    run_filter(work)
+    kept, rejected = outcome(work)
+    assert kept == expect_kept
+    assert set(rejected) == set(expect_reserved)
+    for url, code in expect_reserved.items():
+        assert rejected[url] == ("filter/dmi_reserved", f"plus:DataMining {code}"), url
+    assert len(expect_reserved) == 7 * len(SPELLINGS)
+
+
+def test_data_mining_off_keeps_reserved_images(make_work, td):
+    work = make_work()
+    data = with_xmp(td.photo(1, 420, 340), "JPEG", xmp(VOCAB + "DMI-PROHIBITED-AIMLTRAINING", "element"), td)
+    td.write_table(work, "images", [td.image_row("http://site.test/r.jpg", data)], "image_url")
+    run_filter(work, honour_dmi=False)
+    assert outcome(work)[0] == {"http://site.test/r.jpg"}
+
+
+def test_damaged_xmp_still_reserves(make_work, td):
+    """A packet that is not well-formed XML (a writer's bug, a cut) still says what it says."""
+    work = make_work()
+    packet = xmp(VOCAB + "DMI-PROHIBITED-GENAIMLTRAINING", "element").replace(b"</rdf:RDF>", b"<rdf:li <<")
+    data = with_xmp(td.photo(2, 420, 340), "JPEG", packet, td)
+    td.write_table(work, "images", [td.image_row("http://site.test/cut.jpg", data)], "image_url")
+    run_filter(work)
+    assert outcome(work)[1]["http://site.test/cut.jpg"][0] == "filter/dmi_reserved"
+
+
+# -- hash lists ------------------------------------------------------------------------------------
+
+def test_hash_list_on_real_photos(make_work, td, shared_data, tmp_path):
+    photos = sorted((shared_data / "photos" / "coco_train").glob("*.jpg"))[:8]
+    assert len(photos) == 8
+    data = {f"http://photos.test/{p.name}": p.read_bytes() for p in photos}
+    urls = list(data)
+    listed = tmp_path / "hashes.txt"
+    listed.write_text(
+        "# known images to keep out\n"
+        f"{hashlib.md5(data[urls[0]]).hexdigest()}\n"
+        f"sha256:{hashlib.sha256(data[urls[1]]).hexdigest()}   # a complaint\n"
+        f"\n{hashlib.md5(data[urls[2]]).hexdigest().upper()}\n"
+        f"{hashlib.sha256(b'not one of these photos').hexdigest()}\n")
+    work = make_work(n_partitions=2)
+    td.write_table(work, "images", [td.image_row(u, d) for u, d in data.items()], "image_url")
+    run_filter(work, exclude_hashes=str(listed))
+    kept, rejected = outcome(work)
+    assert kept == set(urls[3:])
+    assert {u: r[0] for u, r in rejected.items()} == {u: "filter/excluded_hash" for u in urls[:3]}
+    assert rejected[urls[0]][1].startswith("md5 ") and rejected[urls[1]][1].startswith("sha256 ")
+
+
+def test_hash_list_errors_are_config_errors(tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_text("d41d8cd98f00b204e9800998ecf8427e\nnot-a-digest\n")
+    with pytest.raises(ConfigError, match=r"bad.txt:2"):
+        load_hash_list(str(bad))
+    with pytest.raises(ConfigError, match="cannot be read"):
+        FilterConfig(work=str(tmp_path), exclude_hashes=str(tmp_path / "missing.txt")).validate()
+    short = tmp_path / "short.txt"
+    short.write_text("md5:" + "0" * 64 + "\n")  # a SHA-256 labelled MD5
+    with pytest.raises(ConfigError):
+        load_hash_list(str(short))
