@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
+import re
 import subprocess
 import sys
 import threading
@@ -198,6 +200,21 @@ def test_download_and_hash_list_on_real_photos(shared_data, lists, tmp_path):
     assert {u: reasons.get(u) for u in listed} == {u: "filter/excluded_hash" for u in listed}
     kept = {r["image_url"] for r in w.iter_rows("images_ok")}
     assert kept == set(fetched) - listed and kept
+
+    # The audit: `lait stats --json` and the HTML report count what each gate kept out.
+    report = tmp_path / "report.html"
+    done = lait("stats", str(work), "--json", "--html", str(report))
+    assert done.returncode == 0, done.stderr[-3000:]
+    gates = json.loads(done.stdout)["consent_and_safety"]
+    assert gates["domain and URL block lists"] == {"crawl/excluded_domain": 2, "crawl/excluded_url": 1,
+                                                   "ingest/excluded_domain": 0, "ingest/excluded_url": 0}
+    assert gates["image hash block list"] == {"filter/excluded_hash": len(listed)}
+    assert gates["reservation inside the image file (IPTC plus:DataMining)"] == {"filter/dmi_reserved": 0}
+    page = report.read_text()
+    assert "<h2>Consent and safety</h2>" in page
+    row = re.search(r'<tr data-gate="image hash block list">(.*?)</tr>', page).group(1)
+    assert f"<td class=n>{len(listed)}</td>" in row and 'href="#reason-filter-excluded_hash"' in row
+    assert 'id="reason-filter-excluded_hash"' in page  # the link lands on the reason's examples
 
 
 # -- archives --------------------------------------------------------------------------------------
