@@ -11,16 +11,29 @@
   image (`filter/dmi_reserved`); "unspecified" and "allowed" do not. The ``SEE...`` values
   prohibit and point to a constraint lait cannot evaluate: reserved too. An unknown value
   that says ``PROHIBITED`` is taken as a prohibition.
+- **C2PA training and mining assertions** (`c2pa.training-mining`, and the CAWG's
+  `cawg.training-mining` that replaces it in C2PA 2.x), read with the C2PA project's own reader,
+  `c2pa-python` (the `consent` extra), when the bytes carry a manifest (a JUMBF ``c2pa`` box).
+  An entry for AI training, generative AI training or data mining whose ``use`` is
+  ``notAllowed`` reserves the image; so does ``constrained``, whose constraint lait cannot
+  evaluate. The assertion is honoured whether or not the signer is trusted: a reservation
+  costs the dataset one image, ignoring a real one costs the owner their say. Without the
+  package, an image with a manifest is kept and a warning says once that manifests went unread.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
+import json
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from lait.config import ConfigError
+
+log = logging.getLogger(__name__)
 
 PLUS_NS = "http://ns.useplus.org/ldf/xmp/1.0/"
 VOCAB = "http://ns.useplus.org/ldf/vocab/"
@@ -166,4 +179,61 @@ def dmi_reservation(info: dict, data: bytes | memoryview) -> str | None:
             reserved = DMI_VALUES[code][1] if code in DMI_VALUES else "PROHIBITED" in code
             if reserved:
                 return f"plus:DataMining {code}"
+    return None
+
+
+# -- C2PA ------------------------------------------------------------------------------------------
+
+C2PA_LABELS = ("c2pa.training-mining", "cawg.training-mining")
+C2PA_ENTRIES = frozenset(f"{ns}.{use}" for ns in ("c2pa", "cawg")
+                         for use in ("ai_training", "ai_generative_training", "data_mining"))
+C2PA_RESERVING = frozenset({"notAllowed", "constrained"})
+_JUMBF = re.compile(rb"jumb.{0,64}?c2pa", re.S)  # a JUMBF superbox labelled c2pa: the manifest store
+_C2PA_MIMES = {"JPEG": "image/jpeg", "MPO": "image/jpeg", "PNG": "image/png", "WEBP": "image/webp",
+               "TIFF": "image/tiff", "GIF": "image/gif"}
+_warned = False
+
+
+def has_c2pa_manifest(data: bytes | memoryview) -> bool:
+    return _JUMBF.search(data) is not None
+
+
+def c2pa_uses(manifest_store: dict) -> list[tuple[str, str, str]]:
+    """(assertion label, entry, use) of every training and mining entry of every manifest."""
+    out = []
+    for manifest in (manifest_store.get("manifests") or {}).values():
+        for assertion in manifest.get("assertions") or []:
+            label = str(assertion.get("label", ""))
+            if label.split(".v", 1)[0] not in C2PA_LABELS:  # labels may carry a version: .v2
+                continue
+            entries = (assertion.get("data") or {}).get("entries") or {}
+            for entry, value in entries.items():
+                if entry in C2PA_ENTRIES and isinstance(value, dict):
+                    out.append((label, entry, str(value.get("use", ""))))
+    return out
+
+
+def c2pa_reservation(data: bytes | memoryview, image_format: str) -> str | None:
+    """The reserving entry of an image's C2PA training-mining assertion, or None."""
+    global _warned
+    mime = _C2PA_MIMES.get(image_format)
+    if mime is None or not has_c2pa_manifest(data):
+        return None
+    try:
+        import c2pa
+    except ImportError:
+        if not _warned:
+            _warned = True
+            log.warning("an image carries a C2PA manifest, but c2pa-python is not installed: C2PA "
+                        "training-mining assertions go unread (pip install 'lait[consent]')")
+        return None
+    try:
+        with c2pa.Reader(mime, io.BytesIO(bytes(data))) as reader:
+            store = json.loads(reader.json())
+    except (c2pa.C2paError, ValueError, OSError) as exc:
+        log.debug("C2PA manifest unreadable: %s", exc)
+        return None
+    for label, entry, use in c2pa_uses(store):
+        if use in C2PA_RESERVING:
+            return f"C2PA {label}: {entry} {use}"
     return None

@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from lait.config import ConfigError, StageConfig, setting
-from lait.filters.consent import dmi_reservation, load_hash_list
+from lait.filters.consent import c2pa_reservation, dmi_reservation, load_hash_list
 from lait.filters.image_decode import ImageHeader, ImageRejected, decode_small, encode_for_storage, open_image, sniff
 from lait.imagehash import phash_of
 from lait.memory import media_heap
@@ -77,8 +77,8 @@ class FilterConfig(StageConfig):
     jpeg_quality: int = setting(95, "quality of re-encoded JPEGs")
     exclude_hashes: str = setting("", "file of MD5 or SHA-256 hex digests of image bytes to reject, one a "
                                   "line (filter/excluded_hash)", metavar="FILE")
-    honour_dmi: bool = setting(True, "reject images whose XMP plus:DataMining (IPTC) prohibits AI/ML "
-                               "training or data mining (filter/dmi_reserved)")
+    honour_dmi: bool = setting(True, "reject images whose XMP plus:DataMining (IPTC) or C2PA training-mining "
+                               "assertion prohibits AI/ML training or data mining (filter/dmi_reserved)")
 
     def validate(self) -> None:
         super().validate()
@@ -322,7 +322,7 @@ class ImageFilterStage(Stage):
             raise ImageRejected(*sniffed)
         header = open_image(data, max_pixels=cfg.max_pixels)
         if cfg.honour_dmi:
-            reserved = dmi_reservation(header.image.info, data)
+            reserved = dmi_reservation(header.image.info, data) or c2pa_reservation(data, header.format)
             if reserved:
                 raise ImageRejected("dmi_reserved", reserved)
         dropped = first_rejection(rules, header)

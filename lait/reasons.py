@@ -126,7 +126,8 @@ REASONS: dict[str, str] = {
     "filter/dmi_reserved": "the image file reserves data mining in its own metadata: XMP plus:DataMining "
                            "(IPTC Photo Metadata 2023.1) says prohibited for AI/ML training, generative "
                            "AI/ML training, or at all (also 'except search engine indexing' and 'see "
-                           "constraint/rights expression').",
+                           "constraint/rights expression'), or its C2PA training-mining assertion says "
+                           "notAllowed or constrained for AI training, generative AI training or data mining.",
     "filter/svg": "an SVG (vector) image.",
     "filter/not_an_image": "the bytes are no raster image Pillow knows (often an HTML error page "
                            "served as an image).",

@@ -156,3 +156,89 @@ def test_hash_list_errors_are_config_errors(tmp_path):
     short.write_text("md5:" + "0" * 64 + "\n")  # a SHA-256 labelled MD5
     with pytest.raises(ConfigError):
         load_hash_list(str(short))
+
+
+# -- C2PA training-mining assertions -----------------------------------------------------------------
+
+def _c2pa_signer(c2pa):
+    """A signer with a throwaway CA and signing certificate (C2PA refuses self-signed signers)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    def name(cn):
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn),
+                          x509.NameAttribute(NameOID.ORGANIZATION_NAME, "lait tests")])
+
+    def usage(**on):
+        flags = dict.fromkeys(("digital_signature", "content_commitment", "key_encipherment", "data_encipherment",
+                               "key_agreement", "key_cert_sign", "crl_sign", "encipher_only", "decipher_only"), False)
+        return x509.KeyUsage(**{**flags, **on})
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+
+    def cert(subject, public_key, *extensions):
+        b = (x509.CertificateBuilder().subject_name(name(subject)).issuer_name(name("lait test CA"))
+             .public_key(public_key).serial_number(x509.random_serial_number())
+             .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=2)))
+        for ext, critical in extensions:
+            b = b.add_extension(ext, critical=critical)
+        return b.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+
+    ca = cert("lait test CA", ca_key.public_key(), (x509.BasicConstraints(ca=True, path_length=0), True),
+              (usage(key_cert_sign=True, crl_sign=True), True),
+              (x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False))
+    ee = cert("lait test signer", key.public_key(), (x509.BasicConstraints(ca=False, path_length=None), True),
+              (usage(digital_signature=True), True),
+              (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.EMAIL_PROTECTION]), False),
+              (x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False))
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption())
+    return lambda: c2pa.Signer.from_info(c2pa.C2paSignerInfo(b"es256", ee + ca, pem, None))
+
+
+def _signed(c2pa, signer, jpeg: bytes, label: str, entries: dict) -> bytes:
+    import io
+
+    manifest = {"claim_generator_info": [{"name": "lait-tests", "version": "1"}], "format": "image/jpeg",
+                "assertions": [
+                    {"label": "c2pa.actions", "data": {"actions": [{
+                        "action": "c2pa.created",
+                        "digitalSourceType": "http://cv.iptc.org/newscodes/digitalsourcetype/digitalCapture"}]}},
+                    {"label": label, "data": {"entries": entries}}]}
+    out = io.BytesIO()
+    with c2pa.Builder(manifest) as builder:
+        builder.sign(signer(), "image/jpeg", io.BytesIO(jpeg), out)
+    return out.getvalue()
+
+
+def test_c2pa_training_mining_assertions(make_work, td):
+    c2pa = pytest.importorskip("c2pa", reason="c2pa-python is not installed (the consent extra)")
+    signer = _c2pa_signer(c2pa)
+    cases = {  # url -> (assertion label, entries, reserved?)
+        "ai-training-not-allowed": ("c2pa.training-mining", {"c2pa.ai_training": {"use": "notAllowed"},
+                                                             "c2pa.ai_inference": {"use": "allowed"}}, True),
+        "generative-not-allowed-cawg": ("cawg.training-mining",
+                                        {"cawg.ai_generative_training": {"use": "notAllowed"}}, True),
+        "mining-constrained": ("c2pa.training-mining", {"c2pa.data_mining": {"use": "constrained",
+                                                                             "constraint_info": "ask us"}}, True),
+        "all-allowed": ("c2pa.training-mining", {k: {"use": "allowed"} for k in (
+            "c2pa.ai_training", "c2pa.ai_generative_training", "c2pa.data_mining")}, False),
+        "only-inference-not-allowed": ("c2pa.training-mining", {"c2pa.ai_inference": {"use": "notAllowed"}}, False),
+    }
+    work = make_work()
+    rows = [td.image_row(f"http://site.test/{name}.jpg",
+                         _signed(c2pa, signer, td.encode(td.photo(i, 420, 340)), label, entries))
+            for i, (name, (label, entries, _)) in enumerate(cases.items())]
+    td.write_table(work, "images", rows, "image_url")
+    run_filter(work)
+    kept, rejected = outcome(work)
+    assert kept == {f"http://site.test/{n}.jpg" for n, c in cases.items() if not c[2]}
+    assert {u: r[0] for u, r in rejected.items()} == {
+        f"http://site.test/{n}.jpg": "filter/dmi_reserved" for n, c in cases.items() if c[2]}
+    assert rejected["http://site.test/mining-constrained.jpg"][1] == \
+        "C2PA c2pa.training-mining: c2pa.data_mining constrained"
