@@ -3,7 +3,11 @@
 - **Hash lists** (`--exclude-hashes FILE`): hex digests of image bytes to keep out, one a
   line, as the lists of known abuse material and of privacy or rights complaints are shared.
   A 32-digit entry is an MD5, a 64-digit one a SHA-256; ``md5:`` / ``sha256:`` prefixes are
-  accepted, ``#`` starts a comment. An image whose bytes match is `filter/excluded_hash`.
+  accepted, ``#`` starts a comment. ``pdq:HEX`` entries are PDQ perceptual hashes (Meta's,
+  as ThreatExchange shares them: 64 hex digits, word 15 first), matched within
+  `PDQ_MAX_DISTANCE` bits, so a resized or re-encoded copy is caught too; they need the
+  `pdqhash` package (the `pdq` extra; it builds from source). An image whose bytes or picture
+  match is `filter/excluded_hash`.
 - **Reservations in the file** (IPTC Photo Metadata 2023.1, `plus:DataMining`, from the PLUS
   Coalition's vocabulary): the XMP packet (JPEG APP1, PNG iTXt, WebP XMP chunk, TIFF tag
   700) may say data mining is prohibited. lait builds training data, so every value that
@@ -28,8 +32,11 @@ import io
 import json
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from lait.config import ConfigError
 
@@ -56,14 +63,35 @@ _BY_LABEL = {re.sub(r"\W+", " ", label).strip().lower(): code for code, (label, 
 
 # -- hash lists ------------------------------------------------------------------------------------
 
+# ThreatExchange's match threshold for PDQ: at most 31 of 256 bits differ. Hashes of quality
+# below 50 (flat, featureless pictures) are unreliable and are not compared.
+PDQ_MAX_DISTANCE = 31
+PDQ_MIN_QUALITY = 50
+PDQ_SIDE = 512  # the reference hasher's input: the picture scaled to fit 512 px
+
 
 @dataclass(frozen=True)
 class HashList:
     md5: frozenset[str] = frozenset()
     sha256: frozenset[str] = frozenset()
+    pdq: Any = field(default=None, compare=False)  # (N, 32) uint8: the listed PDQ hashes' bytes
 
     def __bool__(self) -> bool:
-        return bool(self.md5 or self.sha256)
+        return bool(self.md5 or self.sha256) or self.pdq is not None
+
+    def match_pdq(self, image: Any) -> str | None:
+        """'pdq HEX (distance D)' when the picture's PDQ hash is within PDQ_MAX_DISTANCE bits of a
+        listed one; None otherwise, or when the picture is too flat to hash reliably."""
+        if self.pdq is None:
+            return None
+        mine, quality = pdq_hash(image)
+        if quality < PDQ_MIN_QUALITY:
+            return None
+        dist = np.bitwise_count(self.pdq ^ mine).sum(axis=1, dtype=np.int32)
+        best = int(np.argmin(dist))
+        if dist[best] > PDQ_MAX_DISTANCE:
+            return None
+        return f"pdq {self.pdq[best].tobytes().hex()} (distance {int(dist[best])})"
 
     def match(self, data: bytes | memoryview, sha256: str) -> str | None:
         """'md5 HEX' or 'sha256 HEX' when the bytes are listed, else None. `sha256`: the hex
@@ -77,6 +105,19 @@ class HashList:
         return None
 
 
+def pdq_hash(image: Any) -> tuple[np.ndarray, int]:
+    """(32 bytes, quality) of an RGB PIL image's PDQ hash, bytes in ThreatExchange's hex order."""
+    import pdqhash
+    from PIL import Image
+
+    if max(image.size) > PDQ_SIDE:
+        image = image.copy()
+        image.thumbnail((PDQ_SIDE, PDQ_SIDE), Image.Resampling.BILINEAR)
+    bits, quality = pdqhash.compute(np.ascontiguousarray(np.asarray(image.convert("RGB"), np.uint8)))
+    # pdqhash gives bit 255 first, as hashtool256 prints them; packed, that is word 15 first.
+    return np.packbits(np.asarray(bits, np.uint8)), int(quality)
+
+
 _HEX = re.compile(r"[0-9a-f]+")
 
 
@@ -88,17 +129,30 @@ def load_hash_list(path: str) -> HashList:
         raise ConfigError(f"exclude_hashes: {path} cannot be read: {exc.strerror or exc}") from None
     md5: set[str] = set()
     sha: set[str] = set()
+    pdq: set[str] = set()
     for n, line in enumerate(text.splitlines(), 1):
         entry = line.split("#", 1)[0].strip().lower()
         if not entry:
             continue
         kind, _, digest = entry.rpartition(":")
         digest = digest.strip()
+        if kind.strip() == "pdq":
+            if not (_HEX.fullmatch(digest) and len(digest) == 64):
+                raise ConfigError(f"exclude_hashes: {path}:{n}: not a PDQ hash (64 hex digits): {line.strip()[:80]!r}")
+            pdq.add(digest)
+            continue
         if not _HEX.fullmatch(digest) or kind not in ("", "md5", "sha256") or len(digest) not in (32, 64) \
                 or (kind == "md5" and len(digest) != 32) or (kind == "sha256" and len(digest) != 64):
             raise ConfigError(f"exclude_hashes: {path}:{n}: not an MD5 or SHA-256 hex digest: {line.strip()[:80]!r}")
         (md5 if len(digest) == 32 else sha).add(digest)
-    return HashList(frozenset(md5), frozenset(sha))
+    if pdq:
+        try:
+            import pdqhash  # noqa: F401
+        except ImportError:
+            raise ConfigError(f"exclude_hashes: {path} has PDQ entries, but the pdqhash package is not "
+                              "installed (pip install 'lait[pdq]'; it needs a C++ compiler)") from None
+    table = np.frombuffer(bytes.fromhex("".join(sorted(pdq))), np.uint8).reshape(-1, 32) if pdq else None
+    return HashList(frozenset(md5), frozenset(sha), table)
 
 
 # -- plus:DataMining -------------------------------------------------------------------------------

@@ -34,7 +34,15 @@ import numpy as np
 
 from lait.config import ConfigError, StageConfig, setting
 from lait.filters.consent import c2pa_reservation, dmi_reservation, load_hash_list
-from lait.filters.image_decode import ImageHeader, ImageRejected, decode_small, encode_for_storage, open_image, sniff
+from lait.filters.image_decode import (
+    ImageHeader,
+    ImageRejected,
+    decode_for_pdq,
+    decode_small,
+    encode_for_storage,
+    open_image,
+    sniff,
+)
 from lait.imagehash import phash_of
 from lait.memory import media_heap
 from lait.parts import helper_thread
@@ -330,6 +338,10 @@ class ImageFilterStage(Stage):
             raise ImageRejected(dropped[0].name, dropped[1] or "")
         preview = decode_small(header)
         small = preview.image
+        if self.hashes is not None and self.hashes.pdq is not None:
+            listed = self.hashes.match_pdq(decode_for_pdq(header))
+            if listed:
+                raise ImageRejected("excluded_hash", f"{listed} is on {cfg.exclude_hashes}")
         flagged, detail = classifier.judge(preview)
         if flagged:
             raise ImageRejected("uninformative", f"{classifier.name}: {detail}")

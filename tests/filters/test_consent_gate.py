@@ -242,3 +242,48 @@ def test_c2pa_training_mining_assertions(make_work, td):
         f"http://site.test/{n}.jpg": "filter/dmi_reserved" for n, c in cases.items() if c[2]}
     assert rejected["http://site.test/mining-constrained.jpg"][1] == \
         "C2PA c2pa.training-mining: c2pa.data_mining constrained"
+
+
+# -- PDQ perceptual hashes ---------------------------------------------------------------------------
+
+def _threatexchange_hex(bits) -> str:
+    """A PDQ hash as ThreatExchange writes it: 16 words of 16 bits, word 15 first, where pdqhash's
+    vector holds bit 255 first."""
+    bit = [int(b) for b in bits][::-1]  # bit[k] is hash bit k
+    words = [sum(bit[16 * j + i] << i for i in range(16)) for j in range(16)]
+    return "".join(f"{words[j]:04x}" for j in reversed(range(16)))
+
+
+def test_pdq_list_catches_resized_reencoded_copies(make_work, td, shared_data, tmp_path):
+    pdqhash = pytest.importorskip("pdqhash", reason="pdqhash is not installed (the pdq extra)")
+    import numpy as np
+
+    photos = sorted((shared_data / "photos" / "coco_train").glob("*.jpg"))[:10]
+    listed_photo, other_listed = photos[0], photos[1]
+    hexes = []
+    for p in (listed_photo, other_listed):
+        bits, quality = pdqhash.compute(np.asarray(Image.open(p).convert("RGB")))
+        assert quality >= 50
+        hexes.append(_threatexchange_hex(bits))
+    hashes = tmp_path / "hashes"
+    hashes.write_text("".join(f"pdq:{h}\n" for h in hexes))
+
+    original = Image.open(listed_photo).convert("RGB")
+    copy = original.resize((original.width * 7 // 10, original.height * 7 // 10), Image.Resampling.LANCZOS)
+    rows = [td.image_row("http://photos.test/copy.jpg", td.encode(copy, quality=60))]
+    rows += [td.image_row(f"http://photos.test/{p.name}", p.read_bytes()) for p in photos[2:]]
+    work = make_work(n_partitions=2)
+    td.write_table(work, "images", rows, "image_url")
+    run_filter(work, exclude_hashes=str(hashes), min_side=64)
+    kept, rejected = outcome(work)
+    assert set(rejected) == {"http://photos.test/copy.jpg"}
+    reason, detail = rejected["http://photos.test/copy.jpg"]
+    assert reason == "filter/excluded_hash" and detail.startswith(f"pdq {hexes[0]} (distance ")
+    assert kept == {f"http://photos.test/{p.name}" for p in photos[2:]}
+
+
+def test_pdq_entries_are_checked(tmp_path):
+    bad = tmp_path / "bad"
+    bad.write_text("pdq:1234\n")
+    with pytest.raises(ConfigError, match="not a PDQ hash"):
+        load_hash_list(str(bad))
