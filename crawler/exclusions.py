@@ -120,9 +120,23 @@ class ExclusionLists:
         return None
 
 
-@lru_cache(maxsize=4)
+def _stamp(path: str) -> tuple[int, int] | None:
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
 def load_lists(domains_file: str = "", urls_file: str = "") -> ExclusionLists:
-    """The lists in these files (either may be ""), read once per process."""
+    """The lists in these files (either may be ""), read once per process and version of the
+    files."""
+    return _load_lists(domains_file, urls_file, _stamp(domains_file) if domains_file else None,
+                       _stamp(urls_file) if urls_file else None)
+
+
+@lru_cache(maxsize=4)
+def _load_lists(domains_file: str, urls_file: str, *stamps) -> ExclusionLists:
     domains = frozenset(_host_key(d.split("/", 1)[0]) for d in _lines(domains_file)) if domains_file else frozenset()
     urls: set[str] = set()
     if urls_file:

@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import itertools
 import logging
+import os
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -99,6 +100,15 @@ class FilterConfig(StageConfig):
         self.formats = [f.upper() for f in self.formats]
         if self.exclude_hashes:
             load_hash_list(self.exclude_hashes)  # a missing file or a bad line fails here, not per part
+
+    def output_settings(self) -> dict[str, Any]:
+        """The settings a partition's fingerprint records; the hash list by its content too, so
+        that a list with new entries redoes the partitions it may change."""
+        out = super().output_settings()
+        if self.exclude_hashes:
+            with open(self.exclude_hashes, "rb") as f:
+                out["exclude_hashes_sha256"] = hashlib.file_digest(f, "sha256").hexdigest()
+        return out
 
 
 # -- rule filters on the header ------------------------------------------------------------------
@@ -235,7 +245,7 @@ def _with_sha256(rows: Iterator[dict[str, Any]], max_bytes: int,
 
 
 _CLASSIFIERS: dict[tuple[str, int], Any] = {}  # one per worker process
-_HASH_LISTS: dict[str, Any] = {}  # file -> its HashList, read once per worker process
+_HASH_LISTS: dict[tuple, Any] = {}  # (file, mtime, size) -> its HashList, read once per worker process
 
 
 class ImageFilterStage(Stage):
@@ -259,9 +269,14 @@ class ImageFilterStage(Stage):
 
     def _hash_list(self) -> Any:
         path = self.cfg.exclude_hashes
-        if path and path not in _HASH_LISTS:
-            _HASH_LISTS[path] = load_hash_list(path)
-        return _HASH_LISTS.get(path)
+        if not path:
+            return None
+        st = os.stat(path)
+        key = (path, st.st_mtime_ns, st.st_size)  # a list edited between two runs of one process
+        if key not in _HASH_LISTS:
+            _HASH_LISTS.clear()
+            _HASH_LISTS[key] = load_hash_list(path)
+        return _HASH_LISTS[key]
 
     def process(self, ctx: PartContext) -> None:
         cfg = self.cfg

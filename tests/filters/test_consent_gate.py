@@ -287,3 +287,16 @@ def test_pdq_entries_are_checked(tmp_path):
     bad.write_text("pdq:1234\n")
     with pytest.raises(ConfigError, match="not a PDQ hash"):
         load_hash_list(str(bad))
+
+
+def test_a_changed_hash_list_redoes_the_filter(make_work, td, tmp_path):
+    work = make_work()
+    data = {f"http://site.test/{i}.jpg": td.encode(td.photo(i, 420, 340)) for i in range(3)}
+    td.write_table(work, "images", [td.image_row(u, d) for u, d in data.items()], "image_url")
+    listed = tmp_path / "hashes"
+    listed.write_text(hashlib.sha256(data["http://site.test/0.jpg"]).hexdigest() + "\n")
+    run_filter(work, exclude_hashes=str(listed))
+    assert set(outcome(work)[1]) == {"http://site.test/0.jpg"}
+    listed.write_text(listed.read_text() + hashlib.md5(data["http://site.test/1.jpg"]).hexdigest() + "\n")
+    run_filter(work, exclude_hashes=str(listed))  # same path, new content: the partition is redone
+    assert set(outcome(work)[1]) == {"http://site.test/0.jpg", "http://site.test/1.jpg"}
