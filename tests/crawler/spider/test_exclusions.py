@@ -118,7 +118,7 @@ def test_matching_follows_ut1(lists):
     assert ex.match("http://good.test/privateer.html") is None
     assert ex.match("http://other.test/listed/d.jpg") == (URL, "other.test/listed")
     assert ex.match("http://sub.other.test/listed/d.jpg") is None  # URL entries name their host
-    ips = ExclusionLists(domains=frozenset({"10.1.2.3"}))
+    ips = ExclusionLists.of(domains=["10.1.2.3"])
     assert ips.match("http://10.1.2.3/a") == (DOMAIN, "10.1.2.3") and ips.match("http://1.2.3/") is None
     assert not load_lists("", "")
 
