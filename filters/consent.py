@@ -163,10 +163,14 @@ _PLUS_NS_BYTES = PLUS_NS.encode()
 _PLUS_NS_RE = re.compile(re.escape(_PLUS_NS_BYTES))  # re searches a memoryview without copying it
 
 
-def xmp_packets(info: dict, data: bytes | memoryview) -> list[bytes]:
-    """The XMP packets of an image: what Pillow read from the header, and, where the bytes name
-    the PLUS namespace but Pillow found no packet (one after PNG's image data, a TIFF tag),
-    the packets in the raw bytes."""
+# Formats whose XMP Pillow reads from the header in full: JPEG's APP1, WebP's XMP chunk. Other
+# files (a PNG's iTXt after the image data, a TIFF in some layouts) are searched byte by byte.
+_XMP_IN_HEADER = frozenset({"JPEG", "MPO", "WEBP"})
+
+
+def xmp_packets(info: dict, data: bytes | memoryview, image_format: str | None = None) -> list[bytes]:
+    """The XMP packets of an image: what Pillow read from the header, and, for formats where
+    Pillow may miss one, the packets in the raw bytes when these name the PLUS namespace."""
     out = []
     for key in _XMP_KEYS:
         value = info.get(key)
@@ -174,7 +178,9 @@ def xmp_packets(info: dict, data: bytes | memoryview) -> list[bytes]:
             value = value.encode("utf-8", "replace")
         if isinstance(value, (bytes, bytearray)) and value:
             out.append(bytes(value))
-    if not any(_PLUS_NS_BYTES in p for p in out) and _PLUS_NS_RE.search(data):
+    if image_format in _XMP_IN_HEADER or any(_PLUS_NS_BYTES in p for p in out):
+        return out
+    if _PLUS_NS_RE.search(data):
         out += _PACKET.findall(data)
     return out
 
@@ -225,9 +231,9 @@ def dmi_code(value: str) -> str:
     return _BY_LABEL.get(re.sub(r"\W+", " ", v).strip().lower(), v.upper())
 
 
-def dmi_reservation(info: dict, data: bytes | memoryview) -> str | None:
+def dmi_reservation(info: dict, data: bytes | memoryview, image_format: str | None = None) -> str | None:
     """The reserving value of an image's plus:DataMining (for the reject's detail), or None."""
-    for packet in xmp_packets(info, data):
+    for packet in xmp_packets(info, data, image_format):
         for value in data_mining_values(packet):
             code = dmi_code(value)
             reserved = DMI_VALUES[code][1] if code in DMI_VALUES else "PROHIBITED" in code
@@ -248,7 +254,11 @@ _C2PA_MIMES = {"JPEG": "image/jpeg", "MPO": "image/jpeg", "PNG": "image/png", "W
 _warned = False
 
 
-def has_c2pa_manifest(data: bytes | memoryview) -> bool:
+def has_c2pa_manifest(data: bytes | memoryview, applist: list | None = None) -> bool:
+    """Whether the bytes hold a C2PA manifest store; for a JPEG, whose store is in APP11
+    segments, Pillow's list of APP segments (`applist`) answers without a scan of the bytes."""
+    if applist is not None:
+        return any(marker == "APP11" and _JUMBF.search(body) for marker, body in applist)
     return _JUMBF.search(data) is not None
 
 
@@ -267,11 +277,11 @@ def c2pa_uses(manifest_store: dict) -> list[tuple[str, str, str]]:
     return out
 
 
-def c2pa_reservation(data: bytes | memoryview, image_format: str) -> str | None:
+def c2pa_reservation(data: bytes | memoryview, image_format: str, applist: list | None = None) -> str | None:
     """The reserving entry of an image's C2PA training-mining assertion, or None."""
     global _warned
     mime = _C2PA_MIMES.get(image_format)
-    if mime is None or not has_c2pa_manifest(data):
+    if mime is None or not has_c2pa_manifest(data, applist):
         return None
     try:
         import c2pa

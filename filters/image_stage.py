@@ -345,7 +345,9 @@ class ImageFilterStage(Stage):
             raise ImageRejected(*sniffed)
         header = open_image(data, max_pixels=cfg.max_pixels)
         if cfg.honour_dmi:
-            reserved = dmi_reservation(header.image.info, data) or c2pa_reservation(data, header.format)
+            applist = getattr(header.image, "applist", None) if header.format in ("JPEG", "MPO") else None
+            reserved = (dmi_reservation(header.image.info, data, header.format)
+                        or c2pa_reservation(data, header.format, applist))
             if reserved:
                 raise ImageRejected("dmi_reserved", reserved)
         dropped = first_rejection(rules, header)

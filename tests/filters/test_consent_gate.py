@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 
 import pytest
 from PIL import Image, PngImagePlugin, TiffImagePlugin
@@ -102,6 +103,28 @@ def test_every_data_mining_value_reserved_ones_rejected_others_kept(make_work, t
     for url, code in expect_reserved.items():
         assert rejected[url] == ("filter/dmi_reserved", f"plus:DataMining {code}"), url
     assert len(expect_reserved) == 7 * len(SPELLINGS)
+
+
+def _png_with_trailing_xmp(png: bytes, packet: bytes) -> bytes:
+    """A PNG whose XMP iTXt chunk comes after the image data, where Pillow's header read does not
+    look (writers may put it there)."""
+    import struct
+    import zlib
+
+    body = b"iTXt" + b"XML:com.adobe.xmp\x00" + b"\x00\x00" + b"\x00" + b"\x00" + packet
+    chunk = struct.pack(">I", len(body) - 4) + body + struct.pack(">I", zlib.crc32(body) & 0xFFFFFFFF)
+    end = png.rindex(b"IEND") - 4
+    return png[:end] + chunk + png[end:]
+
+
+def test_xmp_after_the_image_data_is_found(make_work, td):
+    work = make_work()
+    packet = xmp(VOCAB + "DMI-PROHIBITED", "element")
+    data = _png_with_trailing_xmp(td.encode(td.photo(3, 420, 340), "PNG"), packet)
+    assert "xmp" not in Image.open(io.BytesIO(data)).info  # Pillow's header read misses it
+    td.write_table(work, "images", [td.image_row("http://site.test/late.png", data, mime="image/png")], "image_url")
+    run_filter(work)
+    assert outcome(work)[1]["http://site.test/late.png"] == ("filter/dmi_reserved", "plus:DataMining DMI-PROHIBITED")
 
 
 def test_data_mining_off_keeps_reserved_images(make_work, td):
