@@ -84,10 +84,11 @@ class FilterConfig(StageConfig):
     keep_jpeg_max_bytes: int = setting(4_000_000, "store an upright RGB/grey JPEG as fetched when at "
                                        "most this large; otherwise re-encode")
     jpeg_quality: int = setting(95, "quality of re-encoded JPEGs")
-    exclude_hashes: str = setting("", "file of MD5 or SHA-256 hex digests of image bytes to reject, one a "
-                                  "line (filter/excluded_hash)", metavar="FILE")
-    honour_dmi: bool = setting(True, "reject images whose XMP plus:DataMining (IPTC) or C2PA training-mining "
-                               "assertion prohibits AI/ML training or data mining (filter/dmi_reserved)")
+    exclude_hashes: str = setting("", "file of hashes of images to reject, one a line: MD5 or SHA-256 hex of "
+                                  "the bytes, or pdq:HEX perceptual hashes (filter/excluded_hash)", metavar="FILE")
+    obey_reservations: bool = setting(True, "reject images whose XMP plus:DataMining (IPTC) or C2PA "
+                                      "training-mining assertion prohibits AI/ML training or data mining "
+                                      "(filter/dmi_reserved)")
 
     def validate(self) -> None:
         super().validate()
@@ -344,7 +345,7 @@ class ImageFilterStage(Stage):
         if sniffed:
             raise ImageRejected(*sniffed)
         header = open_image(data, max_pixels=cfg.max_pixels)
-        if cfg.honour_dmi:
+        if cfg.obey_reservations:
             applist = getattr(header.image, "applist", None) if header.format in ("JPEG", "MPO") else None
             reserved = (dmi_reservation(header.image.info, data, header.format)
                         or c2pa_reservation(data, header.format, applist))

@@ -121,8 +121,9 @@ REASONS: dict[str, str] = {
     "filter/empty": "the image body is empty (zero bytes).",
     "filter/too_large": "the image file is larger than max_bytes.",
     "filter/duplicate_sha256": "the same bytes as an image kept earlier in its partition.",
-    "filter/excluded_hash": "the MD5 or SHA-256 of the image bytes is on --exclude-hashes (a list of known "
-                            "images to keep out: abuse material, privacy or rights complaints).",
+    "filter/excluded_hash": "the MD5 or SHA-256 of the image bytes, or the PDQ perceptual hash of the picture, "
+                            "is on --exclude-hashes (a list of known images to keep out: abuse material, "
+                            "privacy or rights complaints).",
     "filter/dmi_reserved": "the image file reserves data mining in its own metadata: XMP plus:DataMining "
                            "(IPTC Photo Metadata 2023.1) says prohibited for AI/ML training, generative "
                            "AI/ML training, or at all (also 'except search engine indexing' and 'see "

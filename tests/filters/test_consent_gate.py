@@ -131,7 +131,7 @@ def test_data_mining_off_keeps_reserved_images(make_work, td):
     work = make_work()
     data = with_xmp(td.photo(1, 420, 340), "JPEG", xmp(VOCAB + "DMI-PROHIBITED-AIMLTRAINING", "element"), td)
     td.write_table(work, "images", [td.image_row("http://site.test/r.jpg", data)], "image_url")
-    run_filter(work, honour_dmi=False)
+    run_filter(work, obey_reservations=False)
     assert outcome(work)[0] == {"http://site.test/r.jpg"}
 
 
