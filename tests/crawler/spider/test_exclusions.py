@@ -123,6 +123,18 @@ def test_matching_follows_ut1(lists):
     assert not load_lists("", "")
 
 
+def test_a_missing_list_is_a_config_error(tmp_path):
+    from lait.config import ConfigError
+    from lait.crawler.config import CrawlConfig
+
+    cfg = CrawlConfig(seeds=["http://a.test/"], out=str(tmp_path / "w"), exclude_domains=str(tmp_path / "nope"))
+    with pytest.raises(ConfigError, match="exclude_domains: .*nope is not a file"):
+        cfg.validate()
+    done = lait("download", str(tmp_path / "list.txt"), "--out", str(tmp_path / "w"),
+                "--exclude-urls", str(tmp_path / "nope"))
+    assert done.returncode != 0 and "exclude_urls" in done.stderr and "Traceback" not in done.stderr
+
+
 # -- the crawl -------------------------------------------------------------------------------------
 
 def test_crawl_never_asks_a_listed_domain(site, lists, tmp_path):
