@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,12 @@ class FetchConfig(Config):
     allow_loopback: bool = setting(False, "allow requests to addresses that reach this machine: "
                                    "loopback, 0.0.0.0, its own interfaces (demo, tests)")
     allow_private: bool = setting(False, "allow requests to private, link-local and reserved addresses")
+    exclude_domains: str = setting("", "file of domains never to request, one a line (UT1 blocklist format: "
+                                   "a domain covers its subdomains); refused before robots.txt or DNS, "
+                                   "as crawl/excluded_domain", metavar="FILE")
+    exclude_urls: str = setting("", "file of URLs never to request, one a line without scheme (UT1 format: "
+                                "an entry covers the URLs below it); refused as crawl/excluded_url",
+                                metavar="FILE")
     part_rows: int = setting(2000, "commit a part file after this many rows")
     part_seconds: float = setting(30.0, "commit open part files at least this often (seconds)")
     scrapy_settings: list[str] = setting([], "extra Scrapy settings as NAME=VALUE", metavar="NAME=VALUE")
@@ -70,6 +77,10 @@ class FetchConfig(Config):
             parse_resolve(self.resolve)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        for name in ("exclude_domains", "exclude_urls"):
+            path = getattr(self, name)
+            if path and not Path(path).is_file():
+                raise ConfigError(f"{name}: {path} is not a file")
 
     def validate(self) -> None:
         self.validate_fetch()
@@ -225,6 +236,9 @@ def scrapy_settings(cfg: FetchConfig) -> dict[str, Any]:
         "LAIT_HOST_DOWN_AFTER": cfg.host_down_after,
         "LAIT_ORIGIN_RETRY_SECONDS": cfg.retry_unreachable_after,
         "LAIT_RESOLVE": list(cfg.resolve),
+        # Absolute: the fetcher may run in another process with another working directory.
+        "LAIT_EXCLUDE_DOMAINS": os.path.abspath(cfg.exclude_domains) if cfg.exclude_domains else "",
+        "LAIT_EXCLUDE_URLS": os.path.abspath(cfg.exclude_urls) if cfg.exclude_urls else "",
         "DOWNLOAD_TIMEOUT": cfg.download_timeout,
         "DOWNLOAD_MAXSIZE": cfg.max_page_bytes,
         "RETRY_TIMES": cfg.retries,

@@ -57,7 +57,11 @@ LAIT_ALLOW_LOOPBACK = False
 LAIT_ALLOW_PRIVATE = False
 LAIT_ALLOW_METADATA = False
 TWISTED_DNS_RESOLVER = "lait.crawler.middlewares.GuardedResolver"
+LAIT_EXCLUDE_DOMAINS = ""  # UT1-format block lists (lait.crawler.exclusions); "" for none
+LAIT_EXCLUDE_URLS = ""
 DOWNLOADER_MIDDLEWARES = {
+    # A listed domain or URL is refused first: not its address, not its robots.txt is asked for.
+    "lait.crawler.exclusions.ExcludeListMiddleware": 51,
     # After the offsite filter (50): a host marked down, then refused addresses, see nothing.
     "lait.crawler.hosts.HostDownMiddleware": 55,
     "lait.crawler.middlewares.AddressGuardMiddleware": 60,

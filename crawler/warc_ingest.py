@@ -43,6 +43,7 @@ from typing import Any
 
 from lait import storage
 from lait.crawler import archive_inputs
+from lait.crawler.exclusions import DOMAIN, load_lists
 from lait.crawler.reasons import ERROR_TDM_RESERVED
 from lait.crawler.warc import HttpError, WarcReader, WarcRecord, decode_body, parse_http
 from lait.crawler.warc_links import image_links, iter_link_rows, wat_image_links
@@ -85,6 +86,9 @@ class IngestOptions:
     obey_tdmrep: bool = True
     check_gzip: bool = True
     force: bool = False
+    # Block list files (`--exclude-domains`, `--exclude-urls`): no record of a listed URL is stored.
+    exclude_domains: str = ""
+    exclude_urls: str = ""
 
 
 @dataclass
@@ -176,6 +180,7 @@ class _FileIngest:
         self.name = archive_inputs.archive_name(path)
         self.counters: Counter[str] = Counter()
         self.max_body = max(opts.max_page_bytes, opts.max_image_bytes)
+        self.exclusions = load_lists(opts.exclude_domains, opts.exclude_urls)
         # Small row groups: up to partitions x tables parts are open at once.
         self.parts = PartitionedWriter(work, tag, row_group_bytes=8 << 20,
                                        extra_stats={"stage": STAGE, "warc_file": str(path)})
@@ -235,6 +240,8 @@ class _FileIngest:
         is_image = (mime or "").startswith("image/")
         if not (is_page or is_image):
             self.counters["ingest/skipped_other_type"] += 1
+            return
+        if self._excluded(url, **({"page_url": url} if is_page else {"image_url": url})):
             return
         limit = self.opts.max_page_bytes if is_page else self.opts.max_image_bytes
         if problem is None and 200 <= status < 300 and len(body) > limit:
@@ -309,6 +316,8 @@ class _FileIngest:
         if not is_http_url(page.url):
             self.reject("bad_url", key=page.url, page_url=page.url, detail="WAT page URL is not an http(s) URL")
             return
+        if self._excluded(page.url, page_url=page.url):
+            return
         # The opt-outs an archived page gets (lait.pagereader), from what the WAT kept of it.
         if is_noai(robots_directives(page.x_robots_tag)):
             self.reject("noai_page", key=page.url, page_url=page.url, detail=f"X-Robots-Tag: {page.x_robots_tag}")
@@ -322,6 +331,16 @@ class _FileIngest:
                         detail="tdm-reservation: 1 (header or meta tag)")
             return
         self._links(page.url, page.links, _parse_date(rec.date), page_title=page.title, page_lang=page.lang)
+
+    def _excluded(self, url: str, **ids: str) -> bool:
+        """Reject a record of a URL on the block lists (ingest/excluded_domain or _url); the
+        images it links to are refused, if at all, by the fetcher's own check."""
+        hit = self.exclusions.match(url) if self.exclusions else None
+        if hit is None:
+            return False
+        rule = "excluded_domain" if hit[0] == DOMAIN else "excluded_url"
+        self.reject(rule, key=url, detail=f"on the {hit[0]} block list (entry {hit[1]!r})", **ids)
+        return True
 
     def _links(self, page_url: str, links, fetched_at: datetime, **page) -> None:
         for row in iter_link_rows(page_url, links, fetched_at, self.name, **page):

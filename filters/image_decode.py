@@ -113,6 +113,16 @@ def decode_small(header: ImageHeader) -> Preview:
     return reduced_preview(header.image, header.orientation, load=_load)
 
 
+def decode_for_pdq(header: ImageHeader) -> Image.Image:
+    """The upright RGB picture at about the 512 px PDQ hashes at (JPEG: a reduced-scale decode
+    of at least that), from a decoder of its own: the header's was drafted smaller."""
+    img = Image.open(io.BytesIO(header.data))
+    if img.format == "JPEG":
+        img.draft("RGB", (512, 512))
+    _load(img)
+    return upright(to_rgb(img), header.orientation)
+
+
 def encode_for_storage(header: ImageHeader, *, keep_max_bytes: int, quality: int) -> tuple[bytes | memoryview, bool]:
     """(bytes to store, re-encoded?) - the original JPEG when it is usable as is, else a JPEG."""
     if (header.format == "JPEG" and header.mode in ("RGB", "L") and header.orientation == 1

@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import itertools
 import logging
+import os
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -33,7 +34,16 @@ from typing import Any, ClassVar
 import numpy as np
 
 from lait.config import ConfigError, StageConfig, setting
-from lait.filters.image_decode import ImageHeader, ImageRejected, decode_small, encode_for_storage, open_image, sniff
+from lait.filters.consent import c2pa_reservation, dmi_reservation, load_hash_list
+from lait.filters.image_decode import (
+    ImageHeader,
+    ImageRejected,
+    decode_for_pdq,
+    decode_small,
+    encode_for_storage,
+    open_image,
+    sniff,
+)
 from lait.imagehash import phash_of
 from lait.memory import media_heap
 from lait.parts import helper_thread
@@ -74,6 +84,11 @@ class FilterConfig(StageConfig):
     keep_jpeg_max_bytes: int = setting(4_000_000, "store an upright RGB/grey JPEG as fetched when at "
                                        "most this large; otherwise re-encode")
     jpeg_quality: int = setting(95, "quality of re-encoded JPEGs")
+    exclude_hashes: str = setting("", "file of hashes of images to reject, one a line: MD5 or SHA-256 hex of "
+                                  "the bytes, or pdq:HEX perceptual hashes (filter/excluded_hash)", metavar="FILE")
+    obey_reservations: bool = setting(True, "reject images whose XMP plus:DataMining (IPTC) or C2PA "
+                                      "training-mining assertion prohibits AI/ML training or data mining "
+                                      "(filter/dmi_reserved)")
 
     def validate(self) -> None:
         super().validate()
@@ -84,6 +99,17 @@ class FilterConfig(StageConfig):
         if not 1 <= self.jpeg_quality <= 100:
             raise ConfigError("jpeg_quality must be between 1 and 100")
         self.formats = [f.upper() for f in self.formats]
+        if self.exclude_hashes:
+            load_hash_list(self.exclude_hashes)  # a missing file or a bad line fails here, not per part
+
+    def output_settings(self) -> dict[str, Any]:
+        """The settings a partition's fingerprint records; the hash list by its content too, so
+        that a list with new entries redoes the partitions it may change."""
+        out = super().output_settings()
+        if self.exclude_hashes:
+            with open(self.exclude_hashes, "rb") as f:
+                out["exclude_hashes_sha256"] = hashlib.file_digest(f, "sha256").hexdigest()
+        return out
 
 
 # -- rule filters on the header ------------------------------------------------------------------
@@ -220,6 +246,7 @@ def _with_sha256(rows: Iterator[dict[str, Any]], max_bytes: int,
 
 
 _CLASSIFIERS: dict[tuple[str, int], Any] = {}  # one per worker process
+_HASH_LISTS: dict[tuple, Any] = {}  # (file, mtime, size) -> its HashList, read once per worker process
 
 
 class ImageFilterStage(Stage):
@@ -231,6 +258,7 @@ class ImageFilterStage(Stage):
 
     def __init__(self, cfg: FilterConfig):
         self.cfg = cfg
+        self.hashes: Any = None  # the --exclude-hashes list, read when a partition starts
 
     def _classifier(self) -> Any:
         from lait.filters.uninformative import load_classifier
@@ -240,9 +268,21 @@ class ImageFilterStage(Stage):
             _CLASSIFIERS[key] = load_classifier(self.cfg.uninformative, max_colours=self.cfg.flat_max_colours)
         return _CLASSIFIERS[key]
 
+    def _hash_list(self) -> Any:
+        path = self.cfg.exclude_hashes
+        if not path:
+            return None
+        st = os.stat(path)
+        key = (path, st.st_mtime_ns, st.st_size)  # a list edited between two runs of one process
+        if key not in _HASH_LISTS:
+            _HASH_LISTS.clear()
+            _HASH_LISTS[key] = load_hash_list(path)
+        return _HASH_LISTS[key]
+
     def process(self, ctx: PartContext) -> None:
         cfg = self.cfg
         classifier = self._classifier()
+        self.hashes = self._hash_list()
         rules = header_filters(cfg)
         kept_sha: dict[str, str] = {}
         near = NearDuplicateIndex(cfg.phash_distance, cfg.near_dup_max_diff)
@@ -296,17 +336,30 @@ class ImageFilterStage(Stage):
             raise ImageRejected("too_large", f"{len(data)} bytes > {cfg.max_bytes}")
         if sha is None:
             sha = hashlib.sha256(data).hexdigest()
+        listed = self.hashes.match(data, sha) if self.hashes else None
+        if listed:
+            raise ImageRejected("excluded_hash", f"{listed} is on {cfg.exclude_hashes}")
         if cfg.dedup and sha in kept_sha and data:
             raise ImageRejected("duplicate_sha256", f"same bytes as {kept_sha[sha]}")
         sniffed = sniff(data, row.get("mime"))
         if sniffed:
             raise ImageRejected(*sniffed)
         header = open_image(data, max_pixels=cfg.max_pixels)
+        if cfg.obey_reservations:
+            applist = getattr(header.image, "applist", None) if header.format in ("JPEG", "MPO") else None
+            reserved = (dmi_reservation(header.image.info, data, header.format)
+                        or c2pa_reservation(data, header.format, applist))
+            if reserved:
+                raise ImageRejected("dmi_reserved", reserved)
         dropped = first_rejection(rules, header)
         if dropped is not None:
             raise ImageRejected(dropped[0].name, dropped[1] or "")
         preview = decode_small(header)
         small = preview.image
+        if self.hashes is not None and self.hashes.pdq is not None:
+            listed = self.hashes.match_pdq(decode_for_pdq(header))
+            if listed:
+                raise ImageRejected("excluded_hash", f"{listed} is on {cfg.exclude_hashes}")
         flagged, detail = classifier.judge(preview)
         if flagged:
             raise ImageRejected("uninformative", f"{classifier.name}: {detail}")

@@ -58,6 +58,10 @@ REASONS: dict[str, str] = {
                               "never sent.",
     "crawl/refused_reserved": "the host resolves to a multicast or reserved address; the request was "
                               "never sent (allow with --allow-private).",
+    "crawl/excluded_domain": "the URL's host is, or is a subdomain of, a domain of --exclude-domains; "
+                             "the request was never sent (nor its host's robots.txt).",
+    "crawl/excluded_url": "the URL is, or lies below, an entry of --exclude-urls; the request was never "
+                          "sent.",
     "crawl/too_deep": "the page nests elements deeper than libxml2 reads (256 levels): it was stored, "
                       "but the images and links below that depth were never seen, so not fetched.",
     # Stage 1 from archives (`lait ingest-warc`): records not stored, and damage notes.
@@ -68,6 +72,9 @@ REASONS: dict[str, str] = {
                                 "(W3C TDMRep: a tdm-reservation: 1 header or meta tag): its image links "
                                 "are not stored (a WARC page with it is a pages/ row with error "
                                 "tdm_reserved).",
+    "ingest/excluded_domain": "an archived record (page, image or WAT page) of a host on --exclude-domains "
+                              "(or a subdomain of one); not stored.",
+    "ingest/excluded_url": "an archived record of a URL on, or below an entry of, --exclude-urls; not stored.",
     "ingest/too_large": "a record larger than --max-record-mb, skipped unread.",
     "ingest/body_too_large": "a record whose payload is, or decodes to (a compression bomb), more than "
                              "the crawler's size limit for its kind (--max-page-bytes, "
@@ -114,6 +121,14 @@ REASONS: dict[str, str] = {
     "filter/empty": "the image body is empty (zero bytes).",
     "filter/too_large": "the image file is larger than max_bytes.",
     "filter/duplicate_sha256": "the same bytes as an image kept earlier in its partition.",
+    "filter/excluded_hash": "the MD5 or SHA-256 of the image bytes, or the PDQ perceptual hash of the picture, "
+                            "is on --exclude-hashes (a list of known images to keep out: abuse material, "
+                            "privacy or rights complaints).",
+    "filter/dmi_reserved": "the image file reserves data mining in its own metadata: XMP plus:DataMining "
+                           "(IPTC Photo Metadata 2023.1) says prohibited for AI/ML training, generative "
+                           "AI/ML training, or at all (also 'except search engine indexing' and 'see "
+                           "constraint/rights expression'), or its C2PA training-mining assertion says "
+                           "notAllowed or constrained for AI training, generative AI training or data mining.",
     "filter/svg": "an SVG (vector) image.",
     "filter/not_an_image": "the bytes are no raster image Pillow knows (often an HTML error page "
                            "served as an image).",

@@ -139,7 +139,9 @@ def run(cfg: WarcIngestConfig) -> int:
     work = open_work_dir(cfg.out, create=True, n_partitions=cfg.partitions)
     opts = IngestOptions(links=cfg.links, max_record_bytes=cfg.max_record_mb << 20,
                          check_gzip=cfg.check_gzip, force=cfg.force, max_page_bytes=cfg.max_page_bytes,
-                         max_image_bytes=cfg.max_image_bytes, obey_tdmrep=cfg.obey_tdmrep)
+                         max_image_bytes=cfg.max_image_bytes, obey_tdmrep=cfg.obey_tdmrep,
+                         exclude_domains=os.path.abspath(cfg.exclude_domains) if cfg.exclude_domains else "",
+                         exclude_urls=os.path.abspath(cfg.exclude_urls) if cfg.exclude_urls else "")
     stats = None
     with locked(work, "lait ingest-warc"):
         work.write_config("ingest-warc", cfg.to_yaml())

@@ -8,7 +8,8 @@ network and no server. The pages it links to are the stored copies written besid
 Sections: the funnel, one unit per row (pages, images, image-page pairs, image-text pairs,
 samples) with shares, what each row counts and what was dropped between two rows, by reason
 (`lait.app.funnel`); every rejection reason,
-sorted, with what a row of it is and examples of what it dropped (`lait.app.examples`); the
+sorted, with what a row of it is and examples of what it dropped (`lait.app.examples`); what
+each consent and safety gate kept out (`lait.app.consent`); the
 score histogram with stage 5's thresholds drawn on it; distributions (image sizes, aspect
 ratios, caption lengths, languages, domains, caption sources); a grid of samples and the best
 and worst kept pairs, each linked to the page it came from.
@@ -31,6 +32,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from lait import storage
+from lait.app.consent import consent_counts, consent_html, consent_text
 from lait.app.examples import EXAMPLES_PER_REASON, Example, reject_examples
 from lait.app.funnel import DERIVED, IMAGES, FunnelRow, funnel, reason_unit
 from lait.app.pagecopies import write_page_copies
@@ -182,6 +184,7 @@ def summary_text(st: DatasetStats) -> str:
         lines += ["", "rejected, by reason:"]
         for reason, n in st.sorted_rejects():
             lines.append(f"  {reason:<40} {n:>10,}  {st.reject_units.get(reason, 'rows')}")
+    lines += ["", *consent_text(st.rejects)]
     lines += ["", f"shards: {st.shards} tars, {len(st.samples):,} samples, {_size(st)}"]
     if st.samples:
         ks = sorted(st.kept_scores)
@@ -404,6 +407,11 @@ no rejection rule but follows from the tables).</p>
 <p>Every row a stage dropped, by the rule that dropped it; the count is of the unit in the third
 column. Below, a few examples of each: what to look at when tuning a rule.</p>
 {_rejects_html(st, copies)}
+<h2>Consent and safety</h2>
+<p>What each gate kept out of the dataset: the owners' opt-outs (robots.txt, TDMRep, noai, a
+reservation inside the image file), the operator's block lists, the safety filters. Every gate
+is listed, those that removed nothing too.</p>
+{consent_html(st.rejects, _anchor)}
 <h2>Scores</h2>
 {_scores_html(st)}
 <h2>Distributions</h2><div class="plots" id="plots">{figs}</div>
@@ -439,5 +447,6 @@ def write_report(work_root: str | Path, out: str | Path | None = None) -> tuple[
 def stats_json(st: DatasetStats) -> str:
     return json.dumps({"funnel": [r.to_json() for r in st.funnel],
                        "rejects": {r: {"rows": n, "unit": st.reject_units.get(r)} for r, n in st.sorted_rejects()},
+                       "consent_and_safety": consent_counts(st.rejects),
                        "thresholds": [{"value": t.value, "label": t.label} for t in st.thresholds],
                        "samples": len(st.samples), "shards": st.shards}, indent=1)

@@ -26,6 +26,7 @@ SOURCES = {
     "crawler/hosts.py": None,
     "crawler/robots.py": None,
     "crawler/tdmrep.py": None,
+    "crawler/exclusions.py": "crawl",
     "crawler/warc_ingest.py": "ingest",
     "crawler/warc.py": "ingest",
     "crawler/url_list.py": "download",
