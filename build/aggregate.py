@@ -89,11 +89,11 @@ class Image:
     width: int
     height: int
     format: str
-    punsafe: float | None
     src_file: str
     row_group: int
     row_index: int
     candidates: list[Cand]
+    punsafe: float | None = None  # stage 2's; None: not scored
 
 
 @dataclass
@@ -165,8 +165,8 @@ def load_images(work: WorkDir) -> list[Image]:
                           share(model, model), share(pre, pre), share(lic, lic), _norm(text))
                      for text, source, lang, score, page, model, pre, lic in zip(*fields)]
             for i, (url, sha, ph, w, h, fmt, unsafe, src, grp, idx) in enumerate(zip(*cols)):
-                images.append(Image(url, sha, phash_int(ph), w, h, share(fmt, fmt), unsafe, share(src, src), grp, idx,
-                                    cands[offsets[i] - offsets[0]:offsets[i + 1] - offsets[0]]))
+                images.append(Image(url, sha, phash_int(ph), w, h, share(fmt, fmt), share(src, src), grp, idx,
+                                    cands[offsets[i] - offsets[0]:offsets[i + 1] - offsets[0]], unsafe))
             del group
     # Sorting makes every later step independent of partition and part order.
     images.sort(key=lambda im: im.url)
