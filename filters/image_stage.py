@@ -286,6 +286,9 @@ class ImageFilterStage(Stage):
             _CLASSIFIERS[key] = load_classifier(self.cfg.uninformative, max_colours=self.cfg.flat_max_colours)
         return _CLASSIFIERS[key]
 
+    def __getstate__(self) -> dict[str, Any]:  # sent to workers without the model: an onnxruntime
+        return {**self.__dict__, "unsafe": None}  # session does not pickle, and each loads its own
+
     def _unsafe(self) -> UnsafeScorer | None:
         # Loaded when a partition starts, not in __init__: the stage object is sent to workers.
         return None if self.cfg.unsafe_model == "none" else UnsafeScorer(self.cfg.unsafe_model)

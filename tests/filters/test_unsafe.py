@@ -185,6 +185,21 @@ def test_report_blurs_examples_of_filter_unsafe(make_work, td, scores):
     assert reasons["filter/unsafe"] > 0
     examples = reject_examples(work, reasons, per_reason=20)
     assert examples["filter/unsafe"] and all(e.thumb and e.blurred for e in examples["filter/unsafe"])
+    # The consent and safety section counts them under their gate.
+    from lait.app.consent import consent_counts
+
+    assert consent_counts(reasons)["unsafe images"] == {"filter/unsafe": reasons["filter/unsafe"]}
+
+
+def test_stage_is_sent_to_workers_without_its_model():
+    """Worker processes receive the stage pickled (the stage object, never fetched data); a
+    stage that already ran a partition in this process holds an onnxruntime session."""
+    import pickle
+
+    stage = ImageFilterStage(FilterConfig(work="w"))
+    stage.unsafe = stage._unsafe()
+    assert stage.unsafe is not None
+    assert pickle.loads(pickle.dumps(stage)).unsafe is None
 
 
 def test_report_html_blurs_unsafe_samples(tmp_path, shared_data):
