@@ -42,7 +42,7 @@ from lait.build.dedup import group_duplicates, hamming, phash_int
 from lait.build.neardup import embedding_pairs
 from lait.build.pixels import PixelCheck, read_thumbnails
 from lait.build.rescore import rescore_groups
-from lait.build.sample import sample_uid
+from lait.build.sample import punsafe_value, sample_uid
 from lait.parts import PartitionedWriter, WorkDir, partition_of
 from lait.schemas import get_table
 
@@ -93,6 +93,7 @@ class Image:
     row_group: int
     row_index: int
     candidates: list[Cand]
+    punsafe: float | None = None  # stage 2's; None: not scored
 
 
 @dataclass
@@ -132,7 +133,8 @@ class RejectSink:
         self.parts.abort()
 
 
-IMAGE_COLUMNS = ["image_url", "sha256", "phash", "width", "height", "format", "src_file", "row_group", "row_index"]
+IMAGE_COLUMNS = ["image_url", "sha256", "phash", "width", "height", "format", "punsafe", "src_file", "row_group",
+                 "row_index"]
 CAND_FIELDS = ["text", "source", "lang", "score", "page_url", "model", "pretrained", "license"]
 
 
@@ -149,7 +151,9 @@ def load_images(work: WorkDir) -> list[Image]:
         pf = storage.parquet_file(f)
         for rg in range(pf.num_row_groups):
             group = pf.read_row_group(rg)
-            cols = [group.column(c).to_pylist() for c in IMAGE_COLUMNS]
+            # punsafe is missing from build_images/ written before it existed: not scored.
+            cols = [group.column(c).to_pylist() if c in group.column_names else [None] * group.num_rows
+                    for c in IMAGE_COLUMNS]
             cands_col = group.column("candidates").combine_chunks()
             offsets = cands_col.offsets.to_pylist()
             values = cands_col.flatten()  # the candidates of this group's rows, sliced as they are
@@ -160,9 +164,9 @@ def load_images(work: WorkDir) -> list[Image]:
             cands = [Cand(text, share(source, source), share(lang, lang), score, share(page, page),
                           share(model, model), share(pre, pre), share(lic, lic), _norm(text))
                      for text, source, lang, score, page, model, pre, lic in zip(*fields)]
-            for i, (url, sha, ph, w, h, fmt, src, grp, idx) in enumerate(zip(*cols)):
+            for i, (url, sha, ph, w, h, fmt, unsafe, src, grp, idx) in enumerate(zip(*cols)):
                 images.append(Image(url, sha, phash_int(ph), w, h, share(fmt, fmt), share(src, src), grp, idx,
-                                    cands[offsets[i] - offsets[0]:offsets[i + 1] - offsets[0]]))
+                                    cands[offsets[i] - offsets[0]:offsets[i + 1] - offsets[0]], unsafe))
             del group
     # Sorting makes every later step independent of partition and part order.
     images.sort(key=lambda im: im.url)
@@ -522,6 +526,7 @@ def plan_row(key: str, shard: int, g: Group, cfg: BuildConfig, extra: dict[str, 
         "original_format": rep.format,
         "sha256": rep.sha256,
         "phash": f"{rep.phash:016x}",
+        "punsafe": punsafe_value(rep.punsafe),
         "pages": g.pages,
         "urls": [im.url for im in g.members][:17],
         "n_duplicates": len(g.members) - 1,

@@ -42,7 +42,9 @@ class PickStage(Stage):
         images, files, groups, rows, cand_rows, offsets = [], [], [], [], [], [0]
         for path in ctx.work.part_files("images_ok", ctx.partition):
             pf = storage.parquet_file(path)
-            table = pf.read(columns=OK_COLUMNS)
+            table = pf.read(columns=OK_COLUMNS + (["punsafe"] if "punsafe" in pf.schema_arrow.names else []))
+            if "punsafe" not in table.column_names:  # images_ok from before punsafe: not scored
+                table = table.append_column("punsafe", pa.nulls(table.num_rows, pa.float32()))
             sizes = [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)]
             group_of = np.repeat(np.arange(len(sizes)), sizes)
             start_of = np.repeat(np.cumsum([0] + sizes[:-1]), sizes)
@@ -66,7 +68,7 @@ class PickStage(Stage):
             values = pa.StructArray.from_arrays(
                 [scored.column(f.name).combine_chunks() for f in CANDIDATE_TYPE.value_type],
                 fields=list(CANDIDATE_TYPE.value_type)).take(pa.array(cand_rows, pa.int64()))
-            columns = {name: ok.column(name) for name in OK_COLUMNS}
+            columns = {name: ok.column(name) for name in OK_COLUMNS + ["punsafe"]}
             columns.update(src_file=pa.array(files, pa.string()),
                            row_group=pa.array(np.concatenate(groups), pa.int32()),
                            row_index=pa.array(np.concatenate(rows), pa.int32()),

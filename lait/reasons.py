@@ -141,6 +141,8 @@ REASONS: dict[str, str] = {
     "filter/corrupt": "the image header or pixel data is invalid.",
     "filter/uninformative": "the uninformative-image classifier flagged it (flat: a logo, icon, chart "
                             "or blank with few colours).",
+    "filter/unsafe": "the unsafe-image model (open_nsfw) gave it a probability above max_unsafe; "
+                     "the detail has the probability.",
     "filter/duplicate_phash": "a perceptual (phash) duplicate of an image kept earlier in its partition.",
     "filter/error": "an unexpected error on this image (a codec bug); the partition went on.",
     # Stage 3 (`lait clean`): pages/ -> candidates/; whole pages first, then single texts.

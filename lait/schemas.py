@@ -51,6 +51,8 @@ IMAGES_OK = pa.schema(
         pa.field("sha256", pa.string(), nullable=False),
         # 64-bit perceptual hash as 16 hex digits (imagehash.phash).
         pa.field("phash", pa.string(), nullable=False),
+        # Probability that the image is unsafe (stage 2's model, LAION's punsafe); null: not scored.
+        pa.field("punsafe", pa.float32()),
     ]
 )
 
@@ -195,6 +197,7 @@ BUILD_IMAGES = pa.schema([
     pa.field("width", pa.int32(), nullable=False),
     pa.field("height", pa.int32(), nullable=False),
     pa.field("format", pa.string(), nullable=False),
+    pa.field("punsafe", pa.float32()),  # images_ok's; null: not scored
     # Where the bytes are: images_ok part file name, row group, row inside the group.
     pa.field("src_file", pa.string(), nullable=False),
     pa.field("row_group", pa.int32(), nullable=False),

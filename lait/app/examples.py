@@ -10,7 +10,6 @@ as a decompression bomb is not decoded here either.
 
 from __future__ import annotations
 
-import base64
 import io
 import logging
 from collections import Counter
@@ -39,6 +38,7 @@ class Example:
     detail: str | None
     thumb: str | None = None  # JPEG data URI of the image, when its bytes were stored
     image_note: str | None = None  # why there is no thumbnail, when there is an image URL
+    blurred: bool = False  # the thumbnail is blurred: unsafe, or no model could check it
 
 
 def reject_examples(work: WorkDir, reasons: Counter, per_reason: int = EXAMPLES_PER_REASON,
@@ -61,11 +61,14 @@ def reject_examples(work: WorkDir, reasons: Counter, per_reason: int = EXAMPLES_
                     missing.discard(reason)
     if thumbnails:
         urls = {e.image_url for examples in out.values() for e in examples if e.image_url}
-        thumbs = image_thumbnails(work, urls)
+        # An image stage 2 dropped as unsafe is blurred without asking the model again; every
+        # other thumbnail is scored here (most were dropped before stage 2 scored them).
+        unsafe = {e.image_url for e in out.get("filter/unsafe", ()) if e.image_url}
+        thumbs = image_thumbnails(work, urls, unsafe)
         notes = fetch_notes(work, urls - set(thumbs))
         for examples in out.values():
             for e in examples:
-                e.thumb = thumbs.get(e.image_url or "")
+                e.thumb, e.blurred = thumbs.get(e.image_url or "", (None, False))
                 if e.image_url and not e.thumb:
                     e.image_note = notes.get(e.image_url, "no image: the URL was never fetched")
     return out
@@ -87,16 +90,18 @@ def fetch_notes(work: WorkDir, urls: set[str]) -> dict[str, str]:
     return out
 
 
-def image_thumbnails(work: WorkDir, urls: set[str]) -> dict[str, str]:
-    """image URL -> JPEG data URI of a thumbnail, for the URLs whose bytes `images/` stores.
-    Only the partitions that hold the URLs are read."""
+def image_thumbnails(work: WorkDir, urls: set[str], unsafe: set[str] = frozenset()
+                     ) -> dict[str, tuple[str, bool]]:
+    """image URL -> (JPEG data URI of a thumbnail, blurred?), for the URLs whose bytes `images/`
+    stores; those in `unsafe` are blurred, the others when the unsafe model says so (or is not
+    installed). Only the partitions that hold the URLs are read."""
     if not urls or not work.part_files("images"):
         return {}
     n = work.n_partitions
     by_partition: dict[int, set[str]] = {}
     for url in urls:
         by_partition.setdefault(partition_of(url, n), set()).add(url)
-    out: dict[str, str] = {}
+    out: dict[str, tuple[str, bool]] = {}
     for partition, wanted in sorted(by_partition.items()):
         for f in work.part_files("images", partition):
             pf = storage.parquet_file(f)
@@ -107,31 +112,30 @@ def image_thumbnails(work: WorkDir, urls: set[str]) -> dict[str, str]:
                     continue
                 data = pf.read_row_group(group, columns=["bytes"]).column(0)
                 for i in rows:
-                    thumb = thumbnail(data[i].as_py() or b"")
+                    thumb = thumbnail(data[i].as_py() or b"", punsafe=1.0 if names[i] in unsafe else None)
                     if thumb:
                         out[names[i]] = thumb
     return out
 
 
-def thumbnail(data: bytes, side: int = THUMB) -> str | None:
-    """A JPEG data URI of `data` scaled to fit `side`, or None when it is no image Pillow
-    decodes within the pixel limit (a thumbnail must never cost the report)."""
+def thumbnail(data: bytes, side: int = THUMB, punsafe: float | None = None) -> tuple[str, bool] | None:
+    """(JPEG data URI of `data` scaled to fit `side`, blurred?), or None when it is no image
+    Pillow decodes within the pixel limit (a thumbnail must never cost the report). Blurred when
+    `punsafe`, or the unsafe model's score when it is None, is above the default max_unsafe."""
     from PIL import Image
+
+    from lait.filters.unsafe import MODEL_SIDE, thumbnail_uri
 
     try:
         with Image.open(io.BytesIO(data)) as im:
             w, h = im.size
             if w * h > MAX_THUMB_PIXELS:
                 return None
-            im.draft("RGB", (side, side))
-            small = im.convert("RGB")
-            small.thumbnail((side, side))
-            buf = io.BytesIO()
-            small.save(buf, "JPEG", quality=80)
+            im.draft("RGB", (MODEL_SIDE, MODEL_SIDE))  # the size the model looks at
+            return thumbnail_uri(im.convert("RGB"), side, punsafe)
     except Exception as exc:  # any decoder error: the example shows its detail instead
         log.debug("no thumbnail: %r", exc)
         return None
-    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
 def to_json(examples: dict[str, list[Example]]) -> dict[str, list[dict[str, Any]]]:

@@ -198,9 +198,17 @@ def summary_text(st: DatasetStats) -> str:
 
 
 # -- samples --------------------------------------------------------------------------------
-def thumbnails(shard_dir: Location, keys_by_tar: dict[str, set[str]]) -> dict[str, str]:
-    """key -> JPEG data URI of a small thumbnail, read from the tars that hold the keys."""
+def thumbnails(shard_dir: Location, keys_by_tar: dict[str, set[str]], punsafe: dict[str, float] | None = None,
+               blurred: set[str] | None = None) -> dict[str, str]:
+    """key -> JPEG data URI of a small thumbnail, read from the tars that hold the keys.
+
+    A sample whose `punsafe` (from its sidecar row) is above the default max_unsafe, or
+    unknown and scored so here, gets a blurred thumbnail; its key is added to `blurred`."""
     from PIL import Image
+
+    from lait.filters.unsafe import MODEL_SIDE, thumbnail_uri
+
+    punsafe = punsafe or {}
 
     out = {}
     for tar_name, keys in sorted(keys_by_tar.items()):
@@ -211,12 +219,10 @@ def thumbnails(shard_dir: Location, keys_by_tar: dict[str, set[str]]) -> dict[st
                     continue
                 try:
                     with Image.open(tf.extractfile(m)) as im:
-                        im.draft("RGB", (THUMB, THUMB))
-                        im = im.convert("RGB")
-                        im.thumbnail((THUMB, THUMB))
-                        buf = io.BytesIO()
-                        im.save(buf, "JPEG", quality=80)
-                    out[key] = "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
+                        im.draft("RGB", (MODEL_SIDE, MODEL_SIDE))
+                        out[key], blur = thumbnail_uri(im.convert("RGB"), THUMB, punsafe.get(key))
+                    if blur and blurred is not None:
+                        blurred.add(key)
                 except Exception as exc:  # one broken thumbnail must not lose the report
                     log.warning("stats: no thumbnail for %s: %r", key, exc)
     return out
@@ -274,11 +280,15 @@ def _page_link(url: str | None, copies: dict[str, str] | None = None) -> str:
             f"{html.escape(_shown(url))}</span>")
 
 
-def _figure(s: dict, thumbs: dict[str, str], copies: dict[str, str] | None = None) -> str:
+def _figure(s: dict, thumbs: dict[str, str], copies: dict[str, str] | None = None,
+            blurred: set[str] | frozenset = frozenset()) -> str:
     src = thumbs.get(s["key"], "")
     facts = [f"score {s['score']:.3f}", html.escape(s.get("source") or ""),
              _page_link(s.get("page_url") or s["url"], copies)]
-    return (f'<figure class="sample"><img alt="sample {html.escape(s["key"])}" src="{src}">'
+    blur = ' data-blurred="unsafe"' if s["key"] in blurred else ""
+    if blur:
+        facts.append("blurred: punsafe above the threshold, or unchecked")
+    return (f'<figure class="sample"><img alt="sample {html.escape(s["key"])}" src="{src}"{blur}>'
             f'<figcaption>{html.escape(s["caption"])}<br><span class="score">'
             f'{" · ".join(f for f in facts if f)}</span></figcaption></figure>')
 
@@ -293,7 +303,10 @@ def _detail(e: Example) -> str:
 
 
 def _example(e: Example, copies: dict[str, str] | None = None) -> str:
-    shown = (f'<img alt="{html.escape(e.image_url or "")}" src="{e.thumb}">' if e.thumb else "")
+    blur = ' data-blurred="unsafe"' if e.blurred else ""
+    shown = (f'<img alt="{html.escape(e.image_url or "")}" src="{e.thumb}"{blur}>' if e.thumb else "")
+    if e.thumb and e.blurred:
+        shown += '<div class="noimage">blurred: unsafe, or no model could check it</div>'
     if not e.thumb and e.image_url:
         note = e.image_note or "no thumbnail: the image's bytes are not stored"
         shown += f'<div class="noimage">{html.escape(note)}</div>'
@@ -380,16 +393,16 @@ def _scores_html(st: DatasetStats) -> str:
 
 
 def render_html(st: DatasetStats, plot_uris: list[tuple[str, str]], thumbs: dict[str, str],
-                copies: dict[str, str] | None = None) -> str:
+                copies: dict[str, str] | None = None, blurred: set[str] | frozenset = frozenset()) -> str:
     """The report page; `copies` maps page URLs to their stored copies beside it (see
-    `_page_link`)."""
+    `_page_link`); the samples in `blurred` are marked as such."""
     grid, best, worst = _picked(st)
     figs = "".join(f'<div class="plot"><img alt="{html.escape(t)}" src="{u}"></div>' for t, u in plot_uris)
 
     def section(title: str, items: list[dict], cls: str) -> str:
         if not items:
             return ""
-        return (f'<h2>{title}</h2><div class="grid {cls}">' + "".join(_figure(s, thumbs, copies) for s in items) + "</div>")
+        return (f'<h2>{title}</h2><div class="grid {cls}">' + "".join(_figure(s, thumbs, copies, blurred) for s in items) + "</div>")
 
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>lait dataset report</title>
@@ -432,14 +445,16 @@ def write_report(work_root: str | Path, out: str | Path | None = None) -> tuple[
     wanted: dict[str, set[str]] = defaultdict(set)
     for s in grid + best + worst:
         wanted[s["tar"]].add(s["key"])
-    thumbs = thumbnails(storage.location(work_root) / "shards", wanted)
+    blurred: set[str] = set()
+    thumbs = thumbnails(storage.location(work_root) / "shards", wanted,
+                        {s["key"]: s.get("punsafe") for s in grid + best + worst}, blurred)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     linked = {s.get("page_url") or s["url"] for s in grid + best + worst}
     linked |= {e.page_url for es in st.examples.values() for e in es if e.page_url}
     copies = write_page_copies(work_root, {u for u in linked if is_http_url(u)}, out.parent / f"{out.stem}_pages")
     page = render_html(st, plots(st.funnel, st.sorted_rejects(), st.widths, st.heights, st.samples, st.counter),
-                       thumbs, copies)
+                       thumbs, copies, blurred)
     out.write_text(page, encoding="utf-8")
     return st, out
 
