@@ -1,0 +1,131 @@
+"""SemDeDup (Abbas et al., 2023): semantic deduplication on image embeddings.
+
+k-means over the (L2-normalised) embeddings, then, inside each cluster, items are visited best
+first and one is dropped when its cosine similarity to an item already kept exceeds 1 - eps. So
+no two kept items of a cluster are closer than that, and every group of near-copies keeps its
+first member.
+
+The clusters are made by hierarchical k-means: a cluster larger than `cluster_size` is split
+again by a k-means of `branch` centroids. Each level costs O(n * branch) and there are
+O(log n) levels, so clustering grows as n log n, where one flat k-means with n / cluster_size
+centroids would grow as n^2; the greedy pass inside a cluster costs O(cluster_size) per item.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def normalise(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, np.float32)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.maximum(norms, 1e-12)
+
+
+def seeds(x: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """k-means++ seeding (each next seed drawn with probability proportional to its squared
+    distance to the nearest seed so far): it seldom puts two seeds into one tight group of
+    near-copies, which would split the group across clusters where no pass compares them."""
+    chosen = [int(rng.integers(len(x)))]
+    d2 = np.maximum(2.0 - 2.0 * (x @ x[chosen[0]]), 0.0)
+    for _ in range(1, k):
+        total = d2.sum()
+        if total <= 0:
+            break  # every row is one of the seeds already
+        nxt = int(rng.choice(len(x), p=d2 / total))
+        chosen.append(nxt)
+        d2 = np.minimum(d2, np.maximum(2.0 - 2.0 * (x @ x[nxt]), 0.0))
+    return x[chosen].copy()
+
+
+def kmeans(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 10) -> np.ndarray:
+    """Spherical k-means of the rows of `x` (normalised): the cluster of each row."""
+    k = min(k, len(x))
+    centroids = seeds(x, k, rng)
+    k = len(centroids)
+    assign = np.zeros(len(x), np.int64)
+    for _ in range(iters):
+        new = np.argmax(x @ centroids.T, axis=1)
+        if _ and np.array_equal(new, assign):
+            break
+        assign = new
+        sums = np.zeros_like(centroids)
+        np.add.at(sums, assign, x)
+        filled = np.bincount(assign, minlength=k) > 0
+        centroids[filled] = normalise(sums[filled])  # an empty cluster keeps its centroid
+    return assign
+
+
+def clusters(x: np.ndarray, cluster_size: int, branch: int = 16, seed: int = 0) -> list[np.ndarray]:
+    """Row indices of `x` in clusters of at most `cluster_size` (unless k-means cannot split a
+    cluster further: its rows are then one point, and the greedy pass is linear on it)."""
+    rng = np.random.default_rng(seed)
+    todo = [np.arange(len(x))]
+    done: list[np.ndarray] = []
+    while todo:
+        idx = todo.pop()
+        if len(idx) <= cluster_size:
+            done.append(idx)
+            continue
+        assign = kmeans(x[idx], branch, rng)
+        parts = [idx[assign == c] for c in np.unique(assign)]
+        if len(parts) == 1:
+            done.append(idx)
+        else:
+            todo.extend(parts)
+    return done
+
+
+def dedup_cluster(x: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
+    """Greedy pass over the rows of `x` in order: for each row, whether it is kept and, for a
+    dropped one, the (first) kept row it is too close to (-1 for a kept row)."""
+    n = len(x)
+    kept = np.zeros(n, bool)
+    by = np.full(n, -1, np.int64)
+    alive = np.ones(n, bool)
+    for i in range(n):
+        if not alive[i]:
+            continue
+        kept[i] = True
+        rest = np.flatnonzero(alive[i + 1:]) + i + 1
+        if len(rest):
+            close = rest[x[rest] @ x[i] > threshold]
+            alive[close] = False
+            by[close] = i
+    return kept, by
+
+
+@dataclass
+class DedupResult:
+    keep: np.ndarray        # bool per item
+    duplicate_of: np.ndarray  # int64 per item: the kept item it duplicates, -1 when kept
+    similarity: np.ndarray  # float32 per item: cosine to that item (nan when kept)
+    cluster: np.ndarray     # int64 per item: its cluster
+    n_clusters: int
+
+
+def semdedup(emb: np.ndarray, eps: float, priority: np.ndarray | None = None, cluster_size: int = 1000,
+             branch: int = 16, seed: int = 0) -> DedupResult:
+    """SemDeDup of `emb` (n x d). `priority` orders the items inside a cluster (lower first,
+    e.g. minus the score, so that each group keeps its best-scoring member); by index without."""
+    x = normalise(emb)
+    n = len(x)
+    keep = np.ones(n, bool)
+    dup = np.full(n, -1, np.int64)
+    sim = np.full(n, np.nan, np.float32)
+    groups = clusters(x, cluster_size, branch, seed) if n else []
+    cluster = np.zeros(n, np.int64)
+    for c, idx in enumerate(groups):
+        cluster[idx] = c
+        if priority is not None:
+            idx = idx[np.lexsort((idx, priority[idx]))]
+        else:
+            idx = np.sort(idx)
+        kept, by = dedup_cluster(x[idx], 1.0 - eps)
+        dropped = np.flatnonzero(~kept)
+        keep[idx[dropped]] = False
+        dup[idx[dropped]] = idx[by[dropped]]
+        sim[idx[dropped]] = np.einsum("ij,ij->i", x[idx[dropped]], x[idx[by[dropped]]])
+    return DedupResult(keep, dup, sim, cluster, len(groups))
