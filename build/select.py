@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 from lait import storage
 from lait.build.aggregate import pool_rows, score_cut, write_plan
 from lait.build.config import SelectConfig
+from lait.build.curate import load_all
 from lait.build.pipeline import Reports
 from lait.build.sample import UID_DTYPE, array_to_uids
 from lait.build.shards import ShardStage, finish_shard_dir, shard_files, write_stats
@@ -160,7 +161,7 @@ def apply_recipes(work: WorkDir, pool: pa.Table, names: list[str],
                   state: WorkDir | None) -> tuple[pa.Table, dict[str, Any]]:
     """The pool less what the recipes' steps remove (`lait.build.curate`), each removed sample
     recorded in `state`'s `rejected/` with its step's reason; and the steps' counts."""
-    from lait.build.curate import Pool, apply, load_all
+    from lait.build.curate import Pool, apply
     from lait.parts import PartitionedWriter
 
     cur = apply(load_all(names), Pool(pool, lambda idx: image_embeddings(work, pool, idx)))
@@ -189,14 +190,16 @@ def image_embeddings(work: WorkDir, pool: pa.Table, idx: np.ndarray) -> tuple[np
     return have, stack_embs(embs.take(found))
 
 
-def source_inputs(work: WorkDir) -> dict[str, Any]:
+def source_inputs(work: WorkDir, embeddings: bool = False) -> dict[str, Any]:
     """What a selection reads from the work directory, as `lait.fingerprint` lists it: the pool
     (and the build's own record of its inputs) and the tables the shard writer reads bytes and
-    region arrays from, every part with its size and the digest of the task that wrote it."""
+    region arrays from, every part with its size and the digest of the task that wrote it; and
+    `image_embs/` when a recipe reads embeddings (SemDeDup)."""
     from lait.build.pipeline import build_record
 
     build = (build_record(work) or {}).get("fingerprint")
-    listed = global_fingerprint(work, "select", {}, ("pool", "images_ok", "regions", "region_labels")).inputs
+    tables = ("pool", "images_ok", "regions", "region_labels") + (("image_embs",) if embeddings else ())
+    listed = global_fingerprint(work, "select", {}, tables).inputs
     return {"build": (build or {}).get("digest"),
             "inputs": {t: [list(p) for p in parts] for t, parts in listed.items()}}
 
@@ -227,8 +230,6 @@ def fingerprint(work: WorkDir, cfg: SelectConfig, source: dict[str, Any]) -> str
     what = {"source": work.url, "config": cfg.content(), "uids_sha256": uids_digest, "read": source,
             "eval_set": eval_digest}
     if cfg.recipe:  # the steps with their settings and the digests of the files they read
-        from lait.build.curate import load_all
-
         what["recipe"] = [step.content() for step in load_all(cfg.recipe)]
     blob = json.dumps(what, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
@@ -271,7 +272,8 @@ def select(cfg: SelectConfig) -> SelectResult:
 def select_into(work: WorkDir, out: storage.Location, cfg: SelectConfig) -> SelectResult:
     """The selection, its folder locked."""
     check_build_current(work)
-    read = source_inputs(work)
+    reads_embeddings = bool(cfg.recipe) and any(step.rule == "semdedup" for step in load_all(cfg.recipe))
+    read = source_inputs(work, reads_embeddings)
     state = WorkDir(out / STATE_DIR, n_partitions=1)
     wanted = read_uids(cfg.uids) if cfg.uids else None
     selection = fingerprint(work, cfg, read)
@@ -293,7 +295,7 @@ def select_into(work: WorkDir, out: storage.Location, cfg: SelectConfig) -> Sele
     result = SelectResult([executor.run(stage, state)])
     if not result.ok:
         return result
-    if source_inputs(work) != read:
+    if source_inputs(work, reads_embeddings) != read:
         # A build or a filter rewrote what the shards were cut from while they were written.
         storage.remove(state.root / SELECTION_FILE)
         raise RuntimeError(f"select: {work.root} changed while the selection ran (a `lait build` or an "

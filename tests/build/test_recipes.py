@@ -268,3 +268,27 @@ def test_lait_select_with_recipes_records_every_removal_with_its_reason(work, tm
             assert reasons.count(reason) == n
     details = rejected.filter(pa.compute.equal(rejected["reason"], "select/semdedup"))["detail"].to_pylist()
     assert all(d.startswith("cosine ") for d in details)
+
+
+def test_a_changed_recipe_file_is_another_selection(work, tmp_path):
+    from lait.build.config import SelectConfig
+    from lait.build.select import select
+
+    meta = tmp_path / "meta.txt"
+    meta.write_text("grid\n")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("steps:\n  - {rule: metaclip, metadata: meta.txt, t: 5}\n")
+
+    def cfg(**kw):
+        c = SelectConfig(work=str(work), out=str(tmp_path / "out"), workers=1, progress=False, samples_per_shard=16,
+                         recipe=[str(recipe)], **kw)
+        c.validate()
+        return c
+
+    first = select(cfg())
+    assert first.ok and first.stats["selected"] == 5  # every caption names "grid": t of them drawn
+    meta.write_text("grid\nphoto\n")  # the metadata changed, the recipe's text did not
+    with pytest.raises(ConfigError, match="another selection"):
+        select(cfg())
+    again = select(cfg(overwrite=True))
+    assert again.ok and again.stats["recipe"]["steps"][0]["entries_matched"] == 2
