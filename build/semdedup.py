@@ -18,6 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 
 
+MATRIX_MAX = 4096
+
+
 def normalise(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, np.float32)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
@@ -51,8 +54,9 @@ def kmeans(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 10) -> 
         if _ and np.array_equal(new, assign):
             break
         assign = new
-        sums = np.zeros_like(centroids)
-        np.add.at(sums, assign, x)
+        onehot = np.zeros((len(x), k), np.float32)  # k is small: a matmul sums each cluster's rows
+        onehot[np.arange(len(x)), assign] = 1.0
+        sums = onehot.T @ x
         filled = np.bincount(assign, minlength=k) > 0
         centroids[filled] = normalise(sums[filled])  # an empty cluster keeps its centroid
     return assign
@@ -85,15 +89,22 @@ def dedup_cluster(x: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarr
     kept = np.zeros(n, bool)
     by = np.full(n, -1, np.int64)
     alive = np.ones(n, bool)
+    # One similarity matrix for a cluster of the planned size; row by row for a cluster k-means
+    # could not split (copies of one picture), which would not fit as a matrix.
+    sims = x @ x.T if n <= MATRIX_MAX else None
+    if sims is not None:
+        np.fill_diagonal(sims, -1.0)
+        if sims.max(initial=-1.0) <= threshold:
+            kept[:] = True  # no close pair at all: the common case
+            return kept, by
     for i in range(n):
         if not alive[i]:
             continue
         kept[i] = True
-        rest = np.flatnonzero(alive[i + 1:]) + i + 1
-        if len(rest):
-            close = rest[x[rest] @ x[i] > threshold]
-            alive[close] = False
-            by[close] = i
+        row = sims[i, i + 1:] if sims is not None else x[i + 1:] @ x[i]
+        close = np.flatnonzero(alive[i + 1:] & (row > threshold)) + i + 1
+        alive[close] = False
+        by[close] = i
     return kept, by
 
 

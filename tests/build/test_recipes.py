@@ -292,3 +292,15 @@ def test_a_changed_recipe_file_is_another_selection(work, tmp_path):
         select(cfg())
     again = select(cfg(overwrite=True))
     assert again.ok and again.stats["recipe"]["steps"][0]["entries_matched"] == 2
+
+
+def test_the_row_by_row_pass_of_a_huge_cluster_equals_the_matrix_pass(monkeypatch):
+    import lait.build.semdedup as sd
+
+    emb, _, _ = near_duplicate_groups(40, seed=5)
+    x = sd.normalise(emb)
+    by_matrix = sd.dedup_cluster(x, 0.95)
+    monkeypatch.setattr(sd, "MATRIX_MAX", 10)
+    by_rows = sd.dedup_cluster(x, 0.95)
+    assert np.array_equal(by_matrix[0], by_rows[0]) and np.array_equal(by_matrix[1], by_rows[1])
+    assert 40 == by_rows[0].sum() < len(x)
