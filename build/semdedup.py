@@ -92,12 +92,13 @@ def dedup_cluster(x: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarr
     # One similarity matrix for a cluster of the planned size; row by row for a cluster k-means
     # could not split (copies of one picture), which would not fit as a matrix.
     sims = x @ x.T if n <= MATRIX_MAX else None
+    visit = range(n)
     if sims is not None:
         np.fill_diagonal(sims, -1.0)
-        if sims.max(initial=-1.0) <= threshold:
-            kept[:] = True  # no close pair at all: the common case
-            return kept, by
-    for i in range(n):
+        close_any = (sims > threshold).any(axis=1)
+        kept[~close_any] = True  # a row with no close row is kept, and drops none
+        visit = np.flatnonzero(close_any)
+    for i in visit:
         if not alive[i]:
             continue
         kept[i] = True

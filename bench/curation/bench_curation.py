@@ -71,7 +71,7 @@ def measure(what: str, n: int, dim: int) -> dict:
         from lait.build.semdedup import semdedup
 
         emb = semdedup_inputs(n, dim, rng)
-        semdedup(semdedup_inputs(1500, dim, rng), 0.07, cluster_size=1000)  # BLAS and page warm-up
+        semdedup(semdedup_inputs(20000, dim, rng), 0.07, cluster_size=1000)  # BLAS threads start (seconds)
         reset_peak()
         before = rss_kib("VmRSS")
         t0 = time.perf_counter()
