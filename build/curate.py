@@ -59,8 +59,8 @@ class Step:
     def content(self) -> dict[str, Any]:
         """What the selection depends on: the rule, its settings and the files it reads."""
         out = {"rule": self.rule, "recipe": self.recipe, **self.params}
-        for key in ("metadata", "names"):
-            if key in self.params:
+        for key in ("metadata", "names", "targets"):
+            if self.params.get(key):
                 out[key + "_sha256"] = hashlib.sha256(storage.read_bytes(storage.location(self.path(key)))).hexdigest()
                 out.pop(key)
         return out
@@ -275,6 +275,37 @@ def semdedup(pool: Pool, step: Step, idx: np.ndarray) -> dict:
     return out
 
 
+def image_clusters(pool: Pool, step: Step, idx: np.ndarray) -> dict:
+    """DataComp's image-based filter: k-means over the pool's image embeddings, then keep the
+    clusters that are nearest to at least one target embedding (ImageNet's training images,
+    embedded by the pool's own scorer)."""
+    from lait.build.semdedup import kmeans, normalise
+
+    if not step.params["targets"]:
+        raise ConfigError("image_clusters needs `targets:`, a .npy file of image embeddings (n x dim) of the target "
+                          "images (ImageNet's, by the pool's scorer); copy the recipe and set it")
+    if pool.embeddings is None:
+        raise ConfigError("image_clusters needs image embeddings (image_embs/, written by `lait score`)")
+    targets = np.load(step.path("targets"), allow_pickle=False)
+    have, emb = pool.embeddings(idx)
+    out = _drop("select/no_embedding", idx[~have], lambda i: "no image embedding in image_embs/")
+    with_emb = idx[have]
+    if not len(with_emb):
+        return out
+    if targets.ndim != 2 or targets.shape[1] != emb.shape[1]:
+        raise ConfigError(f"image_clusters: targets are {targets.shape}, the pool's embeddings have dim {emb.shape[1]}")
+    x = normalise(emb)
+    k = int(step.params["clusters"]) or max(1, round(len(x) / 100))
+    assign, centroids = kmeans(x, k, np.random.default_rng(int(step.params["seed"])), iters=20, centroids_too=True)
+    wanted = np.unique(np.argmax(normalise(targets) @ centroids.T, axis=1))
+    far = ~np.isin(assign, wanted)
+    step.stats = {"clusters": int(len(centroids)), "target_clusters": int(len(wanted))}
+    pos = {int(i): j for j, i in enumerate(with_emb)}
+    out.update(_drop("select/image_cluster", with_emb[far],
+                     lambda i: f"cluster {assign[pos[i]]} is no target image's nearest of {len(centroids)}"))
+    return out
+
+
 RULES: dict[str, Rule] = {
     "language": Rule(language, {"languages": ["en"]}),
     "caption_words": Rule(caption_words, {"more_than": 2}),
@@ -287,6 +318,7 @@ RULES: dict[str, Rule] = {
     "metaclip": Rule(metaclip, {"metadata": "imagenet1k-classes.txt", "t": 20000, "case_sensitive": False,
                                 "seed": 0}),
     "semdedup": Rule(semdedup, {"eps": 0.07, "cluster_size": 1000, "seed": 0}),
+    "image_clusters": Rule(image_clusters, {"targets": "", "clusters": 0, "seed": 0}),
 }
 
 

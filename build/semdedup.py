@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
 MATRIX_MAX = 4096
 
 
@@ -43,23 +42,42 @@ def seeds(x: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
     return x[chosen].copy()
 
 
-def kmeans(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 10) -> np.ndarray:
-    """Spherical k-means of the rows of `x` (normalised): the cluster of each row."""
+def nearest(x: np.ndarray, centroids: np.ndarray, cells: int = 1 << 24) -> np.ndarray:
+    """The centroid of highest cosine for each row, in row blocks of bounded memory."""
+    step = max(1, cells // max(1, len(centroids)))
+    return np.concatenate([np.argmax(x[i:i + step] @ centroids.T, axis=1) for i in range(0, len(x), step)]) \
+        if len(x) else np.zeros(0, np.int64)
+
+
+def cluster_sums(x: np.ndarray, assign: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The sum of each cluster's rows, and which clusters have any."""
+    filled = np.bincount(assign, minlength=k) > 0
+    if k <= 64:  # a one-hot matmul is the fastest sum for a few clusters
+        onehot = np.zeros((len(x), k), np.float32)
+        onehot[np.arange(len(x)), assign] = 1.0
+        return onehot.T @ x, filled
+    order = np.argsort(assign, kind="stable")
+    starts = np.searchsorted(assign[order], np.flatnonzero(filled))
+    sums = np.zeros((k, x.shape[1]), np.float32)
+    sums[filled] = np.add.reduceat(x[order], starts, axis=0)
+    return sums, filled
+
+
+def kmeans(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 10, centroids_too: bool = False):
+    """Spherical k-means of the rows of `x` (normalised): the cluster of each row (and the
+    centroids, with `centroids_too`)."""
     k = min(k, len(x))
     centroids = seeds(x, k, rng)
     k = len(centroids)
     assign = np.zeros(len(x), np.int64)
     for _ in range(iters):
-        new = np.argmax(x @ centroids.T, axis=1)
+        new = nearest(x, centroids)
         if _ and np.array_equal(new, assign):
             break
         assign = new
-        onehot = np.zeros((len(x), k), np.float32)  # k is small: a matmul sums each cluster's rows
-        onehot[np.arange(len(x)), assign] = 1.0
-        sums = onehot.T @ x
-        filled = np.bincount(assign, minlength=k) > 0
+        sums, filled = cluster_sums(x, assign, k)
         centroids[filled] = normalise(sums[filled])  # an empty cluster keeps its centroid
-    return assign
+    return (assign, centroids) if centroids_too else assign
 
 
 def clusters(x: np.ndarray, cluster_size: int, branch: int = 16, seed: int = 0) -> list[np.ndarray]:

@@ -197,6 +197,8 @@ REASONS: dict[str, str] = {
                                "their t pairs.",
     "select/semdedup": "the cosine of its image embedding to a better-scoring picture kept in its "
                        "k-means cluster exceeds 1 - eps (SemDeDup).",
+    "select/image_cluster": "its image embedding's k-means cluster is not the nearest cluster of any target "
+                            "image (DataComp's image-based filter).",
     "select/no_embedding": "the picture has no image embedding in image_embs/, which SemDeDup needs.",
 }
 

@@ -304,3 +304,34 @@ def test_the_row_by_row_pass_of_a_huge_cluster_equals_the_matrix_pass(monkeypatc
     by_rows = sd.dedup_cluster(x, 0.95)
     assert np.array_equal(by_matrix[0], by_rows[0]) and np.array_equal(by_matrix[1], by_rows[1])
     assert 40 == by_rows[0].sum() < len(x)
+
+
+def test_datacomp_image_keeps_the_clusters_nearest_to_the_target_images(tmp_path):
+    rng = np.random.default_rng(7)
+    centres = rng.normal(size=(6, 16))
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    which = np.repeat(np.arange(6), 20)
+    emb = (centres[which] + rng.normal(scale=0.05, size=(120, 16))).astype(np.float32)
+    targets = centres[[1, 4]] + rng.normal(scale=0.05, size=(2, 16))
+    np.save(tmp_path / "imagenet.npy", targets)
+    recipe = tmp_path / "image.yaml"
+    with pytest.raises(ConfigError, match="targets"):  # the shipped recipe says what it lacks
+        run("datacomp-image", pool_of([{}]), lambda idx: (np.ones(len(idx), bool), emb[idx]))
+    recipe.write_text("steps:\n  - {rule: image_clusters, targets: imagenet.npy, clusters: 6}\n")
+    cur = run(str(recipe), pool_of([{} for _ in range(120)]), lambda idx: (np.ones(len(idx), bool), emb[idx]))
+    assert np.array_equal(cur.keep, np.isin(which, [1, 4]))
+    assert {why for why, _ in cur.removed.values()} == {"select/image_cluster"}
+    assert cur.steps[0]["target_clusters"] == 2
+
+
+def test_flat_kmeans_with_many_clusters_sums_by_sorting():
+    from lait.build.semdedup import cluster_sums
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(500, 8)).astype(np.float32)
+    assign = rng.integers(0, 100, 500)
+    assign[assign == 3] = 4  # an empty cluster
+    sums, filled = cluster_sums(x, assign, 100)
+    expected = np.zeros((100, 8), np.float32)
+    np.add.at(expected, assign, x)
+    assert np.allclose(sums, expected, atol=1e-4) and not filled[3] and filled.sum() == len(set(assign.tolist()))
