@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# Up to this many rows a cluster is compared as one similarity matrix (4096^2 float32: 64 MiB).
 MATRIX_MAX = 4096
 
 
