@@ -6,9 +6,10 @@ no two kept items of a cluster are closer than that, and every group of near-cop
 first member.
 
 The clusters are made by hierarchical k-means: a cluster larger than `cluster_size` is split
-again by a k-means of `branch` centroids. Each level costs O(n * branch) and there are
-O(log n) levels, so clustering grows as n log n, where one flat k-means with n / cluster_size
-centroids would grow as n^2; the greedy pass inside a cluster costs O(cluster_size) per item.
+again by a k-means of at most `branch` centroids. Each level costs O(n * branch) and there are
+O(log n) levels (base `branch`: two up to 65M items), so clustering grows as n log n, where one
+flat k-means with n / cluster_size centroids would grow as n^2; the greedy pass inside a cluster
+costs O(cluster_size) per item.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def kmeans(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 10, cen
     return (assign, centroids) if centroids_too else assign
 
 
-def clusters(x: np.ndarray, cluster_size: int, branch: int = 16, seed: int = 0) -> list[np.ndarray]:
+def clusters(x: np.ndarray, cluster_size: int, branch: int = 256, seed: int = 0) -> list[np.ndarray]:
     """Row indices of `x` in clusters of at most `cluster_size` (unless k-means cannot split a
     cluster further: its rows are then one point, and the greedy pass is linear on it)."""
     rng = np.random.default_rng(seed)
@@ -92,7 +93,10 @@ def clusters(x: np.ndarray, cluster_size: int, branch: int = 16, seed: int = 0) 
         if len(idx) <= cluster_size:
             done.append(idx)
             continue
-        assign = kmeans(x[idx], branch, rng)
+        # As few centroids as make clusters of cluster_size, at most `branch`: every level a
+        # near-copy pair goes through is a boundary that may split it.
+        k = min(branch, max(2, -(-len(idx) // cluster_size)))
+        assign = kmeans(x if len(idx) == len(x) else x[idx], k, rng)  # no copy of the whole input
         parts = [idx[assign == c] for c in np.unique(assign)]
         if len(parts) == 1:
             done.append(idx)
@@ -138,7 +142,7 @@ class DedupResult:
 
 
 def semdedup(emb: np.ndarray, eps: float, priority: np.ndarray | None = None, cluster_size: int = 1000,
-             branch: int = 16, seed: int = 0) -> DedupResult:
+             branch: int = 256, seed: int = 0) -> DedupResult:
     """SemDeDup of `emb` (n x d). `priority` orders the items inside a cluster (lower first,
     e.g. minus the score, so that each group keeps its best-scoring member); by index without."""
     x = normalise(emb)
