@@ -262,7 +262,7 @@ def semdedup(pool: Pool, step: Step, idx: np.ndarray) -> dict:
     with_emb = idx[have]
     score = pool.column("score")
     res = run(emb, eps, priority=-score[with_emb].astype(np.float64), cluster_size=int(step.params["cluster_size"]),
-              seed=int(step.params["seed"]))
+              seed=int(step.params["seed"]), passes=int(step.params["passes"]))
     urls = pool.column("image_url")
     position = {int(i): j for j, i in enumerate(with_emb)}
 
@@ -317,7 +317,7 @@ RULES: dict[str, Rule] = {
     "text_entity": Rule(text_entity, {"names": "imagenet1k-classes.txt", "case_sensitive": False}),
     "metaclip": Rule(metaclip, {"metadata": "imagenet1k-classes.txt", "t": 20000, "case_sensitive": False,
                                 "seed": 0}),
-    "semdedup": Rule(semdedup, {"eps": 0.07, "cluster_size": 1000, "seed": 0}),
+    "semdedup": Rule(semdedup, {"eps": 0.07, "cluster_size": 1000, "seed": 0, "passes": 1}),
     "image_clusters": Rule(image_clusters, {"targets": "", "clusters": 0, "seed": 0}),
 }
 

@@ -7,7 +7,7 @@ first member.
 
 The clusters are made by hierarchical k-means: a cluster larger than `cluster_size` is split
 again by a k-means of at most `branch` centroids. Each level costs O(n * branch) and there are
-O(log n) levels (base `branch`: two up to 65M items), so clustering grows as n log n, where one
+O(log n) levels (base `branch`), so clustering grows as n log n, where one
 flat k-means with n / cluster_size centroids would grow as n^2; the greedy pass inside a cluster
 costs O(cluster_size) per item.
 """
@@ -51,18 +51,17 @@ def nearest(x: np.ndarray, centroids: np.ndarray, cells: int = 1 << 24) -> np.nd
         if len(x) else np.zeros(0, np.int64)
 
 
-def cluster_sums(x: np.ndarray, assign: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The sum of each cluster's rows, and which clusters have any."""
-    filled = np.bincount(assign, minlength=k) > 0
-    if k <= 64:  # a one-hot matmul is the fastest sum for a few clusters
-        onehot = np.zeros((len(x), k), np.float32)
-        onehot[np.arange(len(x)), assign] = 1.0
-        return onehot.T @ x, filled
-    order = np.argsort(assign, kind="stable")
-    starts = np.searchsorted(assign[order], np.flatnonzero(filled))
+def cluster_sums(x: np.ndarray, assign: np.ndarray, k: int, cells: int = 1 << 24) -> tuple[np.ndarray, np.ndarray]:
+    """The sum of each cluster's rows, and which clusters have any: one-hot matmuls over row
+    blocks of bounded memory (a sorted copy of `x` would double the peak)."""
     sums = np.zeros((k, x.shape[1]), np.float32)
-    sums[filled] = np.add.reduceat(x[order], starts, axis=0)
-    return sums, filled
+    step = max(1, cells // k)
+    for i in range(0, len(x), step):
+        block = assign[i:i + step]
+        onehot = np.zeros((len(block), k), np.float32)
+        onehot[np.arange(len(block)), block] = 1.0
+        sums += onehot.T @ x[i:i + step]
+    return sums, np.bincount(assign, minlength=k) > 0
 
 
 def kmeans(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 10, centroids_too: bool = False):
@@ -82,7 +81,7 @@ def kmeans(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 10, cen
     return (assign, centroids) if centroids_too else assign
 
 
-def clusters(x: np.ndarray, cluster_size: int, branch: int = 256, seed: int = 0) -> list[np.ndarray]:
+def clusters(x: np.ndarray, cluster_size: int, branch: int = 16, seed: int = 0) -> list[np.ndarray]:
     """Row indices of `x` in clusters of at most `cluster_size` (unless k-means cannot split a
     cluster further: its rows are then one point, and the greedy pass is linear on it)."""
     rng = np.random.default_rng(seed)
@@ -137,30 +136,37 @@ class DedupResult:
     keep: np.ndarray        # bool per item
     duplicate_of: np.ndarray  # int64 per item: the kept item it duplicates, -1 when kept
     similarity: np.ndarray  # float32 per item: cosine to that item (nan when kept)
-    cluster: np.ndarray     # int64 per item: its cluster
+    cluster: np.ndarray     # int64 per item: its cluster in the last pass (-1: dropped before it)
     n_clusters: int
 
 
 def semdedup(emb: np.ndarray, eps: float, priority: np.ndarray | None = None, cluster_size: int = 1000,
-             branch: int = 256, seed: int = 0) -> DedupResult:
+             branch: int = 16, seed: int = 0, passes: int = 1) -> DedupResult:
     """SemDeDup of `emb` (n x d). `priority` orders the items inside a cluster (lower first,
-    e.g. minus the score, so that each group keeps its best-scoring member); by index without."""
+    e.g. minus the score, so that each group keeps its best-scoring member); by index without.
+    `passes` > 1 clusters what the pass before kept again, with another seed: near-copies that
+    one clustering put on two sides of a boundary seldom are in the next (SemDeDup is one pass)."""
     x = normalise(emb)
     n = len(x)
     keep = np.ones(n, bool)
     dup = np.full(n, -1, np.int64)
     sim = np.full(n, np.nan, np.float32)
-    groups = clusters(x, cluster_size, branch, seed) if n else []
     cluster = np.zeros(n, np.int64)
-    for c, idx in enumerate(groups):
-        cluster[idx] = c
-        if priority is not None:
-            idx = idx[np.lexsort((idx, priority[idx]))]
-        else:
-            idx = np.sort(idx)
-        kept, by = dedup_cluster(x[idx], 1.0 - eps)
-        dropped = np.flatnonzero(~kept)
-        keep[idx[dropped]] = False
-        dup[idx[dropped]] = idx[by[dropped]]
-        sim[idx[dropped]] = np.einsum("ij,ij->i", x[idx[dropped]], x[idx[by[dropped]]])
-    return DedupResult(keep, dup, sim, cluster, len(groups))
+    n_clusters = 0
+    for p in range(passes):
+        alive = np.flatnonzero(keep)
+        groups = [alive[g] for g in clusters(x[alive], cluster_size, branch, seed + p)] if len(alive) else []
+        cluster[:] = -1
+        for c, idx in enumerate(groups):
+            cluster[idx] = c
+            if priority is not None:
+                idx = idx[np.lexsort((idx, priority[idx]))]
+            else:
+                idx = np.sort(idx)
+            kept, by = dedup_cluster(x[idx], 1.0 - eps)
+            dropped = np.flatnonzero(~kept)
+            keep[idx[dropped]] = False
+            dup[idx[dropped]] = idx[by[dropped]]
+            sim[idx[dropped]] = np.einsum("ij,ij->i", x[idx[dropped]], x[idx[by[dropped]]])
+        n_clusters = len(groups)
+    return DedupResult(keep, dup, sim, cluster, n_clusters)

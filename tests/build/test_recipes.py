@@ -167,6 +167,15 @@ def near_duplicate_groups(n_groups: int, dim: int = 32, seed: int = 0):
     return emb.astype(np.float32), group, score
 
 
+def test_a_second_semdedup_pass_finds_the_copies_a_cluster_boundary_hid():
+    emb, group, score = near_duplicate_groups(150)
+    one = semdedup(emb, 0.05, priority=-score, cluster_size=40)
+    two = semdedup(emb, 0.05, priority=-score, cluster_size=40, passes=2)
+    assert one.keep.sum() > 150  # some groups were split by the first clustering
+    assert np.all(two.keep <= one.keep) and two.keep.sum() < one.keep.sum()
+    assert sorted(group[two.keep].tolist()) == sorted(set(group[two.keep].tolist()))  # and rejoined here
+
+
 @pytest.mark.parametrize("cluster_size", [10_000, 40])
 def test_semdedup_keeps_one_of_each_group_and_no_close_pair_in_a_cluster(cluster_size):
     emb, group, score = near_duplicate_groups(150)
