@@ -296,7 +296,8 @@ def image_clusters(pool: Pool, step: Step, idx: np.ndarray) -> dict:
         raise ConfigError(f"image_clusters: targets are {targets.shape}, the pool's embeddings have dim {emb.shape[1]}")
     x = normalise(emb)
     k = int(step.params["clusters"]) or max(1, round(len(x) / 100))
-    assign, centroids = kmeans(x, k, np.random.default_rng(int(step.params["seed"])), iters=20, centroids_too=True)
+    assign, centroids = kmeans(x, k, np.random.default_rng(int(step.params["seed"])), iters=20,
+                               centroids_too=True)
     wanted = np.unique(np.argmax(normalise(targets) @ centroids.T, axis=1))
     far = ~np.isin(assign, wanted)
     step.stats = {"clusters": int(len(centroids)), "target_clusters": int(len(wanted))}
