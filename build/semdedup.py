@@ -29,79 +29,64 @@ def normalise(x: np.ndarray) -> np.ndarray:
     return x
 
 
-BLOCK_CELLS = 1 << 24  # float32 cells of one block of rows times centroids (64 MiB)
-
-
-def blocks(x: np.ndarray, rows: np.ndarray, width: int):
-    """(start, the rows of `x` listed in `rows` from there) in blocks of bounded memory: what a
-    cluster's k-means reads, gathered a block at a time instead of copied whole."""
-    step = max(1, min(BLOCK_CELLS // max(1, width), BLOCK_CELLS // x.shape[1]))
-    for i in range(0, len(rows), step):
-        yield i, x[rows[i:i + step]]
-
-
-def seeds(x: np.ndarray, rows: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+def seeds(x: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
     """k-means++ seeding (each next seed drawn with probability proportional to its squared
     distance to the nearest seed so far): it seldom puts two seeds into one tight group of
     near-copies, which would split the group across clusters where no pass compares them."""
-    def dist2(c: int) -> np.ndarray:
-        return np.concatenate([np.maximum(2.0 - 2.0 * (b @ x[c]), 0.0) for _, b in blocks(x, rows, 1)])
-
-    chosen = [int(rows[rng.integers(len(rows))])]
-    d2 = dist2(chosen[0])
+    chosen = [int(rng.integers(len(x)))]
+    d2 = np.maximum(2.0 - 2.0 * (x @ x[chosen[0]]), 0.0)
     for _ in range(1, k):
-        total = d2.sum(dtype=np.float64)
+        total = d2.sum()
         if total <= 0:
             break  # every row is one of the seeds already
-        nxt = int(rows[rng.choice(len(rows), p=d2 / total)])
+        nxt = int(rng.choice(len(x), p=d2 / total))
         chosen.append(nxt)
-        d2 = np.minimum(d2, dist2(nxt))
+        d2 = np.minimum(d2, np.maximum(2.0 - 2.0 * (x @ x[nxt]), 0.0))
     return x[chosen].copy()
 
 
-def nearest(x: np.ndarray, rows: np.ndarray, centroids: np.ndarray) -> np.ndarray:
-    """For each listed row, the centroid of highest cosine."""
-    out = [np.argmax(b @ centroids.T, axis=1) for _, b in blocks(x, rows, len(centroids))]
-    return np.concatenate(out) if out else np.zeros(0, np.int64)
+def nearest(x: np.ndarray, centroids: np.ndarray, cells: int = 1 << 24) -> np.ndarray:
+    """The centroid of highest cosine for each row, in row blocks of bounded memory."""
+    step = max(1, cells // max(1, len(centroids)))
+    return np.concatenate([np.argmax(x[i:i + step] @ centroids.T, axis=1) for i in range(0, len(x), step)]) \
+        if len(x) else np.zeros(0, np.int64)
 
 
-def cluster_sums(x: np.ndarray, rows: np.ndarray, assign: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The sum of each cluster's rows (one-hot matmuls, a block at a time), and which clusters
-    have any."""
+def cluster_sums(x: np.ndarray, assign: np.ndarray, k: int, cells: int = 1 << 24) -> tuple[np.ndarray, np.ndarray]:
+    """The sum of each cluster's rows, and which clusters have any: one-hot matmuls over row
+    blocks of bounded memory (a sorted copy of `x` would double the peak)."""
     sums = np.zeros((k, x.shape[1]), np.float32)
-    for i, b in blocks(x, rows, k):
-        part = assign[i:i + len(b)]
-        onehot = np.zeros((len(b), k), np.float32)
-        onehot[np.arange(len(b)), part] = 1.0
-        sums += onehot.T @ b
+    step = max(1, cells // k)
+    for i in range(0, len(x), step):
+        block = assign[i:i + step]
+        onehot = np.zeros((len(block), k), np.float32)
+        onehot[np.arange(len(block)), block] = 1.0
+        sums += onehot.T @ x[i:i + step]
     return sums, np.bincount(assign, minlength=k) > 0
 
 
-def kmeans(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 10, rows: np.ndarray | None = None,
-           centroids_too: bool = False):
-    """Spherical k-means of the rows of `x` (normalised) listed in `rows` (all without): the
-    cluster of each (and the centroids, with `centroids_too`)."""
-    rows = np.arange(len(x)) if rows is None else rows
-    centroids = seeds(x, rows, min(k, len(rows)), rng)
+def kmeans(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 10, centroids_too: bool = False):
+    """Spherical k-means of the rows of `x` (normalised): the cluster of each row (and the
+    centroids, with `centroids_too`)."""
+    k = min(k, len(x))
+    centroids = seeds(x, k, rng)
     k = len(centroids)
-    assign = np.zeros(len(rows), np.int64)
+    assign = np.zeros(len(x), np.int64)
     for _ in range(iters):
-        new = nearest(x, rows, centroids)
+        new = nearest(x, centroids)
         if _ and np.array_equal(new, assign):
             break
         assign = new
-        sums, filled = cluster_sums(x, rows, assign, k)
+        sums, filled = cluster_sums(x, assign, k)
         centroids[filled] = normalise(sums[filled])  # an empty cluster keeps its centroid
     return (assign, centroids) if centroids_too else assign
 
 
-def clusters(x: np.ndarray, cluster_size: int, branch: int = 16, seed: int = 0,
-             rows: np.ndarray | None = None) -> list[np.ndarray]:
-    """The rows of `x` listed in `rows` (all without) in clusters of at most `cluster_size`
-    (unless k-means cannot split a cluster further: its rows are then one point, and the greedy
-    pass is linear on it)."""
+def clusters(x: np.ndarray, cluster_size: int, branch: int = 16, seed: int = 0) -> list[np.ndarray]:
+    """Row indices of `x` in clusters of at most `cluster_size` (unless k-means cannot split a
+    cluster further: its rows are then one point, and the greedy pass is linear on it)."""
     rng = np.random.default_rng(seed)
-    todo = [np.arange(len(x)) if rows is None else rows]
+    todo = [np.arange(len(x))]
     done: list[np.ndarray] = []
     while todo:
         idx = todo.pop()
@@ -111,7 +96,7 @@ def clusters(x: np.ndarray, cluster_size: int, branch: int = 16, seed: int = 0,
         # As few centroids as make clusters of cluster_size, at most `branch`: every level a
         # near-copy pair goes through is a boundary that may split it.
         k = min(branch, max(2, -(-len(idx) // cluster_size)))
-        assign = kmeans(x, k, rng, rows=idx)
+        assign = kmeans(x if len(idx) == len(x) else x[idx], k, rng)  # no copy of the whole input
         parts = [idx[assign == c] for c in np.unique(assign)]
         if len(parts) == 1:
             done.append(idx)
@@ -171,7 +156,7 @@ def semdedup(emb: np.ndarray, eps: float, priority: np.ndarray | None = None, cl
     n_clusters = 0
     for p in range(passes):
         alive = np.flatnonzero(keep)
-        groups = clusters(x, cluster_size, branch, seed + p, rows=alive) if len(alive) else []
+        groups = [alive[g] for g in clusters(x[alive], cluster_size, branch, seed + p)] if len(alive) else []
         cluster[:] = -1
         for c, idx in enumerate(groups):
             cluster[idx] = c

@@ -333,18 +333,16 @@ def test_datacomp_image_keeps_the_clusters_nearest_to_the_target_images(tmp_path
     assert cur.steps[0]["target_clusters"] == 2
 
 
-def test_cluster_sums_gathered_in_blocks_equal_a_plain_sum(monkeypatch):
+def test_cluster_sums_in_blocks_equal_a_plain_sum():
     import lait.build.semdedup as sd
 
-    monkeypatch.setattr(sd, "BLOCK_CELLS", 256)  # blocks of 2 rows: many blocks
     rng = np.random.default_rng(0)
     x = rng.normal(size=(500, 8)).astype(np.float32)
-    rows = rng.permutation(500)[:300]
-    assign = rng.integers(0, 100, 300)
+    assign = rng.integers(0, 100, 500)
     assign[assign == 3] = 4  # an empty cluster
-    sums, filled = sd.cluster_sums(x, rows, assign, 100)
+    sums, filled = sd.cluster_sums(x, assign, 100, cells=300)  # blocks of 3 rows
     expected = np.zeros((100, 8), np.float32)
-    np.add.at(expected, assign, x[rows])
+    np.add.at(expected, assign, x)
     assert np.allclose(sums, expected, atol=1e-4) and not filled[3] and filled.sum() == len(set(assign.tolist()))
     centroids = sd.normalise(rng.normal(size=(7, 8)))
-    assert np.array_equal(sd.nearest(x, rows, centroids), np.argmax(x[rows] @ centroids.T, axis=1))
+    assert np.array_equal(sd.nearest(x, centroids, cells=20), np.argmax(x @ centroids.T, axis=1))
