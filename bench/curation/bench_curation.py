@@ -10,7 +10,8 @@ Synthetic inputs, made before the clock starts: for SemDeDup (eps 0.07, clusters
 in a process of its own; its peak memory is the rise of the process's peak RSS (VmHWM, reset
 after the inputs are made) over its RSS then: what the step itself adds. The growth column
 compares each size's time with the previous size's, against n log n's ratio. Sizes below 1M
-run --repeats times and print their fastest run (a shared machine's load varies several-fold).
+run --repeats times and print their fastest run (a shared machine's load varies several-fold);
+CPU s is the process's CPU time (all its threads), which other processes' load moves less.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def measure(what: str, n: int, dim: int) -> dict:
         semdedup(semdedup_inputs(20000, dim, rng), 0.07, cluster_size=1000)  # BLAS threads start (seconds)
         reset_peak()
         before = rss_kib("VmRSS")
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         res = semdedup(emb, 0.07, cluster_size=1000, passes=2)  # as the shipped recipe
         seconds = time.perf_counter() - t0
         unique = n - int(0.3 * n)
@@ -90,14 +91,15 @@ def measure(what: str, n: int, dim: int) -> dict:
         balance(1000, uid_keys(warm[2]), *match_all(Matcher(entries), warm[1]), len(entries), 1000)
         reset_peak()
         before = rss_kib("VmRSS")
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         pairs, ids = match_all(Matcher(entries), captions)
         t_match = time.perf_counter() - t0
         b = balance(n, uid_keys(uids), pairs, ids, len(entries), 1000)
         seconds = time.perf_counter() - t0
         extra = {"kept": int(b.keep.sum()), "match_s": round(t_match, 2), "entries_over_t": int((b.counts > 1000).sum())}
+    cpu = time.process_time() - c0
     peak = rss_kib("VmHWM")
-    return {"what": what, "n": n, "seconds": seconds, "peak_mib": (peak - before) / 1024, "rss_mib": peak / 1024,
+    return {"what": what, "n": n, "seconds": seconds, "cpu": cpu, "peak_mib": (peak - before) / 1024, "rss_mib": peak / 1024,
             **extra}
 
 
@@ -114,7 +116,8 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     print(f"bench/curation {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, dim {args.dim}, "
           f"load average {' '.join(f'{x:.1f}' for x in __import__('os').getloadavg())}")
-    print(f"{'step':<10} {'n':>9} {'time s':>8} {'peak MiB':>9} {'RSS MiB':>8} {'growth':>7} {'n log n':>8}  notes")
+    print(f"{'step':<10} {'n':>9} {'time s':>8} {'CPU s':>8} {'peak MiB':>9} {'RSS MiB':>8} {'growth':>7} "
+          f"{'CPU gr.':>7} {'n log n':>8}  notes")
     for what in ("semdedup", "balance"):
         prev = None
         for n in sizes:
@@ -125,14 +128,15 @@ def main() -> None:
                 runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
             r = min(runs, key=lambda x: x["seconds"])  # the least disturbed by the machine's other work
             r["runs"] = len(runs)
-            growth = nlogn = ""
+            growth = cpu_growth = nlogn = ""
             if prev is not None:
                 growth = f"{r['seconds'] / prev['seconds']:.1f}x"
+                cpu_growth = f"{r['cpu'] / prev['cpu']:.1f}x"
                 nlogn = f"{n * math.log(n) / (prev['n'] * math.log(prev['n'])):.1f}x"
             notes = ", ".join(f"{k} {v}" for k, v in r.items()
-                              if k not in ("what", "n", "seconds", "peak_mib", "rss_mib"))
-            print(f"{what:<10} {n:>9,} {r['seconds']:>8.2f} {r['peak_mib']:>9.0f} {r['rss_mib']:>8.0f} "
-                  f"{growth:>7} {nlogn:>8}  {notes}", flush=True)
+                              if k not in ("what", "n", "seconds", "cpu", "peak_mib", "rss_mib"))
+            print(f"{what:<10} {n:>9,} {r['seconds']:>8.2f} {r['cpu']:>8.2f} {r['peak_mib']:>9.0f} "
+                  f"{r['rss_mib']:>8.0f} {growth:>7} {cpu_growth:>7} {nlogn:>8}  {notes}", flush=True)
             prev = r
 
 
