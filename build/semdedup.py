@@ -65,20 +65,28 @@ def cluster_sums(x: np.ndarray, assign: np.ndarray, k: int, cells: int = 1 << 24
     return sums, np.bincount(assign, minlength=k) > 0
 
 
-def kmeans(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 10, centroids_too: bool = False):
+def kmeans(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 10, centroids_too: bool = False,
+           points_per_centroid: int = 256):
     """Spherical k-means of the rows of `x` (normalised): the cluster of each row (and the
-    centroids, with `centroids_too`)."""
+    centroids, with `centroids_too`). As faiss does, the centroids are trained on a random
+    sample of at most `points_per_centroid` rows per centroid; then every row is assigned once,
+    so a large input costs one pass, not one per iteration."""
     k = min(k, len(x))
-    centroids = seeds(x, k, rng)
+    train = x
+    if len(x) > points_per_centroid * k:
+        train = x[np.sort(rng.choice(len(x), points_per_centroid * k, replace=False))]
+    centroids = seeds(train, k, rng)
     k = len(centroids)
-    assign = np.zeros(len(x), np.int64)
+    assign = np.zeros(len(train), np.int64)
     for _ in range(iters):
-        new = nearest(x, centroids)
+        new = nearest(train, centroids)
         if _ and np.array_equal(new, assign):
             break
         assign = new
-        sums, filled = cluster_sums(x, assign, k)
+        sums, filled = cluster_sums(train, assign, k)
         centroids[filled] = normalise(sums[filled])  # an empty cluster keeps its centroid
+    if train is not x:
+        assign = nearest(x, centroids)
     return (assign, centroids) if centroids_too else assign
 
 
