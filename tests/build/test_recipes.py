@@ -37,10 +37,14 @@ def run(recipe: str | list[str], table: pa.Table, embeddings=None):
 
 
 def test_every_shipped_recipe_loads_and_the_required_ones_are_there():
+    from lait.app.cli import build_parser
+
     shipped = builtin_recipes()
     assert {"datacomp-basic", "datacomp-text", "clip-top30", "laion-0.28", "metaclip", "semdedup"} <= set(shipped)
+    help_text = build_parser()._subparsers._group_actions[0].choices["select"].format_help()
     for name in shipped:
         assert load(name) and shipped[name]
+        assert f"\n  {name} " in help_text  # `lait select --help` lists it
 
 
 def test_datacomp_basic_keeps_exactly_what_its_published_rule_keeps():
