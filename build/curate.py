@@ -12,7 +12,7 @@ Steps run in order, each on what the steps before it kept, except `top_fraction`
 the whole pool as DataComp's baselines do (its `of: kept` ranks the survivors instead). Every
 pool sample a step removes is recorded with the step's registered reason (`select/RULE`, in
 lait/reasons.py) and a detail, and each step's in/removed counts go into the selection's stats.
-Paths inside a recipe (`metadata`, `names`) are relative to the recipe's own file.
+Paths inside a recipe (`metadata`, `names`, `targets`) are relative to the recipe's own file.
 """
 
 from __future__ import annotations
@@ -61,7 +61,12 @@ class Step:
         out = {"rule": self.rule, "recipe": self.recipe, **self.params}
         for key in ("metadata", "names", "targets"):
             if self.params.get(key):
-                out[key + "_sha256"] = hashlib.sha256(storage.read_bytes(storage.location(self.path(key)))).hexdigest()
+                try:
+                    raw = storage.read_bytes(storage.location(self.path(key)))
+                except FileNotFoundError:
+                    raise ConfigError(f"recipe {self.recipe}, rule {self.rule}: {key} file {self.path(key)} "
+                                      f"not found") from None
+                out[key + "_sha256"] = hashlib.sha256(raw).hexdigest()
                 out.pop(key)
         return out
 

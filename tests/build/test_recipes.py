@@ -230,6 +230,10 @@ def test_a_bad_recipe_is_a_config_error(tmp_path):
         load(str(bad))
     with pytest.raises(ConfigError, match="unknown recipe"):
         load("no-such-recipe")
+    missing = tmp_path / "missing.yaml"
+    missing.write_text("steps:\n  - {rule: metaclip, metadata: nowhere.txt}\n")
+    with pytest.raises(ConfigError, match="nowhere.txt not found"):
+        [step.content() for step in load(str(missing))]
     loop = tmp_path / "loop.yaml"
     loop.write_text("steps:\n  - {recipe: loop.yaml}\n")
     with pytest.raises(ConfigError, match="includes itself"):
