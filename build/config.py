@@ -154,6 +154,9 @@ class SelectConfig(EvalExclusionConfig):
     uids: str = setting("", "keep only these samples: a DataComp subset file (.npy of sorted u8,u8 uids) "
                         "or a text file of hex uids, one a line", metavar="FILE")
     overwrite: bool = setting(False, "replace what an earlier, different selection wrote into --out", run=True)
+    recipe: list[str] = setting(
+        [], "apply a curation recipe (a shipped name or a YAML file; several: their intersection, in order) "
+            "before --min-score and --top-fraction; `lait select --help` lists the shipped ones", metavar="NAME|FILE")
 
     def validate(self) -> None:
         super().validate()

@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 from lait import storage
 from lait.build.aggregate import pool_rows, score_cut, write_plan
 from lait.build.config import SelectConfig
+from lait.build.curate import load_all
 from lait.build.pipeline import Reports
 from lait.build.sample import UID_DTYPE, array_to_uids
 from lait.build.shards import ShardStage, finish_shard_dir, shard_files, write_stats
@@ -75,6 +76,10 @@ class SelectResult(Reports):
             if "eval_images" in s:
                 lines.append(f"select: {s['eval_overlap']} pool samples dropped as copies of the {s['eval_images']} "
                              f"evaluation images (build/eval_overlap, in {s['out']}/_select/rejected/)")
+            if s.get("recipe"):
+                from lait.build.curate import describe_steps
+
+                lines += describe_steps(s["recipe"]["steps"])
             if s.get("uids_not_in_pool"):
                 lines.append(f"select: {s['uids_not_in_pool']} uids of {s['uids_file']} are not in the pool")
         return "\n".join(lines)
@@ -106,6 +111,10 @@ def choose(work: WorkDir, cfg: SelectConfig, wanted: list[str] | None,
     """The uids of the pool the selection keeps, and its counts (pool, not in pool, evaluation
     overlaps). The pool images that `--exclude-eval` drops go to `state`'s `rejected/`."""
     columns = ["uid", "image_url", "score"]
+    if cfg.recipe:
+        from lait.build.curate import POOL_COLUMNS
+
+        columns = list(dict.fromkeys(columns + POOL_COLUMNS))
     if cfg.exclude_eval:
         columns += ["page_url", "phash", "src_file", "row_group", "row_index"]
     pool = work.read("pool", columns=columns)
@@ -117,6 +126,8 @@ def choose(work: WorkDir, cfg: SelectConfig, wanted: list[str] | None,
         pool = pool.filter(pc.is_in(pool["uid"], value_set=wanted_arr))
     if cfg.exclude_eval:
         pool, counts["eval_images"], counts["eval_overlap"] = exclude_eval(work, pool, cfg, state)
+    if cfg.recipe:
+        pool, counts["recipe"] = apply_recipes(work, pool, cfg.recipe, state)
     kept, _, _ = score_cut(pool["score"].to_numpy(), pool["image_url"], cfg.min_score, cfg.top_fraction)
     return pool["uid"].take(pa.array(kept, pa.int64())), counts
 
@@ -146,14 +157,49 @@ def exclude_eval(work: WorkDir, pool: pa.Table, cfg: SelectConfig,
     return pool.filter(pa.array(keep)), len(eval_set), len(found)
 
 
-def source_inputs(work: WorkDir) -> dict[str, Any]:
+def apply_recipes(work: WorkDir, pool: pa.Table, names: list[str],
+                  state: WorkDir | None) -> tuple[pa.Table, dict[str, Any]]:
+    """The pool less what the recipes' steps remove (`lait.build.curate`), each removed sample
+    recorded in `state`'s `rejected/` with its step's reason; and the steps' counts."""
+    from lait.build.curate import Pool, apply
+    from lait.parts import PartitionedWriter
+
+    cur = apply(load_all(names), Pool(pool, lambda idx: image_embeddings(work, pool, idx)))
+    if state is not None and cur.removed:
+        urls, pages = pool["image_url"].to_pylist(), pool["page_url"].to_pylist()
+        with PartitionedWriter(state, PLAN_STAGE) as parts:
+            for i in sorted(cur.removed):
+                reason, detail = cur.removed[i]
+                parts.reject(reason, 0, image_url=urls[i], page_url=pages[i], detail=detail)
+    return pool.filter(pa.array(cur.keep)), {"recipes": list(names), "steps": cur.steps,
+                                             "removed": len(cur.removed)}
+
+
+def image_embeddings(work: WorkDir, pool: pa.Table, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Stage 4's image embeddings of the pool rows `idx`: which have one, and theirs (fp16)."""
+    from lait.arrays import stack_embs
+
+    if not work.part_files("image_embs"):
+        return np.zeros(len(idx), bool), np.zeros((0, 0), np.float16)
+    embs = work.read("image_embs", columns=["image_url", "dim", "emb"])
+    row_of = {u: r for r, u in enumerate(embs["image_url"].to_pylist())}
+    urls = pool["image_url"].to_pylist()
+    rows = [row_of.get(urls[i], -1) for i in idx]
+    have = np.array([r >= 0 for r in rows], bool)
+    found = pa.array([r for r in rows if r >= 0], pa.int64())
+    return have, stack_embs(embs.take(found))
+
+
+def source_inputs(work: WorkDir, embeddings: bool = False) -> dict[str, Any]:
     """What a selection reads from the work directory, as `lait.fingerprint` lists it: the pool
     (and the build's own record of its inputs) and the tables the shard writer reads bytes and
-    region arrays from, every part with its size and the digest of the task that wrote it."""
+    region arrays from, every part with its size and the digest of the task that wrote it; and
+    `image_embs/` when a recipe reads embeddings (SemDeDup)."""
     from lait.build.pipeline import build_record
 
     build = (build_record(work) or {}).get("fingerprint")
-    listed = global_fingerprint(work, "select", {}, ("pool", "images_ok", "regions", "region_labels")).inputs
+    tables = ("pool", "images_ok", "regions", "region_labels") + (("image_embs",) if embeddings else ())
+    listed = global_fingerprint(work, "select", {}, tables).inputs
     return {"build": (build or {}).get("digest"),
             "inputs": {t: [list(p) for p in parts] for t, parts in listed.items()}}
 
@@ -181,8 +227,11 @@ def fingerprint(work: WorkDir, cfg: SelectConfig, source: dict[str, Any]) -> str
         from lait.build.decon import load_eval_set
 
         eval_digest = load_eval_set(cfg.exclude_eval, cfg.exclude_eval_split, cfg.exclude_eval_root).digest
-    blob = json.dumps({"source": work.url, "config": cfg.content(), "uids_sha256": uids_digest, "read": source,
-                       "eval_set": eval_digest}, sort_keys=True, default=str)
+    what = {"source": work.url, "config": cfg.content(), "uids_sha256": uids_digest, "read": source,
+            "eval_set": eval_digest}
+    if cfg.recipe:  # the steps with their settings and the digests of the files they read
+        what["recipe"] = [step.content() for step in load_all(cfg.recipe)]
+    blob = json.dumps(what, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -223,7 +272,8 @@ def select(cfg: SelectConfig) -> SelectResult:
 def select_into(work: WorkDir, out: storage.Location, cfg: SelectConfig) -> SelectResult:
     """The selection, its folder locked."""
     check_build_current(work)
-    read = source_inputs(work)
+    reads_embeddings = bool(cfg.recipe) and any(step.rule == "semdedup" for step in load_all(cfg.recipe))
+    read = source_inputs(work, reads_embeddings)
     state = WorkDir(out / STATE_DIR, n_partitions=1)
     wanted = read_uids(cfg.uids) if cfg.uids else None
     selection = fingerprint(work, cfg, read)
@@ -245,7 +295,7 @@ def select_into(work: WorkDir, out: storage.Location, cfg: SelectConfig) -> Sele
     result = SelectResult([executor.run(stage, state)])
     if not result.ok:
         return result
-    if source_inputs(work) != read:
+    if source_inputs(work, reads_embeddings) != read:
         # A build or a filter rewrote what the shards were cut from while they were written.
         storage.remove(state.root / SELECTION_FILE)
         raise RuntimeError(f"select: {work.root} changed while the selection ran (a `lait build` or an "

@@ -200,6 +200,23 @@ REASONS: dict[str, str] = {
                         "says failed_to_download or failed_to_resize).",
     "build/corrupt_image": "the image bytes read back from images_ok/ do not have the SHA-256 stage 2 recorded "
                            "(a flipped or lost byte on disk): never shipped; `lait verify` names the part.",
+    # `lait select --recipe` (lait.build.curate): pool samples a recipe's step left out.
+    "select/language": "the caption's language (stage 3's fastText lid.176) is not one the recipe keeps.",
+    "select/caption_words": "the caption has no more whitespace-separated words than the recipe asks for.",
+    "select/caption_chars": "the caption has no more characters than the recipe asks for.",
+    "select/min_side": "the image's shorter side is below the recipe's minimum.",
+    "select/aspect": "the image's longer side over its shorter is above the recipe's maximum.",
+    "select/min_score": "the best text's score is below the recipe's threshold.",
+    "select/top_fraction": "the best text's score is not within the recipe's top fraction.",
+    "select/no_entity": "the caption names no entry of the recipe's list of names (ImageNet classes).",
+    "select/metaclip_unmatched": "the caption matches no entry of the MetaCLIP metadata.",
+    "select/metaclip_balance": "in MetaCLIP balancing, none of the caption's metadata entries drew it within "
+                               "their t pairs.",
+    "select/semdedup": "the cosine of its image embedding to a better-scoring picture kept in its "
+                       "k-means cluster exceeds 1 - eps (SemDeDup).",
+    "select/image_cluster": "its image embedding's k-means cluster is not the nearest cluster of any target "
+                            "image (DataComp's image-based filter).",
+    "select/no_embedding": "the picture has no image embedding in image_embs/, which SemDeDup needs.",
 }
 
 

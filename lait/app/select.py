@@ -27,7 +27,22 @@ examples:
   lait select work/ --out again/ --uids top30/uids.npy              the same samples again
   lait select work/ --out small/ --resize-mode center_crop --image-size 224
   lait select work/ --out clean/ --exclude-eval eval-photos/        without an evaluation set's pictures
+  lait select work/ --out basic/ --recipe datacomp-basic            DataComp's basic filter
+  lait select work/ --out both/ --recipe datacomp-basic --recipe clip-top30      their intersection
+  lait select work/ --out mine/ --recipe my-metaclip.yaml           a copy of a shipped recipe, changed
 """
+
+
+def recipes_help() -> str:
+    """The shipped recipes with their descriptions, where their files are, and the reasons the
+    recipes' steps record."""
+    from lait.build.curate import RECIPE_DIR, builtin_recipes
+    from lait.reasons import describe, reasons_of
+
+    return (f"curation recipes (--recipe NAME; the YAML files are in {RECIPE_DIR}: copy one and change it):\n"
+            + describe(builtin_recipes()) + "\n\nsamples a recipe leaves out go to OUT/_select/rejected/ "
+            "with one of these reasons (and their counts per step to OUT/stats.json):\n"
+            + describe(reasons_of("select")))
 
 
 def run_select(cfg) -> int:
@@ -44,4 +59,4 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     add_config_command(sub, "select", SelectConfig, run_select,
                        help="new shards from the scored pool: by score, top fraction or DataComp uids",
-                       description=SELECT_DESCRIPTION, epilog=SELECT_EPILOG)
+                       description=SELECT_DESCRIPTION, epilog=SELECT_EPILOG + "\n" + recipes_help())

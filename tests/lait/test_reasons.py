@@ -19,7 +19,7 @@ import pytest
 from lait.reasons import FETCH_RULES, REASONS, check, fetch_rule, http_error, reasons_of
 
 REPO = Path(__file__).resolve().parents[2]
-STAGES = ("crawl", "ingest", "download", "filter", "clean", "score", "build")
+STAGES = ("crawl", "ingest", "download", "filter", "clean", "score", "build", "select")
 # Source file -> the stage prefix of the bare rules it writes (None: it writes whole reasons).
 SOURCES = {
     "crawler/spiders/lait.py": None,
@@ -39,8 +39,9 @@ SOURCES = {
     "build/aggregate.py": "build",
     "build/pick.py": None,
     "build/shards.py": None,
+    "build/curate.py": None,
 }
-DROP_CALLS = {"reject", "_rejected", "ImageRejected", "PageRejected", "PageTimeout", "Damage", "RejectedItem"}
+DROP_CALLS = {"reject", "_rejected", "_drop", "ImageRejected", "PageRejected", "PageTimeout", "Damage", "RejectedItem"}
 RULE_FUNCTIONS = {"sniff", "_duplicate_rule"}  # return (rule, detail)
 
 
@@ -157,7 +158,7 @@ def test_each_command_help_lists_its_stage_reasons():
     commands = parser._subparsers._group_actions[0].choices
     for command, stage in (("crawl", "crawl"), ("ingest-warc", "ingest"), ("download", "download"),
                            ("download", "crawl"), ("ingest-warc", "crawl"), ("filter", "filter"),
-                           ("clean", "clean"), ("score", "score"), ("build", "build")):
+                           ("clean", "clean"), ("score", "score"), ("build", "build"), ("select", "select")):
         text = commands[command].format_help()
         for reason in reasons_of(stage):
             assert reason in text, (command, reason)
