@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -312,3 +313,18 @@ def retry_passes(work: WorkDir, tables: list[str], fetch: Callable[[], dict[str,
             clear_queue(work)
         retry_after = stats.get(RETRY_AFTER_KEY)
     return stats
+
+
+def retry_fetch(cfg: Any, work: WorkDir, fetch_cfg: Any, stats: dict[str, Any], *, processes: int,
+                command: str) -> dict[str, Any] | None:
+    """`--retry-failed` of `lait download` and `lait ingest-warc`: `retry_passes` over the
+    images `fetch_cfg` fetches, each pass on the executor `cfg` names (`cfg`: a command config
+    with the retry settings, `executor` and `ray_address`)."""
+    from lait.crawler.run import fetch_images
+
+    def fetch_again() -> dict[str, Any]:
+        return fetch_images(fetch_cfg, processes=processes, executor=cfg.executor, ray_address=cfg.ray_address)
+
+    return retry_passes(work, fetch_cfg.tables, fetch_again, stats, passes=cfg.retry_passes, delay=cfg.retry_delay,
+                        max_wait=cfg.retry_max_wait, report=lambda line: print(f"{command}: {line}", file=sys.stderr))
+

@@ -171,18 +171,12 @@ def run(cfg: WarcIngestConfig) -> int:
     return 0
 
 
-def _retry_failed(cfg: WarcIngestConfig, work, fetch, stats: dict) -> dict:
+def _retry_failed(cfg, work, fetch, stats: dict) -> dict:
     """--retry-failed: passes over the transient failures (`lait.crawler.retry`)."""
-    from lait.crawler.retry import retry_passes
-    from lait.crawler.run import default_processes, fetch_images
+    from lait.crawler.retry import retry_fetch
+    from lait.crawler.run import default_processes
 
-    def fetch_again() -> dict:
-        return fetch_images(fetch, processes=default_processes(cfg.fetch_processes), executor=cfg.executor,
-                            ray_address=cfg.ray_address)
-
-    return retry_passes(work, fetch.tables, fetch_again,
-                        stats, passes=cfg.retry_passes, delay=cfg.retry_delay, max_wait=cfg.retry_max_wait,
-                        report=lambda line: print(f"lait ingest-warc: {line}", file=sys.stderr))
+    return retry_fetch(cfg, work, fetch, stats, processes=default_processes(cfg.fetch_processes), command="lait ingest-warc")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
