@@ -196,7 +196,8 @@ def test_download_parent_killed_then_rerun(photo_list, tmp_path, moment):
         return (out / "lait.json").exists() and bool(work.partitions("images")) and work.count("images") >= at
 
     parent, children = kill_parent_when([sys.executable, "-m", "lait", *download_args(path, out)], fetched)
-    assert len(children) >= 2, "the download had no fetcher processes"
+    # One host: one unit of work, so one fetcher process however many --processes allow.
+    assert children, "the download had no fetcher process"
     assert work.count("images") < 60, "killed after the download was done"
     again = lait(*download_args(path, out))
     assert again.returncode == 0, again.stderr[-3000:]
