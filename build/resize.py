@@ -42,7 +42,7 @@ class ImageOptions:
     resize_only_if_bigger: bool = False
     encode_format: str = "jpg"
     encode_quality: int = 95
-    blur_faces: bool = True  # blur the sample's face_bboxes (build.faceblur) before resizing
+    blur_faces: bool = True  # blur the sample's face_bboxes (lait.faceblur) before resizing
 
     def validate(self) -> None:
         if self.resize_mode not in RESIZE_MODES:
@@ -211,7 +211,7 @@ def prepare(data: bytes, fmt: str, width: int, height: int, opts: ImageOptions,
         pixels = rgb_pixels(im)
     original_height, original_width = pixels.shape[:2]
     if blur:
-        from lait.build.faceblur import blur_faces
+        from lait.faceblur import blur_faces
 
         pixels, _ = blur_faces(pixels, faces)
     resized = transform(pixels, opts)

@@ -37,6 +37,13 @@ import numpy as np
 
 from lait.config import ConfigError, StageConfig, setting
 from lait.filters.consent import c2pa_reservation, dmi_reservation, load_hash_list
+from lait.filters.faces import (
+    DEFAULT_FACE_MODEL,
+    DEFAULT_MIN_FACE_SCORE,
+    FaceFinder,
+    check_face_model,
+    decode_for_faces,
+)
 from lait.filters.image_decode import (
     ImageHeader,
     ImageRejected,
@@ -45,13 +52,6 @@ from lait.filters.image_decode import (
     encode_for_storage,
     open_image,
     sniff,
-)
-from lait.filters.faces import (
-    DEFAULT_FACE_MODEL,
-    DEFAULT_MIN_FACE_SCORE,
-    FaceFinder,
-    check_face_model,
-    decode_for_faces,
 )
 from lait.filters.unsafe import (
     DEFAULT_MAX_UNSAFE,
