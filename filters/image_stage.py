@@ -9,10 +9,10 @@ Per image, cheapest test first, so most rejects cost no pixel decoding:
 3. sniffing and the header: `svg`, `not_an_image`, `decompression_bomb`, then the rule filters
    on the header alone: `format`, `animated`, `min_side`, `aspect_ratio`
 4. reduced-scale decode (`truncated`, `corrupt`), the uninformative hook (`uninformative`),
-   the unsafe model's probability above `max_unsafe` (`unsafe`; kept as `punsafe` otherwise),
-   then the faces (`face_bboxes`, `face_scores`: kept, never a reason to drop; stage 5 blurs them)
+   the unsafe model's probability above `max_unsafe` (`unsafe`; kept as `punsafe` otherwise)
 5. perceptual duplicate of an image kept in this partition (`duplicate_phash`)
-6. the stored bytes: the original JPEG, or a high-quality JPEG re-encode
+6. the faces (`face_bboxes`, `face_scores`: kept, never a reason to drop; stage 5 blurs them)
+7. the stored bytes: the original JPEG, or a high-quality JPEG re-encode
 
 With `dedup` on, duplicates are found within a partition (images are partitioned by URL), the
 first in input order being kept. It is off by default: which copy survived then depended on the
@@ -107,8 +107,9 @@ class FilterConfig(StageConfig):
     max_unsafe: float = setting(DEFAULT_MAX_UNSAFE, "reject images whose unsafe probability is above this "
                                 "(filter/unsafe); 0.8: open_nsfw's own line for likely NSFW, under 1 in 100 real "
                                 "benign photos above it (docs/safety.md)")
+    # The Haar cascade is catalogued for the bench only: its score is a neighbour count, not a probability.
     face_model: str = setting(DEFAULT_FACE_MODEL, "face detector whose boxes are kept with each image "
-                              "(face_bboxes; stage 5 blurs them), or none", choices=[DEFAULT_FACE_MODEL, "haar-faces", "none"])
+                              "(face_bboxes; stage 5 blurs them), or none", choices=[DEFAULT_FACE_MODEL, "none"])
     min_face_score: float = setting(DEFAULT_MIN_FACE_SCORE, "keep the faces the detector scores at least this "
                                     "(MTCNN at 0.8: recall 0.91, precision 0.93 on 112 faces labelled by hand "
                                     "on real photos, docs/safety.md)")
@@ -415,9 +416,6 @@ class ImageFilterStage(Stage):
             if punsafe > cfg.max_unsafe:
                 raise ImageRejected("unsafe", f"punsafe {punsafe:.4f} > max_unsafe {cfg.max_unsafe} "
                                               f"({self.unsafe.name})")
-        boxes = scores = None
-        if self.faces is not None:
-            boxes, scores = self.faces(decode_for_faces(header.data, header.orientation))
         phash = phash_of(small)
         if cfg.dedup:
             thumb = thumb_of(small)  # only near-duplicate search uses it
@@ -425,6 +423,9 @@ class ImageFilterStage(Stage):
             if dup is not None:
                 raise ImageRejected("duplicate_phash", f"like {dup[0]} (phash distance {dup[1]}, "
                                                        f"thumbnail diff {dup[2]:.1f})")
+        boxes = scores = None
+        if self.faces is not None:  # after the duplicate tests: a dropped copy costs no search
+            boxes, scores = self.faces(decode_for_faces(header.data, header.orientation))
         stored, _ = encode_for_storage(header, keep_max_bytes=cfg.keep_jpeg_max_bytes, quality=cfg.jpeg_quality)
         if cfg.dedup:
             kept_sha[sha] = row["image_url"]

