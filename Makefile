@@ -11,6 +11,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch and torchvision are pinned together in one command, or pip swaps torch.
 	$(BIN)/python -m pip install --quiet torch==2.14.1 torchvision==0.29.1 -e '.[dev]'
+	# Stage 2's face detector (MTCNN, MIT, weights inside): its package pins an old torch, so it
+	# comes without its dependencies, which lait's own already provide (docs/safety.md).
+	$(BIN)/python -m pip install --quiet --no-deps facenet-pytorch==2.6.0
 	touch $(STAMP)
 
 ## demo: run the whole pipeline offline on the built-in local web (shards + report in demo/)

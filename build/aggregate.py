@@ -94,6 +94,7 @@ class Image:
     row_index: int
     candidates: list[Cand]
     punsafe: float | None = None  # stage 2's; None: not scored
+    face_bboxes: list[list[float]] | None = None  # stage 2's; None: not searched
 
 
 @dataclass
@@ -134,7 +135,7 @@ class RejectSink:
 
 
 IMAGE_COLUMNS = ["image_url", "sha256", "phash", "width", "height", "format", "punsafe", "src_file", "row_group",
-                 "row_index"]
+                 "row_index", "face_bboxes"]
 CAND_FIELDS = ["text", "source", "lang", "score", "page_url", "model", "pretrained", "license"]
 
 
@@ -164,9 +165,9 @@ def load_images(work: WorkDir) -> list[Image]:
             cands = [Cand(text, share(source, source), share(lang, lang), score, share(page, page),
                           share(model, model), share(pre, pre), share(lic, lic), _norm(text))
                      for text, source, lang, score, page, model, pre, lic in zip(*fields)]
-            for i, (url, sha, ph, w, h, fmt, unsafe, src, grp, idx) in enumerate(zip(*cols)):
+            for i, (url, sha, ph, w, h, fmt, unsafe, src, grp, idx, faces) in enumerate(zip(*cols)):
                 images.append(Image(url, sha, phash_int(ph), w, h, share(fmt, fmt), share(src, src), grp, idx,
-                                    cands[offsets[i] - offsets[0]:offsets[i + 1] - offsets[0]], unsafe))
+                                    cands[offsets[i] - offsets[0]:offsets[i + 1] - offsets[0]], unsafe, faces))
             del group
     # Sorting makes every later step independent of partition and part order.
     images.sort(key=lambda im: im.url)
@@ -527,6 +528,7 @@ def plan_row(key: str, shard: int, g: Group, cfg: BuildConfig, extra: dict[str, 
         "sha256": rep.sha256,
         "phash": f"{rep.phash:016x}",
         "punsafe": punsafe_value(rep.punsafe),
+        "face_bboxes": [[round(float(v), 4) for v in b] for b in rep.face_bboxes or ()],
         "pages": g.pages,
         "urls": [im.url for im in g.members][:17],
         "n_duplicates": len(g.members) - 1,

@@ -23,11 +23,13 @@ class ShardConfig(StageConfig):
     encode_format: str = setting("jpg", "image format in the tars; an image already in it and not resized is "
                                  "copied as fetched", choices=list(ENCODE_FORMATS))
     encode_quality: int = setting(95, "quality of re-encoded images (png: zlib level 0-9)")
+    blur_faces: bool = setting(True, "blur the faces stage 2 found (face_bboxes) in the tars, as DataComp did; "
+                               "--no-blur-faces keeps them sharp (the boxes stay in KEY.json either way)")
     regions: bool = setting(True, "write KEY.regions.npy/boxes.npy/labels.npy when stage 4 stored region features")
 
     def image_options(self) -> ImageOptions:
         return ImageOptions(self.resize_mode, self.image_size, self.resize_only_if_bigger, self.encode_format,
-                            self.encode_quality)
+                            self.encode_quality, self.blur_faces)
 
     def validate(self) -> None:
         super().validate()

@@ -18,6 +18,8 @@ from lait.schemas import get_table
 from lait.stage import PartContext, Stage
 
 OK_COLUMNS = ["image_url", "sha256", "phash", "width", "height", "format"]
+# Columns images_ok gained later: read when there, null otherwise.
+LATER_COLUMNS = {"punsafe": pa.float32(), "face_bboxes": pa.list_(pa.list_(pa.float32()))}
 CANDIDATE_TYPE = get_table("build_images").schema.field("candidates").type
 SCORED_COLUMNS = ["image_url"] + [f.name for f in CANDIDATE_TYPE.value_type]
 
@@ -42,9 +44,10 @@ class PickStage(Stage):
         images, files, groups, rows, cand_rows, offsets = [], [], [], [], [], [0]
         for path in ctx.work.part_files("images_ok", ctx.partition):
             pf = storage.parquet_file(path)
-            table = pf.read(columns=OK_COLUMNS + (["punsafe"] if "punsafe" in pf.schema_arrow.names else []))
-            if "punsafe" not in table.column_names:  # images_ok from before punsafe: not scored
-                table = table.append_column("punsafe", pa.nulls(table.num_rows, pa.float32()))
+            table = pf.read(columns=OK_COLUMNS + [c for c in LATER_COLUMNS if c in pf.schema_arrow.names])
+            for name, tp in LATER_COLUMNS.items():  # images_ok from before them: not scored, not searched
+                if name not in table.column_names:
+                    table = table.append_column(name, pa.nulls(table.num_rows, tp))
             sizes = [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)]
             group_of = np.repeat(np.arange(len(sizes)), sizes)
             start_of = np.repeat(np.cumsum([0] + sizes[:-1]), sizes)
@@ -68,7 +71,7 @@ class PickStage(Stage):
             values = pa.StructArray.from_arrays(
                 [scored.column(f.name).combine_chunks() for f in CANDIDATE_TYPE.value_type],
                 fields=list(CANDIDATE_TYPE.value_type)).take(pa.array(cand_rows, pa.int64()))
-            columns = {name: ok.column(name) for name in OK_COLUMNS + ["punsafe"]}
+            columns = {name: ok.column(name) for name in OK_COLUMNS + list(LATER_COLUMNS)}
             columns.update(src_file=pa.array(files, pa.string()),
                            row_group=pa.array(np.concatenate(groups), pa.int32()),
                            row_index=pa.array(np.concatenate(rows), pa.int32()),

@@ -42,6 +42,7 @@ class ImageOptions:
     resize_only_if_bigger: bool = False
     encode_format: str = "jpg"
     encode_quality: int = 95
+    blur_faces: bool = True  # blur the sample's face_bboxes (lait.faceblur) before resizing
 
     def validate(self) -> None:
         if self.resize_mode not in RESIZE_MODES:
@@ -195,10 +196,13 @@ def transform(pixels: np.ndarray, opts: ImageOptions) -> np.ndarray | None:
     return out
 
 
-def prepare(data: bytes, fmt: str, width: int, height: int, opts: ImageOptions) -> ShardImage:
+def prepare(data: bytes, fmt: str, width: int, height: int, opts: ImageOptions,
+            faces: list[list[float]] | None = None) -> ShardImage:
     """The shard's copy of an image (`fmt`, `width`, `height` as stage 2 found them): the bytes as
-    fetched when nothing changes, else decoded, resized and encoded; raises on undecodable bytes."""
-    if opts.resize_mode == "no" and fmt.upper() in SAME_FORMAT[opts.encode_format]:
+    fetched when nothing changes, else decoded, faces blurred (`faces`: normalised boxes, when
+    `opts.blur_faces`), resized and encoded; raises on undecodable bytes."""
+    blur = bool(faces) and opts.blur_faces
+    if not blur and opts.resize_mode == "no" and fmt.upper() in SAME_FORMAT[opts.encode_format]:
         return ShardImage(data, opts.encode_format, width, height, width, height, False)
     from PIL import Image
 
@@ -206,6 +210,10 @@ def prepare(data: bytes, fmt: str, width: int, height: int, opts: ImageOptions) 
         im.load()
         pixels = rgb_pixels(im)
     original_height, original_width = pixels.shape[:2]
+    if blur:
+        from lait.faceblur import blur_faces
+
+        pixels, _ = blur_faces(pixels, faces)
     resized = transform(pixels, opts)
     out = pixels if resized is None else resized
     return ShardImage(encode(out, opts), opts.encode_format, out.shape[1], out.shape[0],

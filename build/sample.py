@@ -52,6 +52,9 @@ FIELDS: list[tuple[str, pa.DataType, str]] = [
     ("phash", pa.string(), "64-bit perceptual hash of the image, 16 hex digits"),
     ("punsafe", pa.float64(), "probability that the image is unsafe (stage 2's model, as LAION's punsafe); "
                               "-1.0 when no model scored it"),
+    ("face_bboxes", pa.list_(pa.list_(pa.float64())), "faces stage 2 found, img2dataset's form: [x0, y0, x1, y1] "
+                                                      "normalised to the image as fetched; blurred in the tar unless "
+                                                      "built with --no-blur-faces; [] for none (or not searched)"),
     ("page_url", pa.string(), "the page the caption was found on"),
     ("score", pa.float64(), "image-text similarity of the caption (stage 4)"),
     ("source", pa.string(), "where on the page the caption came from: figcaption, alt, title, og, aria, context"),
@@ -112,6 +115,8 @@ def make_sample(meta: dict[str, Any], **image: Any) -> dict[str, Any]:
             v = int(v)
         elif name in ("score", "punsafe"):
             v = float(v)
+        elif name == "face_bboxes":
+            v = [[float(x) for x in b] for b in v or ()]
         out[name] = v
     if not out["urls"] or not out["candidates"]:
         raise ValueError(f"sample {out['key']}: urls and candidates must not be empty")
@@ -176,6 +181,9 @@ def check_sample(obj: Any) -> list[str]:
             ok = isinstance(v, float)
         elif name == "urls":
             ok = isinstance(v, list) and bool(v) and all(isinstance(u, str) for u in v)
+        elif name == "face_bboxes":
+            ok = isinstance(v, list) and all(isinstance(b, list) and len(b) == 4
+                                             and all(isinstance(x, float) for x in b) for b in v)
         else:  # candidates
             ok = isinstance(v, list) and bool(v) and all(
                 isinstance(c, dict) and list(c) == CANDIDATE_KEYS and isinstance(c["score"], float)

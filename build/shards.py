@@ -360,7 +360,8 @@ class ShardStage(Stage):
                         raise CorruptImage(f"{r['src_file']} row group {r['row_group']} row {r['row_index']}: "
                                            f"SHA-256 {source.sha256(r['row_index'])}, not the "
                                            f"{meta['sha256']} stage 2 recorded")
-                    image = prepare(data, r["format"], r["width"], r["height"], self.images)
+                    faces = meta.get("face_bboxes")
+                    image = prepare(data, r["format"], r["width"], r["height"], self.images, faces)
                 except Exception as exc:  # a broken image is recorded, the shard goes on
                     # Without object addresses, so that reruns write identical sidecars.
                     err = re.sub(r" at 0x[0-9a-fA-F]+", "", f"{type(exc).__name__}: {exc}")[:500]
@@ -375,6 +376,8 @@ class ShardStage(Stage):
                     continue
                 if image.reencoded:
                     ctx.count("build/reencoded")
+                if faces and self.images.blur_faces:
+                    ctx.count("build/faces_blurred", len(faces))
                 sample = make_sample(meta, key=r["key"], status=SUCCESS, width=image.width, height=image.height,
                                      original_width=image.original_width, original_height=image.original_height,
                                      exif=exif_json(data, r["format"]))

