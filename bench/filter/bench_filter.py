@@ -10,12 +10,14 @@ read and write. All on one process, median of R rounds, measured in this run:
 - reduced decode:    Image.open + draft (1/8 scale) + convert("RGB")
 - reduced + phash:   the above + imagehash.phash  (the reference: target stage 2 >= 0.8 of it)
 - stage 2:           ImageFilterStage over a work directory, one worker, the consent and
-                     safety gate off (no reservations, no hash list, --unsafe-model none): the
+                     safety gate off (no reservations, no hash list, --unsafe-model none,
+                     --face-model none): the
                      pipeline the reduced + phash target was set for
 - gate off / gate on (issue 32): stage 2 with min_side 1, so that every photo (Flickr8k's are
                      224 px) reaches the end of the path, without and with the gate: XMP/C2PA
-                     reservations, a hash list of 10,000 MD5 and SHA-256 entries and the unsafe
-                     model (open_nsfw, one thread). Their difference is the gate's cost per image.
+                     reservations, a hash list of 10,000 MD5 and SHA-256 entries, the unsafe
+                     model (open_nsfw, one thread) and the face detector (MTCNN). Their difference
+                     is the gate's cost per image.
 - img2dataset resizer (256, keep_ratio) when img2dataset is importable (the `bench` extra)
 
 `pairs()` yields stage 2 beside reduced + phash for `bench/all.py`.
@@ -109,8 +111,9 @@ class FilterBench:
         return str(path)
 
     def gate(self, on: bool) -> dict:
-        return (dict(obey_reservations=True, exclude_hashes=self.hash_list(), unsafe_model="open-nsfw")
-                if on else dict(obey_reservations=False, exclude_hashes="", unsafe_model="none"))
+        return (dict(obey_reservations=True, exclude_hashes=self.hash_list(), unsafe_model="open-nsfw",
+                     face_model="mtcnn-faces")
+                if on else dict(obey_reservations=False, exclude_hashes="", unsafe_model="none", face_model="none"))
 
     def gate_rate(self, on: bool) -> float:
         return self.stage_rate(min_side=1, **self.gate(on))
