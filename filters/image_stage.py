@@ -305,6 +305,11 @@ class ImageFilterStage(Stage):
             _CLASSIFIERS[key] = load_classifier(self.cfg.uninformative, max_colours=self.cfg.flat_max_colours)
         return _CLASSIFIERS[key]
 
+    @property
+    def spawn_workers(self) -> bool:
+        """The face detector runs torch: local workers are spawned, not forked (lait.drivers)."""
+        return self.cfg.face_model != "none"
+
     def __getstate__(self) -> dict[str, Any]:  # sent to workers without the model: an onnxruntime
         return {**self.__dict__, "unsafe": None, "faces": None}  # session does not pickle, and each loads its own
 

@@ -78,7 +78,10 @@ def run_stage(stage: Stage, cfg: StageConfig, command: str) -> RunReport:
     directory's lock, and record the run's settings and what it redid."""
     work = open_work_dir(cfg.work)
     with locked(work, f"lait {command}"):
-        executor = executor_for(cfg)
+        # A stage whose workers run torch asks for spawned ones: a child forked from a process
+        # whose torch (OpenMP) thread pool is up can hang in its first parallel region.
+        spawn = cfg.executor == "local" and getattr(stage, "spawn_workers", False)
+        executor = executor_for(cfg, **({"start_method": "spawn"} if spawn else {}))
         report = executor.run(stage, work)
         record_run(work, command, cfg, [report])
     return report
