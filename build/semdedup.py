@@ -10,13 +10,21 @@ again by a k-means of at most `branch` centroids. Each level costs O(n * branch)
 O(log n) levels (base `branch`), so clustering grows as n log n, where one
 flat k-means with n / cluster_size centroids would grow as n^2; the greedy pass inside a cluster
 costs O(cluster_size) per item.
+
+Every product here is small (a cluster of at most a few thousand rows against itself, a block of
+rows against at most `branch` centroids), so the step runs on one BLAS thread: split across
+threads such products cost more in synchronisation than they gain, and on a loaded machine
+OpenBLAS's waiting threads made the same 100k run 2 to 6 times slower (docs/performance.md). Run
+several selections side by side (processes or Ray) to use more cores.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import wraps
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 # Up to this many rows a cluster is compared as one similarity matrix (4096^2 float32: 64 MiB).
 MATRIX_MAX = 4096
@@ -27,6 +35,15 @@ def normalise(x: np.ndarray) -> np.ndarray:
     x = np.array(x, np.float32)
     x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
     return x
+
+
+def one_blas_thread(fn):
+    """Run `fn` with BLAS limited to one thread (see the module's docstring)."""
+    @wraps(fn)
+    def run(*args, **kwargs):
+        with threadpool_limits(limits=1, user_api="blas"):
+            return fn(*args, **kwargs)
+    return run
 
 
 def seeds(x: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
@@ -149,6 +166,7 @@ class DedupResult:
     n_clusters: int
 
 
+@one_blas_thread
 def semdedup(emb: np.ndarray, eps: float, priority: np.ndarray | None = None, cluster_size: int = 1000,
              branch: int = 16, seed: int = 0, passes: int = 1) -> DedupResult:
     """SemDeDup of `emb` (n x d). `priority` orders the items inside a cluster (lower first,
