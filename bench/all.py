@@ -37,6 +37,7 @@ BENCHES = [
     ("bench/filter/bench_filter.py", ("filter",)),
     ("bench/clean/bench_clean.py", ("clean",)),
     ("bench/score/bench_score.py", ("score",)),
+    ("bench/build/bench_resize.py", ("resize",)),
     ("bench/build/bench_shards.py", ("build", "shards")),
 ]
 NAMES = [name for _, names in BENCHES for name in names]

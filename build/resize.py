@@ -11,9 +11,9 @@ img2dataset's names and meanings (`resize_mode`, `image_size`, `resize_only_if_b
 
 With `resize_only_if_bigger`, an image whose deciding side is not above `image_size` is not
 resized (nor cropped or padded). Shrinking averages the source pixels each output pixel covers
-(area resampling, as OpenCV's INTER_AREA that img2dataset uses); enlarging uses a Lanczos
-kernel over 8 taps (as INTER_LANCZOS4). Sizes round as img2dataset's (albumentations) do.
-Decoding and encoding are Pillow's. An image already in `encode_format` and not resized is
+(OpenCV's INTER_AREA, as img2dataset); enlarging uses OpenCV's Lanczos kernel over 8 taps
+(INTER_LANCZOS4). Sizes round as img2dataset's (albumentations) do. Decoding and encoding are
+Pillow's. An image already in `encode_format` and not resized is
 copied byte for byte: the default (`no`, `jpg`) keeps every JPEG as fetched.
 """
 
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,58 +85,20 @@ def target_size(width: int, height: int, opts: ImageOptions) -> tuple[int, int] 
 
 
 # -- resampling --------------------------------------------------------------------------------
-def _area_taps(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
-    """Source indices and weights of each output pixel when shrinking: the share of the output
-    pixel's footprint ([o * s, (o + 1) * s) in source pixels) that each source pixel covers."""
-    s = n_in / n_out
-    start = np.arange(n_out) * s
-    end = np.minimum(start + s, n_in)
-    k = int(math.ceil(s)) + 1
-    idx = np.floor(start).astype(np.int64)[:, None] + np.arange(k)[None, :]
-    cover = np.minimum(end[:, None], idx + 1) - np.maximum(start[:, None], idx)
-    cover = np.where(cover > 1e-3, cover, 0.0)  # slivers below a thousandth of a pixel are rounding
-    weights = cover / cover.sum(axis=1, keepdims=True)
-    return np.minimum(idx, n_in - 1), weights
-
-
-def _lanczos4(x: np.ndarray) -> np.ndarray:
-    out = np.sinc(x) * np.sinc(x / 4)
-    return np.where(np.abs(x) < 4, out, 0.0)
-
-
-def _lanczos_taps(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
-    """Source indices and weights when enlarging: 8 taps around the output pixel's centre mapped
-    into the source, edges repeated."""
-    s = n_in / n_out
-    centre = (np.arange(n_out) + 0.5) * s - 0.5
-    base = np.floor(centre)
-    frac = centre - base
-    offsets = np.arange(-3, 5)
-    weights = _lanczos4(frac[:, None] - offsets[None, :])
-    weights /= weights.sum(axis=1, keepdims=True)
-    idx = np.clip(base.astype(np.int64)[:, None] + offsets[None, :], 0, n_in - 1)
-    return idx, weights
-
-
-def _resample_axis(img: np.ndarray, n_out: int, axis: int) -> np.ndarray:
-    n_in = img.shape[axis]
-    if n_in == n_out:
-        return img
-    idx, w = _area_taps(n_in, n_out) if n_out < n_in else _lanczos_taps(n_in, n_out)
-    src = np.ascontiguousarray(np.moveaxis(img, axis, 0))
-    w = w.astype(np.float32).reshape(w.shape + (1,) * (src.ndim - 1))
-    out = src[idx[:, 0]] * w[:, 0]
-    for j in range(1, idx.shape[1]):
-        out += src[idx[:, j]] * w[:, j]
-    return np.moveaxis(out, 0, axis)
-
-
 def resample(pixels: np.ndarray, width: int, height: int) -> np.ndarray:
-    """An H x W x C uint8 array resampled to height x width (area when shrinking, Lanczos-4 when
-    enlarging, each axis on its own), rounded to the nearest integer."""
-    out = _resample_axis(pixels.astype(np.float32), width, 1)
-    out = _resample_axis(out, height, 0)
-    return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+    """An H x W x C uint8 array resampled to height x width with OpenCV, as img2dataset does:
+    area resampling when shrinking (each output pixel the mean of the source pixels it covers,
+    INTER_AREA), Lanczos-4 when enlarging (INTER_LANCZOS4). The same library and the same
+    interpolation give img2dataset's pixels, at img2dataset's speed (a numpy resampler of the
+    same kernels was 6 times slower than OpenCV's and dominated the build with resizing)."""
+    import cv2
+
+    h, w = pixels.shape[:2]
+    if (w, h) == (width, height):
+        return pixels
+    shrink = width <= w and height <= h
+    return cv2.resize(np.ascontiguousarray(pixels), (width, height),
+                      interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LANCZOS4)
 
 
 def center_crop(pixels: np.ndarray, size: int) -> np.ndarray:
@@ -168,6 +129,24 @@ def rgb_pixels(im) -> np.ndarray:
     elif im.mode != "RGB":
         im = im.convert("RGB")
     return np.asarray(im, np.uint8)
+
+
+def decode_rgb(data) -> np.ndarray:
+    """RGB uint8 pixels of image bytes. A colour or grey JPEG is decoded by OpenCV (libjpeg-turbo,
+    as Pillow's: the same pixels, measured equal on the shared photos, and 40 % faster, the
+    decoder img2dataset uses); every other image, and a JPEG OpenCV declines, by Pillow. The
+    EXIF orientation is not applied, by either (Pillow does not; OpenCV is told not to)."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as im:  # reads the header only
+        if im.format in SAME_FORMAT["jpg"] and im.mode in ("RGB", "L"):
+            import cv2
+
+            bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION)
+            if bgr is not None and bgr.shape[:2] == (im.height, im.width):
+                return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+        im.load()
+        return rgb_pixels(im)
 
 
 def encode(pixels: np.ndarray, opts: ImageOptions) -> bytes:
@@ -204,11 +183,7 @@ def prepare(data: bytes, fmt: str, width: int, height: int, opts: ImageOptions,
     blur = bool(faces) and opts.blur_faces
     if not blur and opts.resize_mode == "no" and fmt.upper() in SAME_FORMAT[opts.encode_format]:
         return ShardImage(data, opts.encode_format, width, height, width, height, False)
-    from PIL import Image
-
-    with Image.open(io.BytesIO(data)) as im:
-        im.load()
-        pixels = rgb_pixels(im)
+    pixels = decode_rgb(data)
     original_height, original_width = pixels.shape[:2]
     if blur:
         from lait.faceblur import blur_faces
