@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 # (bench file, the pairs it yields), in pipeline order.
 BENCHES = [
-    ("bench/crawl/bench_crawl.py", ("crawl",)),
+    ("bench/crawl/bench_crawl.py", ("crawl", "crawl_images")),
     ("bench/download/bench_download.py", ("download",)),
     ("bench/filter/bench_filter.py", ("filter",)),
     ("bench/clean/bench_clean.py", ("clean",)),
