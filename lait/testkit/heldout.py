@@ -42,7 +42,7 @@ def write_heldout_set(out: str | Path, pages: int, seed: int, split: str = "test
             continue
         name = url.strip("/").replace("/", "_")
         (out / "images" / name).write_bytes(resp.body)
-        items.append({"filename": name, "split": split, "url": url,
+        items.append({"filepath": "images", "filename": name, "split": split, "url": url,
                       "sentences": [{"raw": info["true_caption"]}]})
     if not items:
         raise ValueError(f"a demo site of {pages} pages (seed {seed}) has no picture to evaluate on")

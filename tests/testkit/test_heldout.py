@@ -18,7 +18,7 @@ def test_the_heldout_set_holds_another_seeds_kept_photos_with_their_true_caption
     assert {it["url"] for it in items} == kept and len(items) >= 8
     for it in items:
         assert it["split"] == "test" and it["sentences"] == [{"raw": truth[it["url"]]["true_caption"]}]
-        assert (tmp_path / "eval" / "images" / it["filename"]).read_bytes()[:3] == b"\xff\xd8\xff"  # a JPEG
+        assert (tmp_path / "eval" / it["filepath"] / it["filename"]).read_bytes()[:3] == b"\xff\xd8\xff"  # a JPEG
     # The crawled site (seed 0) shows none of these pictures.
     crawled = write_heldout_set(tmp_path / "seed0", pages=8, seed=0)
     digests = {hashlib.sha256(p.read_bytes()).hexdigest() for p in (tmp_path / "eval" / "images").iterdir()}
