@@ -149,6 +149,8 @@ def compare(cfg: CompareConfig) -> dict[str, Any]:
         try:
             stats = select_recipe(cfg, recipe, sel_dir)
             row.update(samples=stats["samples"], pool=stats["pool"], eval_overlap=stats.get("eval_overlap"))
+            if not stats["samples"]:
+                raise ValueError(f"the recipe selected none of the {stats['pool']} pool samples: nothing to train on")
             if truth is not None:
                 from lait.testkit.groundtruth import evaluate
 
