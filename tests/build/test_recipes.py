@@ -310,6 +310,22 @@ def test_lait_select_with_recipes_records_every_removal_with_its_reason(work, tm
     assert all(d.startswith("cosine ") for d in details)
 
 
+def test_a_recipe_and_exclude_eval_together_drop_the_eval_copy_then_apply_the_recipe(work, tmp_path):
+    from lait.build.config import SelectConfig
+    from lait.build.select import select
+    from lait.testkit import build_data as data
+
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "copy.jpg").write_bytes(data.photo(7))  # a pool picture, in the evaluation set
+    cfg = SelectConfig(work=str(work), out=str(tmp_path / "out"), workers=1, progress=False, samples_per_shard=16,
+                       recipe=["clip-top30"], exclude_eval=str(tmp_path / "eval"))
+    cfg.validate()
+    res = select(cfg)  # both read the pool's page_url: once
+    assert res.ok, res.summary()
+    assert res.stats["eval_overlap"] == 1
+    assert res.stats["selected"] == math.ceil(0.3 * (res.stats["pool"] - 1))
+
+
 def test_a_changed_recipe_file_is_another_selection(work, tmp_path):
     from lait.build.config import SelectConfig
     from lait.build.select import select
