@@ -65,7 +65,7 @@ class DemoConfig(Config):
     progress: bool = setting(True, "show progress bars on a terminal")
     eval_pages: int = setting(0, "also write a held-out evaluation set into OUT/eval/ (karpathy.json and images/, "
                               "for `lait compare --eval`): the photos of a site of this many articles generated "
-                              "with seed + 1, so none of them was crawled (0: none)")
+                              "with seed + 1 (0: none)")
 
     def validate(self) -> None:
         if not self.out:
