@@ -18,6 +18,7 @@ Paths inside a recipe (`metadata`, `names`, `targets`) are relative to the recip
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -215,6 +216,26 @@ def top_fraction(pool: Pool, step: Step, idx: np.ndarray) -> dict:
                     lambda i: f"{s[i]:.4f} not in the top {frac:g} of the {step.params['of']}")
 
 
+def random_fraction(pool: Pool, step: Step, idx: np.ndarray) -> dict:
+    """A uniformly random `fraction` (rounded up) of the pool or of what earlier steps kept,
+    blind to scores and captions: the control a score-based recipe is compared with. The draw
+    ranks a seeded hash of each uid, so it is the same for a seed whatever the pool's order."""
+    frac = float(step.params["fraction"])
+    if not 0.0 < frac <= 1.0:
+        raise ConfigError(f"random_fraction: fraction must be in (0, 1], got {frac}")
+    if step.params["of"] not in ("pool", "kept"):
+        raise ConfigError("random_fraction: `of` is pool or kept")
+    ranked = np.arange(pool.table.num_rows) if step.params["of"] == "pool" else idx
+    uids = pool.column("uid")
+    seed = int(step.params["seed"])
+    keys = [hashlib.sha256(f"{seed}:{uids[i]}".encode()).digest() for i in ranked]
+    order = sorted(range(len(ranked)), key=keys.__getitem__)
+    drawn = {int(ranked[j]) for j in order[:math.ceil(frac * len(ranked))]}
+    bad = np.array([int(i) not in drawn for i in idx], bool)
+    return _drop("select/random_fraction", idx[bad],
+                 lambda i: f"not drawn into the random {frac:g} of the {step.params['of']} (seed {seed})")
+
+
 def text_entity(pool: Pool, step: Step, idx: np.ndarray) -> dict:
     from lait.build.metaclip import Matcher, read_metadata
 
@@ -320,6 +341,7 @@ RULES: dict[str, Rule] = {
     "aspect": Rule(aspect, {"at_most": 3.0}),
     "min_score": Rule(min_score, {"at_least": 0.28}),
     "top_fraction": Rule(top_fraction, {"fraction": 0.3, "of": "pool"}),
+    "random_fraction": Rule(random_fraction, {"fraction": 0.3, "of": "pool", "seed": 0}),
     "text_entity": Rule(text_entity, {"names": "imagenet1k-classes.txt", "case_sensitive": False}),
     "metaclip": Rule(metaclip, {"metadata": "imagenet1k-classes.txt", "t": 20000, "case_sensitive": False,
                                 "seed": 0}),

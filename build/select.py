@@ -117,7 +117,8 @@ def choose(work: WorkDir, cfg: SelectConfig, wanted: list[str] | None,
         columns = list(dict.fromkeys(columns + POOL_COLUMNS))
     if cfg.exclude_eval:
         columns += ["page_url", "phash", "src_file", "row_group", "row_index"]
-    pool = work.read("pool", columns=columns)
+    # A recipe and --exclude-eval both read page_url: a column named twice is an error to Arrow.
+    pool = work.read("pool", columns=list(dict.fromkeys(columns)))
     counts = {"pool": pool.num_rows}
     if wanted is not None:
         wanted_arr = pa.array(sorted(set(wanted)), pa.string())

@@ -208,6 +208,7 @@ REASONS: dict[str, str] = {
     "select/aspect": "the image's longer side over its shorter is above the recipe's maximum.",
     "select/min_score": "the best text's score is below the recipe's threshold.",
     "select/top_fraction": "the best text's score is not within the recipe's top fraction.",
+    "select/random_fraction": "not drawn into the recipe's random fraction (a seeded hash of the uid).",
     "select/no_entity": "the caption names no entry of the recipe's list of names (ImageNet classes).",
     "select/metaclip_unmatched": "the caption matches no entry of the MetaCLIP metadata.",
     "select/metaclip_balance": "in MetaCLIP balancing, none of the caption's metadata entries drew it within "

@@ -29,6 +29,7 @@ COMMAND_MODULES = [
     "lait.app.score",
     "lait.app.build",
     "lait.app.select",
+    "lait.app.compare",
     "lait.app.export",
     "lait.app.run",
     "lait.app.status",
@@ -50,6 +51,7 @@ the pipeline (LAIT, ImageBERT paper):
   lait build work/                                  5. aggregation into WebDataset shards
   lait verify work/                                 read every part, image and shard back
   lait select work/ --out sel/ --top-fraction 0.3   other shards from the scored pool, no rescoring
+  lait compare work/ --recipe clip-top30 --recipe all --eval set.json   train on each selection, compare R@K
   lait export-embeddings work/ --out embs/          embeddings for clip-retrieval and faiss
   lait run work/ --config pipeline.yaml             stages 2-5 in one go, resumable
   lait status work/                                 what is done, what is stale and why

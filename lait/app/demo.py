@@ -6,7 +6,8 @@
 4. Write the HTML report and print where the shards and the report are.
 
 Everything lands in `OUT/`: `work/` (tables, `work/shards/`), `report.html`, and
-`ground_truth.json` (what a correct pipeline keeps, to compare against). A second run reuses
+`ground_truth.json` (what a correct pipeline keeps, to compare against), and with --eval-pages a held-out evaluation set in eval/ (photos of
+a site generated with another seed, for `lait compare`). A second run reuses
 whatever is finished: the crawl (marker `work/_done/demo_crawl.json`), every stage's finished
 partitions, the shards; the demo scorer is built once per machine and cached.
 """
@@ -62,6 +63,9 @@ class DemoConfig(Config):
     min_score: float | None = setting(None, "build: drop images whose best text scores below this")
     samples_per_shard: int = setting(100, "build: samples per shard (small, so the demo shows several)")
     progress: bool = setting(True, "show progress bars on a terminal")
+    eval_pages: int = setting(0, "also write a held-out evaluation set into OUT/eval/ (karpathy.json and images/, "
+                              "for `lait compare --eval`): the photos of a site of this many articles generated "
+                              "with seed + 1 (0: none)")
 
     def validate(self) -> None:
         if not self.out:
@@ -73,6 +77,8 @@ class DemoConfig(Config):
                               "directory on object storage (lait crawl --out s3://..., lait run s3://...)")
         if self.pages < 1:
             raise ConfigError("--pages must be >= 1")
+        if self.eval_pages < 0:
+            raise ConfigError("--eval-pages must be >= 0")
 
 
 def _port_free(port: int) -> bool:
@@ -155,6 +161,11 @@ def run_demo(cfg: DemoConfig) -> int:
     res = evaluate_files(work / "shards", out / "ground_truth.json")
     print(f"ground truth of the local web: {out / 'ground_truth.json'} (the shards against it: precision "
           f"{res['precision']:.3f}, coverage {res['coverage']:.3f})")
+    if cfg.eval_pages:
+        from lait.testkit.heldout import write_heldout_set
+
+        path = write_heldout_set(out / "eval", cfg.eval_pages, cfg.seed + 1)
+        print(f"held-out evaluation set (a site of {cfg.eval_pages} articles, seed {cfg.seed + 1}): {path}")
     return 0
 
 
@@ -164,4 +175,5 @@ def register(sub) -> None:
 
     add_config_command(sub, "demo", DemoConfig, run_demo,
                        help="the whole job offline on a built-in local web: shards + report",
-                       description=DESCRIPTION, epilog="example:\n  lait demo --out demo/")
+                       description=DESCRIPTION, epilog="examples:\n  lait demo --out demo/\n"
+                               "  lait demo --out demo/ --eval-pages 100      with a held-out set for lait compare")

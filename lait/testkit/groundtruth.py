@@ -1,7 +1,8 @@
 """Compare built shards with a local web's ground truth (`lait.testkit` ground-truth JSON).
 
 `lait demo` prints this after a run, and the end-to-end tests assert on it:
-- precision: kept samples whose caption is, or contains, a true caption of their image;
+- precision: kept samples whose caption is, or contains, a true caption of their image (the
+  others are `wrong`: a text on a picture it does not describe);
 - coverage: images the ground truth keeps that are in the shards (directly or as the kept
   copy of a duplicate group);
 - duplicates: pictures that appear more than once; unwanted: samples the ground truth rejects
@@ -89,6 +90,7 @@ def evaluate(shard_dir: str | Path, truth: dict[str, Any]) -> dict[str, Any]:
     return {
         "kept": len(kept),
         "precision": correct / len(kept) if kept else 0.0,
+        "wrong": len(wrong),  # samples whose caption is none of their picture's true captions
         "coverage": len(covered) / len(should) if should else 0.0,
         "should_keep": len(should),
         "duplicated": sorted(u for u, n in canon.items() if n > 1),

@@ -100,6 +100,29 @@ def test_clip_top30_keeps_the_top_30_percent_and_laion_keeps_scores_at_or_above_
     assert {why for why, _ in laion.removed.values()} == {"select/min_score"}
 
 
+def test_random_30_draws_30_percent_blind_to_score_the_same_for_any_order_and_all_keeps_everything(tmp_path):
+    rng = np.random.default_rng(0)
+    scores = rng.random(400)
+    table = pool_of([{"score": float(s)} for s in scores])
+    cur = run("random-30", table)
+    assert cur.keep.sum() == math.ceil(0.3 * len(scores))
+    assert {why for why, _ in cur.removed.values()} == {"select/random_fraction"}
+    # Blind to the score: the drawn ones' scores look like the pool's, unlike clip-top30's.
+    assert abs(scores[cur.keep].mean() - scores.mean()) < 0.06
+    assert scores[cur.keep].mean() < scores[run("clip-top30", table).keep].mean() - 0.2
+    # The draw belongs to the uids, not to the pool's row order.
+    perm = rng.permutation(len(scores))
+    again = run("random-30", table.take(pa.array(perm)))
+    assert set(np.array(table["uid"])[cur.keep]) == set(np.array(table["uid"])[perm][again.keep])
+    # Another seed draws another set of the same size.
+    other = tmp_path / "random-30-seed1.yaml"
+    other.write_text("steps:\n  - {rule: random_fraction, fraction: 0.3, seed: 1}\n")
+    drawn = run(str(other), table).keep
+    assert drawn.sum() == cur.keep.sum() and not np.array_equal(drawn, cur.keep)
+    everything = run("all", table)
+    assert everything.keep.all() and not everything.removed
+
+
 def test_an_intersection_keeps_what_every_recipe_keeps_and_ranks_the_fraction_over_the_pool():
     rng = np.random.default_rng(0)
     rows = [{"score": float(s), "width": int(w)} for s, w in zip(rng.random(200), rng.choice([100, 300], 200))]
@@ -285,6 +308,22 @@ def test_lait_select_with_recipes_records_every_removal_with_its_reason(work, tm
             assert reasons.count(reason) == n
     details = rejected.filter(pa.compute.equal(rejected["reason"], "select/semdedup"))["detail"].to_pylist()
     assert all(d.startswith("cosine ") for d in details)
+
+
+def test_a_recipe_and_exclude_eval_together_drop_the_eval_copy_then_apply_the_recipe(work, tmp_path):
+    from lait.build.config import SelectConfig
+    from lait.build.select import select
+    from lait.testkit import build_data as data
+
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "copy.jpg").write_bytes(data.photo(7))  # a pool picture, in the evaluation set
+    cfg = SelectConfig(work=str(work), out=str(tmp_path / "out"), workers=1, progress=False, samples_per_shard=16,
+                       recipe=["clip-top30"], exclude_eval=str(tmp_path / "eval"))
+    cfg.validate()
+    res = select(cfg)  # both read the pool's page_url: once
+    assert res.ok, res.summary()
+    assert res.stats["eval_overlap"] == 1
+    assert res.stats["selected"] == math.ceil(0.3 * (res.stats["pool"] - 1))
 
 
 def test_a_changed_recipe_file_is_another_selection(work, tmp_path):
