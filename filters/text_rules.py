@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 from lait.stage import Filter, KeepResult, RegexFilter, first_rejection
 
@@ -20,6 +21,9 @@ _SPLIT = re.compile(r"(?<=[.!?…。！？])[\"'”’)\]]*\s+(?=[\"'“‘(\[]?
 _URL = re.compile(r"(https?://|www\.)\S+|\b[\w-]+\.(com|org|net|de|fr|co\.uk|io|html?|php)\b", re.I)
 _FILENAME = re.compile(r"(\.(jpe?g|png|gif|webp|bmp|svg|tiff?|heic|avif)\b)|"
                        r"^(img|dsc|dscn|dcim|pxl|screenshot|photo|image|pic)[\s_-]?\d{2,}", re.I)
+# A text that ends in an ellipsis was cut short by the site (og descriptions, teasers):
+# "The storm passed over the isl…", "... the wind had dropped...", "[...]".
+_CUT_END = re.compile(r"(?:…|\.\s?\.\s?\.|\[(?:…|\.\.\.)\])[\"'”’)\]]*$")
 _REPEAT_CHARS = re.compile(r"(\S)\1{4,}")
 _WORD = re.compile(r"\w+", re.U)
 
@@ -75,6 +79,40 @@ def split_sentences(text: str) -> list[str]:
     return [s for s in out if s]
 
 
+def uncut(text: str, page_text: Callable[[], str], *, mid_word: bool = False) -> str | None:
+    """The whole of a text the site cut short, taken from its page's text; None when the text
+    is not cut or its page does not hold it.
+
+    Cut: it ends in an ellipsis, or (`mid_word`, for og texts, which sites cut to a length) it
+    stops inside a word of the page: the page has it followed by a letter. The whole text runs
+    from where the cut one starts in the page to the end of the sentence it was cut in.
+    `page_text` is called only for a text that looks cut."""
+    m = _CUT_END.search(text)
+    if m is not None:
+        stem = text[:m.start()].rstrip()
+    elif mid_word and text[-1:].isalnum() and len(text.split()) >= 4:
+        stem = text
+    else:
+        return None
+    if len(stem.split()) < 2:
+        return None
+    page = page_text()
+    start = page.find(stem)
+    if start < 0:
+        return None
+    end = start + len(stem)
+    if m is None and (end >= len(page) or not page[end].isalnum()):
+        return None  # the page's sentence ends (or goes on) where the text does: not cut
+    whole = ""
+    for sentence in split_sentences(page[start:end + 2000]):
+        whole = f"{whole} {sentence}" if whole else sentence
+        if len(whole) > len(stem):
+            break
+    if len(whole) <= len(stem) or _CUT_END.search(whole):
+        return None
+    return whole
+
+
 @dataclass
 class Candidate:
     """One candidate text of one image on one page."""
@@ -88,6 +126,14 @@ class Candidate:
 
 def _plain(text: str) -> str:
     return " ".join(_WORD.findall(text.lower())).replace("_", " ")
+
+
+class CutFilter(RegexFilter):
+    """A text that ends in an ellipsis: cut short, and not found whole in its page (stage 3
+    mends the ones it finds, `uncut`)."""
+
+    name = "cut"
+    pattern = _CUT_END
 
 
 class WordCountFilter(Filter):
@@ -181,7 +227,7 @@ def text_filters(*, min_words: int, max_words: int, min_letter_share: float,
     """The cleaning rules in the order they run (cheapest first, language ID last)."""
     from lait.filters.text_junk import junk_filters
 
-    rules: list[Filter] = [FileNameFilter(), UrlFilter(), BoilerplateFilter(),
+    rules: list[Filter] = [FileNameFilter(), UrlFilter(), BoilerplateFilter(), CutFilter(),
                            WordCountFilter(min_words, max_words), LetterShareFilter(min_letter_share),
                            RepetitionFilter(), *junk_filters()]
     if languages and languages != ["any"]:

@@ -39,7 +39,8 @@ from lait.filters.html_images import (
     visible_text,
 )
 from lait.filters.page_texts import ImageTexts, SharedText, assign
-from lait.filters.text_rules import TextRules, repair, split_sentences, text_filters
+from lait.filters.site_texts import SiteCounts, load_site_texts, site_of, site_texts_step, step_digest, text_key
+from lait.filters.text_rules import TextRules, repair, split_sentences, text_filters, uncut
 from lait.memory import release_free_memory
 from lait.pagereader import html_parser
 from lait.parts import partition_of
@@ -239,29 +240,9 @@ def _context(img: PageImage, blocks: list[tuple[int, str]], main: _MainSentences
     return out
 
 
-@dataclass
-class PageTexts:
-    """The raw candidate texts of one page, before cleaning.
-
-    `images`: (image_url, [(source, text)]) for every image URL of the page (some with no text);
-    `shared`: texts the page gives several images, dropped for all but their owner
-    (`lait.filters.page_texts`); `site_names`: what the page calls its site, lower-cased.
-    """
-
-    images: list[tuple[str, list[tuple[str, str]]]] = field(default_factory=list)
-    shared: list[SharedText] = field(default_factory=list)
-    site_names: frozenset[str] = frozenset()
-    truncated: bool = False
-
-
-def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
-                    prepare: Callable[[str], list[str]] | None = None) -> PageTexts:
-    """Every image of one page with its texts, each text given to the image it belongs to.
-
-    `prepare` turns a raw text into the pieces that are candidates (repaired, long ones split
-    into sentences; see `CleanStage.prepare`): a sentence of a long caption that is also the
-    context of another image is one text for `lait.filters.page_texts`."""
-    prepare = prepare or (lambda text: [text])
+def parse_page(row: dict[str, Any], cfg: CleanConfig) -> tuple[Any, list[Any], bool]:
+    """(tree, images and paragraph-like elements in document order, truncated) of one page;
+    PageRejected for a page that is not HTML or that the parser cannot read whole."""
     from lxml import etree
     from lxml import html as lxml_html
 
@@ -278,7 +259,78 @@ def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
         # libxml2 drops whatever lies deeper than 256 elements: say so rather than lose it quietly.
         if "Excessive depth" in err.message:
             raise PageRejected("too_deep", err.message)
-    elements = list(tree.iter("img", *BLOCK_TAGS))  # one pass for the images and the blocks
+    return tree, list(tree.iter("img", *BLOCK_TAGS)), truncated  # one pass for images and blocks
+
+
+def offered_texts(row: dict[str, Any], cfg: CleanConfig, prepare: Callable[[str], list[str]]) -> set[str]:
+    """Every text one page may offer an image, for the count of a site's texts
+    (`lait.filters.site_texts`): each image's own texts, and the first and last
+    `context_sentences` sentences of every paragraph within `context_window` of an image, main
+    content or not (no trafilatura: a cheap superset of the page's `context` texts)."""
+    tree, elements, _ = parse_page(row, cfg)
+    images = find_images(tree, row["url"], elements=elements)
+    texts = {piece for img in images for src, t in img.texts if src in cfg.sources for piece in prepare(t)}
+    if images and "context" in cfg.sources:
+        n = cfg.context_sentences
+        for _, block in _blocks(elements, images, cfg.context_window):
+            sentences = split_sentences(block)
+            texts.update(piece for s in sentences[:n] + sentences[-n:] for piece in prepare(s))
+    return texts
+
+
+@dataclass
+class PageTexts:
+    """The raw candidate texts of one page, before cleaning.
+
+    `images`: (image_url, [(source, text)]) for every image URL of the page (some with no text);
+    `shared`: texts the page gives several images, dropped for all but their owner
+    (`lait.filters.page_texts`); `site_names`: what the page calls its site, lower-cased.
+    """
+
+    images: list[tuple[str, list[tuple[str, str]]]] = field(default_factory=list)
+    shared: list[SharedText] = field(default_factory=list)
+    site_names: frozenset[str] = frozenset()
+    truncated: bool = False
+    mended: int = 0  # cut texts made whole from the page's text (`uncut`)
+
+
+class _Mender:
+    """Cut texts of a page made whole from the page's own text (`lait.filters.text_rules.uncut`);
+    the page's text is read once, and only for a text that looks cut."""
+
+    def __init__(self, tree: Any, prepare: Callable[[str], list[str]]):
+        self.tree = tree
+        self.prepare = prepare
+        self._text: str | None = None
+        self.mended = 0
+
+    def page_text(self) -> str:
+        if self._text is None:
+            self._text = normalise_space(visible_text(self.tree))
+        return self._text
+
+    def __call__(self, source: str, text: str) -> list[str]:
+        """The candidate pieces of an image's own text (not `context`, which is the page's)."""
+        out: list[str] = []
+        for piece in self.prepare(text):
+            whole = uncut(piece, self.page_text, mid_word=source == "og")
+            if whole is None:
+                out.append(piece)
+            else:
+                self.mended += 1
+                out += self.prepare(whole)
+        return out
+
+
+def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
+                    prepare: Callable[[str], list[str]] | None = None) -> PageTexts:
+    """Every image of one page with its texts, each text given to the image it belongs to.
+
+    `prepare` turns a raw text into the pieces that are candidates (repaired, long ones split
+    into sentences; see `CleanStage.prepare`): a sentence of a long caption that is also the
+    context of another image is one text for `lait.filters.page_texts`."""
+    prepare = prepare or (lambda text: [text])
+    tree, elements, truncated = parse_page(row, cfg)
     images = find_images(tree, row["url"], elements=elements)
     if not images:
         return PageTexts(truncated=truncated)
@@ -291,8 +343,9 @@ def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
     main = _MainSentences(_main_text(tree) if blocks else "")
     found: list[ImageTexts] = []
     shared: list[SharedText] = []
+    mend = _Mender(tree, prepare)
     for img in images:
-        texts = [(src, p, 0) for src, t in img.texts if src in cfg.sources for p in prepare(t)]
+        texts = [(src, p, 0) for src, t in img.texts if src in cfg.sources for p in mend(src, t)]
         if want_context:
             texts += [("context", p, d) for s, d in _context(img, blocks, main, cfg) for p in prepare(s)]
         if img is og and len(img.urls) > 1:
@@ -305,7 +358,7 @@ def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
         else:
             found.append(ImageTexts(img.urls, img.position, texts, img.figure))
     per_url, dropped = assign(found)
-    return PageTexts(per_url, shared + dropped, names, truncated)
+    return PageTexts(per_url, shared + dropped, names, truncated, mend.mended)
 
 
 def page_candidates(row: dict[str, Any], cfg: CleanConfig) -> tuple[list[tuple[str, list[tuple[str, str]]]], bool]:
@@ -330,16 +383,36 @@ class CleanStage(Stage):
     # that a list row whose image was never fetched gives no candidate (nor rejects).
     extra_inputs = ("url_list", "warc_links", "images")
     output_tables = ("candidates",)
-    version = 3  # 2: junk rules, page texts with one owner, language ID over all languages; 3: WAT links,
-    # list rows only with their image fetched
+    version = 4  # 2: junk rules, page texts with one owner, language ID over all languages; 3: WAT links,
+    # list rows only with their image fetched; 4: site texts counted over the whole pool
 
     def __init__(self, cfg: CleanConfig):
         self.cfg = cfg
         self._rules: TextRules | None = None
         self._repaired: dict[str, list[str]] = {}
+        self._repeated: tuple[str, SiteCounts] | None = None
 
     def __getstate__(self) -> dict[str, Any]:  # sent to worker processes without the caches
-        return {**self.__dict__, "_rules": None, "_repaired": {}}
+        return {**self.__dict__, "_rules": None, "_repaired": {}, "_repeated": None}
+
+    def global_steps(self, work, *, force: bool = False, report=None) -> None:
+        """Count each site's texts over every page of the pool (`lait.filters.site_texts`)."""
+        site_texts_step(work, self.cfg, lambda row: offered_texts(row, self.cfg, self.prepare),
+                        force=force, report=report)
+
+    def global_inputs(self, work) -> dict[str, Any]:
+        """Every partition reads the site counts: a new count redoes them all."""
+        return {"site_texts": step_digest(work)}
+
+    def _site_texts(self, work) -> SiteCounts:
+        """The repeated texts of every site, read once per worker and count."""
+        digest = step_digest(work)
+        if digest is None:
+            raise RuntimeError("stage 3's count of site texts is missing: run stage 3 through an executor "
+                               "(lait clean, lait run), which counts them first")
+        if self._repeated is None or self._repeated[0] != digest:
+            self._repeated = (digest, load_site_texts(work))
+        return self._repeated[1]
 
     def partitions(self, work) -> list[int]:
         """Partitions with pages, list rows or archived links (a work directory of `lait download`,
@@ -365,10 +438,7 @@ class CleanStage(Stage):
             self._rules = TextRules(text_filters(min_words=cfg.min_words, max_words=cfg.max_words,
                                                  min_letter_share=cfg.min_letter_share, languages=cfg.languages))
         rules = self._rules
-        # Pass 1: every page's raw candidates; pass 2 needs the site-wide text counts.
-        pages: list[tuple[str, str | None, PageTexts]] = []
-        site_pages: Counter[str] = Counter()
-        site_texts: dict[str, Counter[str]] = defaultdict(Counter)
+        repeated = self._site_texts(ctx.work)
         big = False
         for row in ctx.work.iter_rows("pages", ctx.partition, columns=PAGE_COLUMNS, batch_size=16):
             if big:  # the last page's parse tree, many small blocks, left the heap at its peak
@@ -388,19 +458,14 @@ class CleanStage(Stage):
                 continue
             if found.truncated:
                 ctx.count("truncated_pages")
-            host = urlsplit(url).netloc.lower()
-            site_pages[host] += 1
-            site_texts[host].update({t for _, texts in found.images for _, t in texts}
-                                    | {s.text for s in found.shared})
-            pages.append((url, row.get("license"), found))
-        for url, license_, found in pages:
-            host = urlsplit(url).netloc.lower()
-            limit = max(cfg.site_repeat_min_pages, cfg.site_repeat_share * site_pages[host])
+            if found.mended:
+                ctx.count("cut_texts_mended", found.mended)
+            site = site_of(url)
             for s in found.shared:
                 ctx.reject("page_text", image_url=s.image_url, page_url=url, text=s.text,
                            detail=f"{s.source} text {s.detail}")
             for image_url, raw in found.images:
-                self._emit(ctx, url, image_url, raw, rules, site_texts[host], limit, found.site_names, license_)
+                self._emit(ctx, url, image_url, raw, rules, site, repeated, found.site_names, row.get("license"))
         if "list" in cfg.sources:
             self._list_captions(ctx, rules)
         self._wat_links(ctx, rules)
@@ -431,7 +496,7 @@ class CleanStage(Stage):
                 continue
             ctx.count("wat_links_in")
             raw = [(src, piece) for src, text in texts for piece in self.prepare(text)]
-            self._emit(ctx, page_url, image_url, raw, rules, Counter(), float("inf"))
+            self._emit(ctx, page_url, image_url, raw, rules)
 
     def _list_captions(self, ctx: PartContext, rules: TextRules) -> None:
         """Each URL list row's caption as a `list` candidate of its image (the same rules as
@@ -446,17 +511,18 @@ class CleanStage(Stage):
                 ctx.count("list_rows_not_fetched")
                 continue
             raw = [("list", piece) for piece in self.prepare(row["caption"])] if row["caption"] else []
-            self._emit(ctx, row["page_url"] or "", row["image_url"], raw, rules, Counter(), float("inf"))
+            self._emit(ctx, row["page_url"] or "", row["image_url"], raw, rules)
 
     def _emit(self, ctx: PartContext, page_url: str, image_url: str, raw: list[tuple[str, str]],
-              rules: TextRules, counts: Counter[str], limit: float, names: frozenset[str] = frozenset(),
-              license_: str | None = None) -> None:
+              rules: TextRules, site: str = "", repeated: SiteCounts | None = None,
+              names: frozenset[str] = frozenset(), license_: str | None = None) -> None:
         seen: set[str] = set()
         texts: list[dict[str, Any]] = []
         for source, text in raw:
-            if counts[text] >= limit:
+            count = repeated.get((site, text_key(text))) if repeated else None
+            if count is not None:
                 ctx.reject("site_boilerplate", image_url=image_url, page_url=page_url, text=text,
-                           detail=f"{source} text on {counts[text]} pages of the site")
+                           detail=f"{source} text on {count[0]} of the {count[1]} pages of {site}")
                 continue
             if text.casefold() in names:
                 ctx.reject("boilerplate", image_url=image_url, page_url=page_url, text=text,
