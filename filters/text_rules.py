@@ -122,6 +122,7 @@ class Candidate:
     image_url: str
     page_url: str
     lang: str | None = None
+    prior: str | None = None  # the language its page or list declares (`lait.filters.langid.declared`)
 
 
 def _plain(text: str) -> str:
@@ -217,7 +218,7 @@ class LanguageFilter(Filter):
         self._detect = detect
 
     def keep(self, c: Candidate) -> KeepResult:
-        code = self._detect(c.text)[0]
+        code = self._detect(c.text, c.prior)[0]
         c.lang = code
         return code in self.languages or (False, f"language {code}")
 
@@ -248,7 +249,7 @@ class Verdict:
 class TextRules:
     """`text_filters` as one chain that judges each distinct text once.
 
-    Every rule reads `Candidate.text` alone, and one text comes back many times (the alt of a
+    Every rule reads `Candidate.text` alone (the language rule also its `prior`, part of the key), and one text comes back many times (the alt of a
     logo on every page of a site, a caption given to each URL of a srcset): its verdict is
     kept, so the rules run once per text. The rules, their order and their reasons are those
     of the list; only the repeats are spared.
@@ -258,19 +259,20 @@ class TextRules:
 
     def __init__(self, rules: list[Filter]):
         self.rules = rules
-        self._verdicts: dict[str, Verdict] = {}
+        self._verdicts: dict[tuple[str, str | None], Verdict] = {}
 
-    def judge(self, text: str) -> Verdict:
-        verdict = self._verdicts.get(text)
+    def judge(self, text: str, prior: str | None = None) -> Verdict:
+        """The verdict on `text`, whose page or list declares the language `prior` (or None)."""
+        verdict = self._verdicts.get((text, prior))
         if verdict is None:
-            verdict = self._judge(text)
+            verdict = self._judge(text, prior)
             if len(self._verdicts) >= self.MAX_TEXTS:
                 self._verdicts.clear()
-            self._verdicts[text] = verdict
+            self._verdicts[(text, prior)] = verdict
         return verdict
 
-    def _judge(self, text: str) -> Verdict:
-        c = Candidate(text, "", "", "")
+    def _judge(self, text: str, prior: str | None) -> Verdict:
+        c = Candidate(text, "", "", "", prior=prior)
         dropped = first_rejection(self.rules, c)
         if dropped is not None:
             return Verdict(dropped[0].name, dropped[1], c.lang)

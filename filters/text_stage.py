@@ -50,8 +50,8 @@ from lait.stage import PartContext, Rejected, Stage
 log = logging.getLogger(__name__)
 
 SOURCES = ("alt", "title", "aria", "figcaption", "og", "context", "list")
-# The columns of pages/ this stage reads (not the headers, times and crawl depth).
-PAGE_COLUMNS = ["url", "status", "content_type", "html", "encoding", "error", "license"]
+# The columns of pages/ this stage reads (not the times and crawl depth; the headers for Content-Language).
+PAGE_COLUMNS = ["url", "status", "content_type", "html", "encoding", "error", "license", "headers"]
 BIG_PAGE = 1 << 20  # bytes of HTML after which the heap is trimmed (see lait.memory)
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([\w.:-]+)""", re.I)
 _XML_DECL = re.compile(r"^\s*<\?xml[^>]*\?>")
@@ -262,6 +262,23 @@ def parse_page(row: dict[str, Any], cfg: CleanConfig) -> tuple[Any, list[Any], b
     return tree, list(tree.iter("img", *BLOCK_TAGS)), truncated  # one pass for images and blocks
 
 
+def page_language(tree: Any, headers: Any) -> str | None:
+    """The language a page declares, as the language model spells it: `<html lang>` (or
+    `xml:lang`), else a `<meta http-equiv="Content-Language">`, else its Content-Language
+    header; None when it declares none the model knows. Short texts take it as their prior
+    (`lait.filters.langid.detect`)."""
+    from lait.filters.langid import declared
+
+    code = declared(tree.get("lang") or tree.get("{http://www.w3.org/XML/1998/namespace}lang"))
+    if code is not None:
+        return code
+    for meta in tree.iter("meta"):
+        if (meta.get("http-equiv") or "").strip().lower() == "content-language":
+            return declared(meta.get("content"))
+    pairs = headers.items() if isinstance(headers, dict) else headers or ()
+    return next((declared(v) for k, v in pairs if k.lower() == "content-language"), None)
+
+
 def offered_texts(row: dict[str, Any], cfg: CleanConfig, prepare: Callable[[str], list[str]]) -> set[str]:
     """Every text one page may offer an image, for the count of a site's texts
     (`lait.filters.site_texts`): each image's own texts, and the first and last
@@ -292,6 +309,7 @@ class PageTexts:
     site_names: frozenset[str] = frozenset()
     truncated: bool = False
     mended: int = 0  # cut texts made whole from the page's text (`uncut`)
+    lang: str | None = None  # the language the page declares (`page_language`)
 
 
 class _Mender:
@@ -335,6 +353,7 @@ def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
     if not images:
         return PageTexts(truncated=truncated)
     names = site_names(tree)
+    lang = page_language(tree, row.get("headers")) if cfg.languages != ["any"] else None
     og = next((img for img in images if img.via == "og"), None)
     og_url = og_owner(tree, row["url"], og) if og is not None else None
     want_context = "context" in cfg.sources
@@ -358,13 +377,56 @@ def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
         else:
             found.append(ImageTexts(img.urls, img.position, texts, img.figure))
     per_url, dropped = assign(found)
-    return PageTexts(per_url, shared + dropped, names, truncated, mend.mended)
+    return PageTexts(per_url, shared + dropped, names, truncated, mend.mended, lang)
 
 
 def page_candidates(row: dict[str, Any], cfg: CleanConfig) -> tuple[list[tuple[str, list[tuple[str, str]]]], bool]:
     """([(image_url, [(source, raw text)])], truncated) of one page, before cleaning."""
     texts = read_page_texts(row, cfg)
     return texts.images, texts.truncated
+
+
+LANGUAGE_COLUMNS = ("language", "lang", "LANGUAGE", "Language")  # as LAION's multilingual lists name it
+LIST_PRIOR_MIN_WORDS = 4  # captions this long vote for their list's language
+LIST_PRIOR_SHARE = 0.5  # the list's language is the one at least this share of them are in
+
+
+def _row_language(row: dict[str, Any]) -> str | None:
+    """The language a list row names in a kept column (`--save-additional-columns language`)."""
+    if not row.get("extra"):
+        return None
+    import json
+
+    try:
+        extra = json.loads(row["extra"])
+    except ValueError:
+        return None
+    from lait.filters.langid import declared
+
+    value = next((extra[c] for c in LANGUAGE_COLUMNS if isinstance(extra.get(c), str)), None)
+    return declared(value)
+
+
+def list_languages(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """list_file -> the language of the list: the one most of its captions of at least
+    `LIST_PRIOR_MIN_WORDS` words are in (at least `LIST_PRIOR_SHARE` of them), counted over the
+    rows at hand (a partition's rows are a sample of every list, drawn by the image URL's hash).
+    A short caption of the list takes it as its prior, as a page's text takes the page's."""
+    from lait.filters.langid import detect
+
+    votes: dict[str, Counter[str]] = defaultdict(Counter)
+    for row in rows:
+        caption = row.get("caption") or ""
+        if len(caption.split()) >= LIST_PRIOR_MIN_WORDS:
+            code = detect(caption)[0]
+            if code is not None:
+                votes[row["list_file"]][code] += 1
+    out = {}
+    for name, counter in votes.items():
+        code, n = counter.most_common(1)[0]
+        if n >= LIST_PRIOR_SHARE * sum(counter.values()):
+            out[name] = code
+    return out
 
 
 def _fetched_images(ctx: PartContext) -> set[str]:
@@ -465,7 +527,8 @@ class CleanStage(Stage):
                 ctx.reject("page_text", image_url=s.image_url, page_url=url, text=s.text,
                            detail=f"{s.source} text {s.detail}")
             for image_url, raw in found.images:
-                self._emit(ctx, url, image_url, raw, rules, site, repeated, found.site_names, row.get("license"))
+                self._emit(ctx, url, image_url, raw, rules, site, repeated, found.site_names, row.get("license"),
+                           found.lang)
         if "list" in cfg.sources:
             self._list_captions(ctx, rules)
         self._wat_links(ctx, rules)
@@ -481,12 +544,17 @@ class CleanStage(Stage):
             return
         from_pages: set[tuple[str, str]] = set()
         wat: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        langs: dict[tuple[str, str], str | None] = {}  # the page's <html lang>, as the WAT has it
         for row in ctx.work.iter_rows("warc_links", ctx.partition,
-                                      columns=["page_url", "image_url", "alt", "title", "source"]):
+                                      columns=["page_url", "image_url", "alt", "title", "source", "page_lang"]):
             key = (row["page_url"], row["image_url"])
             if row["source"] != "wat":
                 from_pages.add(key)
                 continue
+            if key not in wat and self.cfg.languages != ["any"]:
+                from lait.filters.langid import declared
+
+                langs[key] = declared(row["page_lang"])
             texts = wat.setdefault(key, [])
             for src in wanted:  # one image may be linked twice from a page, with other texts
                 if row[src] and (src, row[src]) not in texts:
@@ -496,26 +564,31 @@ class CleanStage(Stage):
                 continue
             ctx.count("wat_links_in")
             raw = [(src, piece) for src, text in texts for piece in self.prepare(text)]
-            self._emit(ctx, page_url, image_url, raw, rules)
+            self._emit(ctx, page_url, image_url, raw, rules, prior=langs.get((page_url, image_url)))
 
     def _list_captions(self, ctx: PartContext, rules: TextRules) -> None:
         """Each URL list row's caption as a `list` candidate of its image (the same rules as
         every text; site boilerplate does not apply: a list is no site). A row without a page
         column has the page URL '' (candidates need one). A row whose image has no bytes (never
         fetched: refused by a rule, an unreachable host, a failed download) is left out: it can
-        never be a sample, and stage 1 already recorded why."""
+        never be a sample, and stage 1 already recorded why. A caption's language prior is the
+        list's (`list_languages`)."""
         fetched = _fetched_images(ctx)
-        for row in ctx.work.iter_rows("url_list", ctx.partition, columns=["image_url", "caption", "page_url"]):
+        rows = list(ctx.work.iter_rows("url_list", ctx.partition,
+                                       columns=["image_url", "caption", "page_url", "extra", "list_file"]))
+        langs = list_languages(rows) if self.cfg.languages != ["any"] else {}
+        for row in rows:
             ctx.count("list_rows_in")
             if row["image_url"] not in fetched:
                 ctx.count("list_rows_not_fetched")
                 continue
             raw = [("list", piece) for piece in self.prepare(row["caption"])] if row["caption"] else []
-            self._emit(ctx, row["page_url"] or "", row["image_url"], raw, rules)
+            prior = _row_language(row) or langs.get(row["list_file"])
+            self._emit(ctx, row["page_url"] or "", row["image_url"], raw, rules, prior=prior)
 
     def _emit(self, ctx: PartContext, page_url: str, image_url: str, raw: list[tuple[str, str]],
               rules: TextRules, site: str = "", repeated: SiteCounts | None = None,
-              names: frozenset[str] = frozenset(), license_: str | None = None) -> None:
+              names: frozenset[str] = frozenset(), license_: str | None = None, prior: str | None = None) -> None:
         seen: set[str] = set()
         texts: list[dict[str, Any]] = []
         for source, text in raw:
@@ -530,7 +603,7 @@ class CleanStage(Stage):
                 continue
             if text in seen:
                 continue
-            verdict = rules.judge(text)
+            verdict = rules.judge(text, prior)
             if verdict.rule is not None:
                 ctx.reject(verdict.rule, image_url=image_url, page_url=page_url, text=text, detail=verdict.detail)
                 continue
