@@ -42,7 +42,7 @@ from lait.filters.page_texts import ImageTexts, SharedText, assign
 from lait.filters.site_texts import SiteCounts, load_site_texts, site_of, site_texts_step, step_digest, text_key
 from lait.filters.text_rules import TextRules, repair, split_sentences, text_filters, uncut
 from lait.memory import release_free_memory
-from lait.pagereader import html_parser
+from lait.pagereader import figure_license, html_parser
 from lait.parts import partition_of
 from lait.reasons import fetch_rule
 from lait.stage import PartContext, Rejected, Stage
@@ -310,6 +310,7 @@ class PageTexts:
     truncated: bool = False
     mended: int = 0  # cut texts made whole from the page's text (`uncut`)
     lang: str | None = None  # the language the page declares (`page_language`)
+    image_licenses: dict[str, str] = field(default_factory=dict)  # image URL -> its figure's licence
 
 
 class _Mender:
@@ -377,7 +378,11 @@ def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
         else:
             found.append(ImageTexts(img.urls, img.position, texts, img.figure))
     per_url, dropped = assign(found)
-    return PageTexts(per_url, shared + dropped, names, truncated, mend.mended, lang)
+    licenses = {}
+    for img in images:
+        if img.figure is not None and (declared := figure_license(img.figure, tree, row["url"])):
+            licenses.update(dict.fromkeys(img.urls, declared))
+    return PageTexts(per_url, shared + dropped, names, truncated, mend.mended, lang, licenses)
 
 
 def page_candidates(row: dict[str, Any], cfg: CleanConfig) -> tuple[list[tuple[str, list[tuple[str, str]]]], bool]:
@@ -528,7 +533,7 @@ class CleanStage(Stage):
                            detail=f"{s.source} text {s.detail}")
             for image_url, raw in found.images:
                 self._emit(ctx, url, image_url, raw, rules, site, repeated, found.site_names, row.get("license"),
-                           found.lang)
+                           found.lang, found.image_licenses.get(image_url))
         if "list" in cfg.sources:
             self._list_captions(ctx, rules)
         self._wat_links(ctx, rules)
@@ -588,7 +593,8 @@ class CleanStage(Stage):
 
     def _emit(self, ctx: PartContext, page_url: str, image_url: str, raw: list[tuple[str, str]],
               rules: TextRules, site: str = "", repeated: SiteCounts | None = None,
-              names: frozenset[str] = frozenset(), license_: str | None = None, prior: str | None = None) -> None:
+              names: frozenset[str] = frozenset(), license_: str | None = None, prior: str | None = None,
+              image_license: str | None = None) -> None:
         seen: set[str] = set()
         texts: list[dict[str, Any]] = []
         for source, text in raw:
@@ -613,5 +619,5 @@ class CleanStage(Stage):
             ctx.reject("no_text", image_url=image_url, page_url=page_url, detail="no candidate text left")
             return
         ctx.write("candidates", {"page_url": page_url, "image_url": image_url, "texts": texts,
-                                 "license": license_},
+                                 "license": license_, "image_license": image_license},
                   partition=partition_of(image_url, ctx.work.n_partitions))
