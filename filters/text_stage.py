@@ -336,8 +336,10 @@ class _Mender:
             if whole is None:
                 out.append(piece)
             else:
+                # As sentences: the page's context texts are sentences, and a sentence given to
+                # two images must be one text to `lait.filters.page_texts` to have one owner.
                 self.mended += 1
-                out += self.prepare(whole)
+                out += [p for sentence in split_sentences(whole) for p in self.prepare(sentence)]
         return out
 
 

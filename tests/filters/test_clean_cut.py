@@ -39,7 +39,8 @@ def clean(make_work, td, html: str):
 def test_a_cut_og_description_is_mended_from_the_page(make_work, td, og):
     kept, _, report = clean(make_work, td, page(og))
     og_texts = {text for image, source, text in kept if image == "cover.jpg" and source == "og"}
-    assert og_texts == {PARAGRAPH}
+    assert og_texts == {"The storm passed over the island during the night.",
+                        "Fishermen stayed in the harbour until noon, mending their nets."}
     assert not any(text.endswith(("…", "...")) for _, _, text in kept)
     assert sum(s["counters"].get("clean/cut_texts_mended", 0) for s in report.stats) == 1
 
@@ -72,3 +73,21 @@ def test_the_cut_rule_names_its_drop():
         assert next(f.name for f in rules if f.keep(c) is not True) == "cut"
     whole = Candidate("A man walks along the beach at dawn.", "og", "u", "p")
     assert all(f.keep(whole) is True for f in rules)
+
+
+def test_a_mended_og_text_and_the_pages_own_sentence_have_one_owner(make_work, td):
+    # The og description is the lead paragraph cut short; the paragraph itself is the context of
+    # the photo after it. Kept cut, the og text and the paragraph's sentence were two texts, and
+    # the same sentence of the page reached two pictures (issue 33, issue 22's promise).
+    html = ('<html lang="en"><head><meta property="og:image" content="/og/cover.jpg">'
+            '<meta property="og:description" content="The storm passed over the island during the night. '
+            'Fishermen stayed in the harb…"></head><body><article><h1>The coast</h1>'
+            f'<p>{PARAGRAPH}</p><img src="/boat.jpg" alt="A red fishing boat in the harbour"></article></body></html>')
+    kept, rejected, _ = clean(make_work, td, html)
+    images_of: dict[str, set[str]] = {}
+    for image, _, text in kept:
+        images_of.setdefault(text, set()).add(image)
+    assert {t: i for t, i in images_of.items() if len(i) > 1} == {}
+    assert images_of["Fishermen stayed in the harbour until noon, mending their nets."] == {"cover.jpg"}
+    assert any(r["reason"] == "clean/page_text" and r["text"] == "Fishermen stayed in the harbour until noon, "
+               "mending their nets." for r in rejected)
