@@ -5,8 +5,11 @@ UTF-8 with replacement), parse once with lxml, collect every image with its alt,
 figcaption and og texts and its position in document order, then let trafilatura find the
 main content on the same tree and take the main-content sentences nearest to each image as
 `context` candidates. Texts are repaired (ftfy), long ones split into sentences, and run
-through the rules of `lait.filters.text_rules`; texts repeated on most pages of a site are dropped
-as `clean/site_boilerplate`. Each (page, image) pair with at least one text goes to the
+through the rules of `lait.filters.text_rules`, short ones with the page's declared language as
+the language rule's prior; a text the site cut short is mended from the page or dropped
+(`clean/cut`); texts offered to images on many pages of a site, counted over every page of the
+work directory before the partitions run (`lait.filters.site_texts`), are dropped as
+`clean/site_boilerplate`. Each (page, image) pair with at least one text goes to the
 candidates partition of its image URL. A page that breaks the parser or runs past the time
 limit is rejected with its reason; the partition goes on. The rows of URL lists (`url_list/`,
 `lait download`) add their captions as candidates with source `list`, and the image links of
@@ -74,7 +77,8 @@ class CleanConfig(StageConfig):
     context_sentences: int = setting(1, "main-content sentences taken on each side of an image")
     context_window: int = setting(6, "a context paragraph must be within this many paragraphs or "
                                   "images of the image")
-    site_repeat_min_pages: int = setting(5, "a text on at least this many pages of a site ...")
+    site_repeat_min_pages: int = setting(5, "a text offered to images on at least this many pages of a site "
+                                         "(counted over the whole work directory) ...")
     site_repeat_share: float = setting(0.5, "... and on at least this share of them is site boilerplate")
     max_page_bytes: int = setting(5_000_000, "pages longer than this are cut to this many bytes")
     page_timeout: float = setting(20.0, "seconds one page may take before it is rejected (clean/timeout)")
@@ -466,8 +470,11 @@ class CleanStage(Stage):
 
     def global_steps(self, work, *, force: bool = False, report=None) -> None:
         """Count each site's texts over every page of the pool (`lait.filters.site_texts`)."""
-        site_texts_step(work, self.cfg, lambda row: offered_texts(row, self.cfg, self.prepare),
-                        force=force, report=report)
+        site_texts_step(work, self.cfg, self._offered, force=force, report=report)
+
+    def _offered(self, row: dict[str, Any]) -> set[str]:
+        with time_limit(self.cfg.page_timeout):  # a page that would hang stage 3 counts for nothing
+            return offered_texts(row, self.cfg, self.prepare)
 
     def global_inputs(self, work) -> dict[str, Any]:
         """Every partition reads the site counts: a new count redoes them all."""
