@@ -76,6 +76,7 @@ class Cand(NamedTuple):
     model: str
     pretrained: str | None
     license: str | None  # the licence the page declares
+    image_license: str | None  # the licence the page declares for this image (its figure's)
     norm: str  # `norm_text(text)`, worked out once (the rules compare texts by it); `text` itself when equal
 
 
@@ -95,6 +96,7 @@ class Image:
     candidates: list[Cand]
     punsafe: float | None = None  # stage 2's; None: not scored
     face_bboxes: list[list[float]] | None = None  # stage 2's; None: not searched
+    rights: str | None = None  # what the image file declares (stage 2); None: nothing
 
 
 @dataclass
@@ -135,8 +137,8 @@ class RejectSink:
 
 
 IMAGE_COLUMNS = ["image_url", "sha256", "phash", "width", "height", "format", "punsafe", "src_file", "row_group",
-                 "row_index", "face_bboxes"]
-CAND_FIELDS = ["text", "source", "lang", "score", "page_url", "model", "pretrained", "license"]
+                 "row_index", "face_bboxes", "rights"]
+CAND_FIELDS = ["text", "source", "lang", "score", "page_url", "model", "pretrained", "license", "image_license"]
 
 
 def load_images(work: WorkDir) -> list[Image]:
@@ -163,11 +165,12 @@ def load_images(work: WorkDir) -> list[Image]:
             fields = [by_name[name].to_pylist() if name in by_name else [None] * len(values)
                       for name in CAND_FIELDS]
             cands = [Cand(text, share(source, source), share(lang, lang), score, share(page, page),
-                          share(model, model), share(pre, pre), share(lic, lic), _norm(text))
-                     for text, source, lang, score, page, model, pre, lic in zip(*fields)]
-            for i, (url, sha, ph, w, h, fmt, unsafe, src, grp, idx, faces) in enumerate(zip(*cols)):
+                          share(model, model), share(pre, pre), share(lic, lic), ilic, _norm(text))
+                     for text, source, lang, score, page, model, pre, lic, ilic in zip(*fields)]
+            for i, (url, sha, ph, w, h, fmt, unsafe, src, grp, idx, faces, rights) in enumerate(zip(*cols)):
                 images.append(Image(url, sha, phash_int(ph), w, h, share(fmt, fmt), share(src, src), grp, idx,
-                                    cands[offsets[i] - offsets[0]:offsets[i + 1] - offsets[0]], unsafe, faces))
+                                    cands[offsets[i] - offsets[0]:offsets[i + 1] - offsets[0]], unsafe, faces,
+                                    rights))
             del group
     # Sorting makes every later step independent of partition and part order.
     images.sort(key=lambda im: im.url)
@@ -508,6 +511,17 @@ def _cand_json(c: Cand) -> dict[str, Any]:
 _META_ENCODER = json.JSONEncoder(ensure_ascii=False, sort_keys=True)  # once, not per row as `json.dumps` would
 
 
+def image_license(best: Cand, rep: Image) -> dict[str, str | None]:
+    """The licence declared for the picture itself, apart from its page's (`license`): the one
+    its page gives it (a rel="license" link in its figure), else the one its file carries (XMP,
+    IPTC), with where it came from (`figure`, `file`; "" when neither)."""
+    if best.image_license:
+        return {"image_license": best.image_license, "image_license_from": "figure"}
+    if rep.rights:
+        return {"image_license": rep.rights, "image_license_from": "file"}
+    return {"image_license": None, "image_license_from": None}
+
+
 def plan_row(key: str, shard: int, g: Group, cfg: BuildConfig, extra: dict[str, Any] | None = None
              ) -> dict[str, Any]:
     best, rep = g.candidates[0], g.rep
@@ -522,6 +536,7 @@ def plan_row(key: str, shard: int, g: Group, cfg: BuildConfig, extra: dict[str, 
         "model": best.model,
         "pretrained": best.pretrained,
         "license": best.license,
+        **image_license(best, rep),
         "width": rep.width,
         "height": rep.height,
         "original_format": rep.format,

@@ -59,7 +59,10 @@ FIELDS: list[tuple[str, pa.DataType, str]] = [
     ("score", pa.float64(), "image-text similarity of the caption (stage 4)"),
     ("source", pa.string(), "where on the page the caption came from: figcaption, alt, title, og, aria, context"),
     ("lang", pa.string(), "the caption's detected language; \"\" when undetected"),
-    ("license", pa.string(), "the licence the page declared; \"\" when none"),
+    ("license", pa.string(), "the licence the caption's page declared, which need not be the image's; \"\" when none"),
+    ("image_license", pa.string(), "the licence declared for the image itself: by its page on its figure, or in "
+                                   "its own file (XMP, IPTC); \"\" when none"),
+    ("image_license_from", pa.string(), "where image_license comes from: figure, file; \"\" when none"),
     ("model", pa.string(), "the scoring model"),
     ("pretrained", pa.string(), "the scoring model's weights tag; \"\" for a local checkpoint"),
     ("pages", pa.int64(), "distinct pages that show the picture"),
@@ -100,7 +103,7 @@ def make_sample(meta: dict[str, Any], **image: Any) -> dict[str, Any]:
     columns = values.pop("extra", None) or {}  # the URL list's extra columns
     values["uid"] = sample_uid(values["url"], values["caption"])
     values.setdefault("error_message", None)
-    for name in ("lang", "license", "pretrained"):
+    for name in ("lang", "license", "image_license", "image_license_from", "pretrained"):
         values.setdefault(name, None)
     values["candidates"] = [_candidate(c) for c in values["candidates"]]
     missing, extra = set(KEYS) - set(values), set(values) - set(KEYS)

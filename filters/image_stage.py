@@ -53,6 +53,7 @@ from lait.filters.image_decode import (
     open_image,
     sniff,
 )
+from lait.filters.image_rights import file_rights
 from lait.filters.unsafe import (
     DEFAULT_MAX_UNSAFE,
     DEFAULT_MODEL,
@@ -290,6 +291,7 @@ class ImageFilterStage(Stage):
     name = "filter"
     input_table = "images"
     output_tables = ("images_ok",)
+    version = 2  # 2: the rights the image file declares (`rights`)
 
     def __init__(self, cfg: FilterConfig):
         self.cfg = cfg
@@ -438,5 +440,5 @@ class ImageFilterStage(Stage):
         out = {k: row.get(k) for k in ("image_url", "page_url", "mime", "status", "fetched_at", "error")}
         out.update(bytes=stored, mime="image/jpeg", width=header.width, height=header.height,
                    format=header.format, sha256=sha, phash=f"{phash:016x}", punsafe=punsafe,
-                   face_bboxes=boxes, face_scores=scores)
+                   face_bboxes=boxes, face_scores=scores, rights=file_rights(header.image, data, header.format))
         return out

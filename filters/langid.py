@@ -52,17 +52,49 @@ def known_languages() -> frozenset[str]:
     return frozenset(label.removeprefix("__label__") for label in labels)
 
 
-def detect(text: str) -> tuple[str | None, float]:
+# A short text takes its page's (or list's) declared language when the model finds that language
+# at least this share as likely as its first answer (docs/languages.md: chosen on the COCO and
+# Flickr8k captions and bench/captions/langid_written.json).
+PRIOR_MAX_WORDS = 20
+PRIOR_RATIO = 0.1
+
+
+def declared(tag: str | None) -> str | None:
+    """The model's code for a declared language (`<html lang="en-GB">`, `Content-Language: de,
+    en`: the first one); None when there is none or the model does not know it."""
+    if not tag:
+        return None
+    first = tag.split(",")[0].strip().replace("_", "-").split("-")[0]
+    code = canonical(first) if first.isalpha() else ""
+    return code if code in known_languages() else None
+
+
+def _letters_fit(text: str, lang: str) -> bool:
+    """Whether a text's letters can be the prior's: English is written without accents, so a
+    text with "č" or "ł" is never English because its page says so."""
+    return lang != "en" or all(ch.isascii() for ch in text if ch.isalpha())
+
+
+def detect(text: str, prior: str | None = None) -> tuple[str | None, float]:
     """(language code, probability) of a text; (None, 0.0) for one without letters.
 
     Text in capitals only is lowered first: the model learnt from ordinary text, and reads
-    "A PERSON IS SKIING ON THE SLOPE" as Japanese otherwise.
+    "A PERSON IS SKIING ON THE SLOPE" as Japanese otherwise. `prior`, the language the text's
+    page or list declares (`declared`), decides a short text (at most `PRIOR_MAX_WORDS` words,
+    where the model is least sure: "A man skis down a snowy hill ." is `pl` to it) when the
+    model finds it at least `PRIOR_RATIO` times as likely as its first answer.
     """
     if not any(ch.isalpha() for ch in text):
         return None, 0.0
     if text.isupper():
         text = text.lower()
-    labels, probs = _model().predict(" ".join(text.split()), k=1)  # newlines are not allowed
+    words = text.split()
+    labels, probs = _model().predict(" ".join(words), k=1 if prior is None else 10)  # no newlines allowed
     if not labels:
         return None, 0.0
-    return labels[0].removeprefix("__label__"), float(probs[0])
+    codes = [label.removeprefix("__label__") for label in labels]
+    if prior is not None and codes[0] != prior and prior in codes and len(words) <= PRIOR_MAX_WORDS:
+        p = float(probs[codes.index(prior)])
+        if p >= PRIOR_RATIO * float(probs[0]) and _letters_fit(text, prior):
+            return prior, p
+    return codes[0], float(probs[0])

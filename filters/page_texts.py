@@ -43,8 +43,13 @@ class SharedText:
     detail: str
 
 
+_END_MARKS = ".!?…:;,'\"”’ "
+
+
 def _key(text: str) -> str:
-    return " ".join(text.casefold().split())
+    """A text as pages repeat it: case, spacing and the marks it ends with aside ("A heron in
+    the lake" as one image's alt and "A heron in the lake." as another's figcaption)."""
+    return " ".join(text.casefold().split()).rstrip(_END_MARKS)
 
 
 def _groups(images: list[ImageTexts]) -> list[int]:

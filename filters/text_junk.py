@@ -170,7 +170,13 @@ _PROMO = re.compile(
     r"|(?:we|this site|this website)\s+uses?\s+cookies\b"
     r"|newsletters?\b|^sign(?:ing)?[ -]?up\b|sign[ -]?up (?:for|to|now|today|here)\b|subscribe\b|subscription\b|unsubscribe\b"
     r"|delivered (?:to|through) your (?:inbox|letterbox|door)\b|in your inbox\b"
-    r"|advertisement\b|advertising\b|sponsored\b|promoted\b|affiliate\b|may earn (?:a )?commission\b"
+    # Advertising words mark a promo where they label the text, not where a caption mentions an
+    # advert ("A man walks past an advertisement for ..." is a caption).
+    r"|^(?:advertisement|advertising|advertorial|sponsored|promoted|paid (?:content|post|partnership))\b"
+    r"|(?:sponsored|promoted|paid) (?:content|posts?|links?|stories|story|partnership|by)\b"
+    r"|advertising (?:feature|partner|disclosure|policy)\b|affiliate (?:links?|commissions?|partners?|programs?)\b"
+    r"|(?:continues?|continued) (?:below|after|under) (?:the |this )?(?:advertisement|advert|ad)\b"
+    r"|may earn (?:a )?commission\b"
     r"|disclosure:|all rights reserved\b|may not be (?:published|reproduced|redistributed)\b"
     r"|privacy policy\b|terms of (?:use|service)\b"
     r"|(?:use|enter) (?:the )?(?:promo |coupon |discount )?code\b|available on (?:the )?app store\b"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 from lait.stage import Filter, KeepResult, RegexFilter, first_rejection
 
@@ -20,6 +21,9 @@ _SPLIT = re.compile(r"(?<=[.!?…。！？])[\"'”’)\]]*\s+(?=[\"'“‘(\[]?
 _URL = re.compile(r"(https?://|www\.)\S+|\b[\w-]+\.(com|org|net|de|fr|co\.uk|io|html?|php)\b", re.I)
 _FILENAME = re.compile(r"(\.(jpe?g|png|gif|webp|bmp|svg|tiff?|heic|avif)\b)|"
                        r"^(img|dsc|dscn|dcim|pxl|screenshot|photo|image|pic)[\s_-]?\d{2,}", re.I)
+# A text that ends in an ellipsis was cut short by the site (og descriptions, teasers):
+# "The storm passed over the isl…", "... the wind had dropped...", "[...]".
+_CUT_END = re.compile(r"(?:…|\.\s?\.\s?\.|\[(?:…|\.\.\.)\])[\"'”’)\]]*$")
 _REPEAT_CHARS = re.compile(r"(\S)\1{4,}")
 _WORD = re.compile(r"\w+", re.U)
 
@@ -75,6 +79,40 @@ def split_sentences(text: str) -> list[str]:
     return [s for s in out if s]
 
 
+def uncut(text: str, page_text: Callable[[], str], *, mid_word: bool = False) -> str | None:
+    """The whole of a text the site cut short, taken from its page's text; None when the text
+    is not cut or its page does not hold it.
+
+    Cut: it ends in an ellipsis, or (`mid_word`, for og texts, which sites cut to a length) it
+    stops inside a word of the page: the page has it followed by a letter. The whole text runs
+    from where the cut one starts in the page to the end of the sentence it was cut in.
+    `page_text` is called only for a text that looks cut."""
+    m = _CUT_END.search(text)
+    if m is not None:
+        stem = text[:m.start()].rstrip()
+    elif mid_word and text[-1:].isalnum() and len(text.split()) >= 4:
+        stem = text
+    else:
+        return None
+    if len(stem.split()) < 2:
+        return None
+    page = page_text()
+    start = page.find(stem)
+    if start < 0:
+        return None
+    end = start + len(stem)
+    if m is None and (end >= len(page) or not page[end].isalnum()):
+        return None  # the page's sentence ends (or goes on) where the text does: not cut
+    whole = ""
+    for sentence in split_sentences(page[start:end + 2000]):
+        whole = f"{whole} {sentence}" if whole else sentence
+        if len(whole) > len(stem):
+            break
+    if len(whole) <= len(stem) or _CUT_END.search(whole):
+        return None
+    return whole
+
+
 @dataclass
 class Candidate:
     """One candidate text of one image on one page."""
@@ -84,10 +122,19 @@ class Candidate:
     image_url: str
     page_url: str
     lang: str | None = None
+    prior: str | None = None  # the language its page or list declares (`lait.filters.langid.declared`)
 
 
 def _plain(text: str) -> str:
     return " ".join(_WORD.findall(text.lower())).replace("_", " ")
+
+
+class CutFilter(RegexFilter):
+    """A text that ends in an ellipsis: cut short, and not found whole in its page (stage 3
+    mends the ones it finds, `uncut`)."""
+
+    name = "cut"
+    pattern = _CUT_END
 
 
 class WordCountFilter(Filter):
@@ -171,7 +218,7 @@ class LanguageFilter(Filter):
         self._detect = detect
 
     def keep(self, c: Candidate) -> KeepResult:
-        code = self._detect(c.text)[0]
+        code = self._detect(c.text, c.prior)[0]
         c.lang = code
         return code in self.languages or (False, f"language {code}")
 
@@ -181,7 +228,7 @@ def text_filters(*, min_words: int, max_words: int, min_letter_share: float,
     """The cleaning rules in the order they run (cheapest first, language ID last)."""
     from lait.filters.text_junk import junk_filters
 
-    rules: list[Filter] = [FileNameFilter(), UrlFilter(), BoilerplateFilter(),
+    rules: list[Filter] = [FileNameFilter(), UrlFilter(), BoilerplateFilter(), CutFilter(),
                            WordCountFilter(min_words, max_words), LetterShareFilter(min_letter_share),
                            RepetitionFilter(), *junk_filters()]
     if languages and languages != ["any"]:
@@ -202,7 +249,7 @@ class Verdict:
 class TextRules:
     """`text_filters` as one chain that judges each distinct text once.
 
-    Every rule reads `Candidate.text` alone, and one text comes back many times (the alt of a
+    Every rule reads `Candidate.text` alone (the language rule also its `prior`, part of the key), and one text comes back many times (the alt of a
     logo on every page of a site, a caption given to each URL of a srcset): its verdict is
     kept, so the rules run once per text. The rules, their order and their reasons are those
     of the list; only the repeats are spared.
@@ -212,19 +259,20 @@ class TextRules:
 
     def __init__(self, rules: list[Filter]):
         self.rules = rules
-        self._verdicts: dict[str, Verdict] = {}
+        self._verdicts: dict[tuple[str, str | None], Verdict] = {}
 
-    def judge(self, text: str) -> Verdict:
-        verdict = self._verdicts.get(text)
+    def judge(self, text: str, prior: str | None = None) -> Verdict:
+        """The verdict on `text`, whose page or list declares the language `prior` (or None)."""
+        verdict = self._verdicts.get((text, prior))
         if verdict is None:
-            verdict = self._judge(text)
+            verdict = self._judge(text, prior)
             if len(self._verdicts) >= self.MAX_TEXTS:
                 self._verdicts.clear()
-            self._verdicts[text] = verdict
+            self._verdicts[(text, prior)] = verdict
         return verdict
 
-    def _judge(self, text: str) -> Verdict:
-        c = Candidate(text, "", "", "")
+    def _judge(self, text: str, prior: str | None) -> Verdict:
+        c = Candidate(text, "", "", "", prior=prior)
         dropped = first_rejection(self.rules, c)
         if dropped is not None:
             return Verdict(dropped[0].name, dropped[1], c.lang)

@@ -5,8 +5,11 @@ UTF-8 with replacement), parse once with lxml, collect every image with its alt,
 figcaption and og texts and its position in document order, then let trafilatura find the
 main content on the same tree and take the main-content sentences nearest to each image as
 `context` candidates. Texts are repaired (ftfy), long ones split into sentences, and run
-through the rules of `lait.filters.text_rules`; texts repeated on most pages of a site are dropped
-as `clean/site_boilerplate`. Each (page, image) pair with at least one text goes to the
+through the rules of `lait.filters.text_rules`, short ones with the page's declared language as
+the language rule's prior; a text the site cut short is mended from the page or dropped
+(`clean/cut`); texts offered to images on many pages of a site, counted over every page of the
+work directory before the partitions run (`lait.filters.site_texts`), are dropped as
+`clean/site_boilerplate`. Each (page, image) pair with at least one text goes to the
 candidates partition of its image URL. A page that breaks the parser or runs past the time
 limit is rejected with its reason; the partition goes on. The rows of URL lists (`url_list/`,
 `lait download`) add their captions as candidates with source `list`, and the image links of
@@ -39,9 +42,10 @@ from lait.filters.html_images import (
     visible_text,
 )
 from lait.filters.page_texts import ImageTexts, SharedText, assign
-from lait.filters.text_rules import TextRules, repair, split_sentences, text_filters
+from lait.filters.site_texts import SiteCounts, load_site_texts, site_of, site_texts_step, step_digest, text_key
+from lait.filters.text_rules import TextRules, repair, split_sentences, text_filters, uncut
 from lait.memory import release_free_memory
-from lait.pagereader import html_parser
+from lait.pagereader import figure_license, html_parser
 from lait.parts import partition_of
 from lait.reasons import fetch_rule
 from lait.stage import PartContext, Rejected, Stage
@@ -49,8 +53,8 @@ from lait.stage import PartContext, Rejected, Stage
 log = logging.getLogger(__name__)
 
 SOURCES = ("alt", "title", "aria", "figcaption", "og", "context", "list")
-# The columns of pages/ this stage reads (not the headers, times and crawl depth).
-PAGE_COLUMNS = ["url", "status", "content_type", "html", "encoding", "error", "license"]
+# The columns of pages/ this stage reads (not the times and crawl depth; the headers for Content-Language).
+PAGE_COLUMNS = ["url", "status", "content_type", "html", "encoding", "error", "license", "headers"]
 BIG_PAGE = 1 << 20  # bytes of HTML after which the heap is trimmed (see lait.memory)
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([\w.:-]+)""", re.I)
 _XML_DECL = re.compile(r"^\s*<\?xml[^>]*\?>")
@@ -73,7 +77,8 @@ class CleanConfig(StageConfig):
     context_sentences: int = setting(1, "main-content sentences taken on each side of an image")
     context_window: int = setting(6, "a context paragraph must be within this many paragraphs or "
                                   "images of the image")
-    site_repeat_min_pages: int = setting(5, "a text on at least this many pages of a site ...")
+    site_repeat_min_pages: int = setting(5, "a text offered to images on at least this many pages of a site "
+                                         "(counted over the whole work directory) ...")
     site_repeat_share: float = setting(0.5, "... and on at least this share of them is site boilerplate")
     max_page_bytes: int = setting(5_000_000, "pages longer than this are cut to this many bytes")
     page_timeout: float = setting(20.0, "seconds one page may take before it is rejected (clean/timeout)")
@@ -239,29 +244,9 @@ def _context(img: PageImage, blocks: list[tuple[int, str]], main: _MainSentences
     return out
 
 
-@dataclass
-class PageTexts:
-    """The raw candidate texts of one page, before cleaning.
-
-    `images`: (image_url, [(source, text)]) for every image URL of the page (some with no text);
-    `shared`: texts the page gives several images, dropped for all but their owner
-    (`lait.filters.page_texts`); `site_names`: what the page calls its site, lower-cased.
-    """
-
-    images: list[tuple[str, list[tuple[str, str]]]] = field(default_factory=list)
-    shared: list[SharedText] = field(default_factory=list)
-    site_names: frozenset[str] = frozenset()
-    truncated: bool = False
-
-
-def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
-                    prepare: Callable[[str], list[str]] | None = None) -> PageTexts:
-    """Every image of one page with its texts, each text given to the image it belongs to.
-
-    `prepare` turns a raw text into the pieces that are candidates (repaired, long ones split
-    into sentences; see `CleanStage.prepare`): a sentence of a long caption that is also the
-    context of another image is one text for `lait.filters.page_texts`."""
-    prepare = prepare or (lambda text: [text])
+def parse_page(row: dict[str, Any], cfg: CleanConfig) -> tuple[Any, list[Any], bool]:
+    """(tree, images and paragraph-like elements in document order, truncated) of one page;
+    PageRejected for a page that is not HTML or that the parser cannot read whole."""
     from lxml import etree
     from lxml import html as lxml_html
 
@@ -278,11 +263,104 @@ def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
         # libxml2 drops whatever lies deeper than 256 elements: say so rather than lose it quietly.
         if "Excessive depth" in err.message:
             raise PageRejected("too_deep", err.message)
-    elements = list(tree.iter("img", *BLOCK_TAGS))  # one pass for the images and the blocks
+    return tree, list(tree.iter("img", *BLOCK_TAGS)), truncated  # one pass for images and blocks
+
+
+def page_language(tree: Any, headers: Any) -> str | None:
+    """The language a page declares, as the language model spells it: `<html lang>` (or
+    `xml:lang`), else a `<meta http-equiv="Content-Language">`, else its Content-Language
+    header; None when it declares none the model knows. Short texts take it as their prior
+    (`lait.filters.langid.detect`)."""
+    from lait.filters.langid import declared
+
+    code = declared(tree.get("lang") or tree.get("{http://www.w3.org/XML/1998/namespace}lang"))
+    if code is not None:
+        return code
+    for meta in tree.iter("meta"):
+        if (meta.get("http-equiv") or "").strip().lower() == "content-language":
+            return declared(meta.get("content"))
+    pairs = headers.items() if isinstance(headers, dict) else headers or ()
+    return next((declared(v) for k, v in pairs if k.lower() == "content-language"), None)
+
+
+def offered_texts(row: dict[str, Any], cfg: CleanConfig, prepare: Callable[[str], list[str]]) -> set[str]:
+    """Every text one page may offer an image, for the count of a site's texts
+    (`lait.filters.site_texts`): each image's own texts, and the first and last
+    `context_sentences` sentences of every paragraph within `context_window` of an image, main
+    content or not (no trafilatura: a cheap superset of the page's `context` texts)."""
+    tree, elements, _ = parse_page(row, cfg)
+    images = find_images(tree, row["url"], elements=elements)
+    texts = {piece for img in images for src, t in img.texts if src in cfg.sources for piece in prepare(t)}
+    if images and "context" in cfg.sources:
+        n = cfg.context_sentences
+        for _, block in _blocks(elements, images, cfg.context_window):
+            sentences = split_sentences(block)
+            texts.update(piece for s in sentences[:n] + sentences[-n:] for piece in prepare(s))
+    return texts
+
+
+@dataclass
+class PageTexts:
+    """The raw candidate texts of one page, before cleaning.
+
+    `images`: (image_url, [(source, text)]) for every image URL of the page (some with no text);
+    `shared`: texts the page gives several images, dropped for all but their owner
+    (`lait.filters.page_texts`); `site_names`: what the page calls its site, lower-cased.
+    """
+
+    images: list[tuple[str, list[tuple[str, str]]]] = field(default_factory=list)
+    shared: list[SharedText] = field(default_factory=list)
+    site_names: frozenset[str] = frozenset()
+    truncated: bool = False
+    mended: int = 0  # cut texts made whole from the page's text (`uncut`)
+    lang: str | None = None  # the language the page declares (`page_language`)
+    image_licenses: dict[str, str] = field(default_factory=dict)  # image URL -> its figure's licence
+
+
+class _Mender:
+    """Cut texts of a page made whole from the page's own text (`lait.filters.text_rules.uncut`);
+    the page's text is read once, and only for a text that looks cut."""
+
+    def __init__(self, tree: Any, prepare: Callable[[str], list[str]]):
+        self.tree = tree
+        self.prepare = prepare
+        self._text: str | None = None
+        self.mended = 0
+
+    def page_text(self) -> str:
+        if self._text is None:
+            self._text = normalise_space(visible_text(self.tree))
+        return self._text
+
+    def __call__(self, source: str, text: str) -> list[str]:
+        """The candidate pieces of an image's own text (not `context`, which is the page's)."""
+        out: list[str] = []
+        for piece in self.prepare(text):
+            whole = uncut(piece, self.page_text, mid_word=source == "og")
+            if whole is None:
+                out.append(piece)
+            else:
+                # As sentences: the page's context texts are sentences, and a sentence given to
+                # two images must be one text to `lait.filters.page_texts` to have one owner.
+                self.mended += 1
+                out += [p for sentence in split_sentences(whole) for p in self.prepare(sentence)]
+        return out
+
+
+def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
+                    prepare: Callable[[str], list[str]] | None = None) -> PageTexts:
+    """Every image of one page with its texts, each text given to the image it belongs to.
+
+    `prepare` turns a raw text into the pieces that are candidates (repaired, long ones split
+    into sentences; see `CleanStage.prepare`): a sentence of a long caption that is also the
+    context of another image is one text for `lait.filters.page_texts`."""
+    prepare = prepare or (lambda text: [text])
+    tree, elements, truncated = parse_page(row, cfg)
     images = find_images(tree, row["url"], elements=elements)
     if not images:
         return PageTexts(truncated=truncated)
     names = site_names(tree)
+    lang = page_language(tree, row.get("headers")) if cfg.languages != ["any"] else None
     og = next((img for img in images if img.via == "og"), None)
     og_url = og_owner(tree, row["url"], og) if og is not None else None
     want_context = "context" in cfg.sources
@@ -291,8 +369,9 @@ def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
     main = _MainSentences(_main_text(tree) if blocks else "")
     found: list[ImageTexts] = []
     shared: list[SharedText] = []
+    mend = _Mender(tree, prepare)
     for img in images:
-        texts = [(src, p, 0) for src, t in img.texts if src in cfg.sources for p in prepare(t)]
+        texts = [(src, p, 0) for src, t in img.texts if src in cfg.sources for p in mend(src, t)]
         if want_context:
             texts += [("context", p, d) for s, d in _context(img, blocks, main, cfg) for p in prepare(s)]
         if img is og and len(img.urls) > 1:
@@ -305,13 +384,60 @@ def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
         else:
             found.append(ImageTexts(img.urls, img.position, texts, img.figure))
     per_url, dropped = assign(found)
-    return PageTexts(per_url, shared + dropped, names, truncated)
+    licenses = {}
+    for img in images:
+        if img.figure is not None and (declared := figure_license(img.figure, tree, row["url"])):
+            licenses.update(dict.fromkeys(img.urls, declared))
+    return PageTexts(per_url, shared + dropped, names, truncated, mend.mended, lang, licenses)
 
 
 def page_candidates(row: dict[str, Any], cfg: CleanConfig) -> tuple[list[tuple[str, list[tuple[str, str]]]], bool]:
     """([(image_url, [(source, raw text)])], truncated) of one page, before cleaning."""
     texts = read_page_texts(row, cfg)
     return texts.images, texts.truncated
+
+
+LANGUAGE_COLUMNS = ("language", "lang", "LANGUAGE", "Language")  # as LAION's multilingual lists name it
+LIST_PRIOR_MIN_WORDS = 4  # captions this long vote for their list's language
+LIST_PRIOR_SHARE = 0.5  # the list's language is the one at least this share of them are in
+
+
+def _row_language(row: dict[str, Any]) -> str | None:
+    """The language a list row names in a kept column (`--save-additional-columns language`)."""
+    if not row.get("extra"):
+        return None
+    import json
+
+    try:
+        extra = json.loads(row["extra"])
+    except ValueError:
+        return None
+    from lait.filters.langid import declared
+
+    value = next((extra[c] for c in LANGUAGE_COLUMNS if isinstance(extra.get(c), str)), None)
+    return declared(value)
+
+
+def list_languages(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """list_file -> the language of the list: the one most of its captions of at least
+    `LIST_PRIOR_MIN_WORDS` words are in (at least `LIST_PRIOR_SHARE` of them), counted over the
+    rows at hand (a partition's rows are a sample of every list, drawn by the image URL's hash).
+    A short caption of the list takes it as its prior, as a page's text takes the page's."""
+    from lait.filters.langid import detect
+
+    votes: dict[str, Counter[str]] = defaultdict(Counter)
+    for row in rows:
+        caption = row.get("caption") or ""
+        if len(caption.split()) >= LIST_PRIOR_MIN_WORDS:
+            code = detect(caption)[0]
+            if code is not None:
+                votes[row["list_file"]][code] += 1
+    out = {}
+    for name, counter in votes.items():
+        code, n = counter.most_common(1)[0]
+        if n >= LIST_PRIOR_SHARE * sum(counter.values()):
+            out[name] = code
+    return out
 
 
 def _fetched_images(ctx: PartContext) -> set[str]:
@@ -330,16 +456,39 @@ class CleanStage(Stage):
     # that a list row whose image was never fetched gives no candidate (nor rejects).
     extra_inputs = ("url_list", "warc_links", "images")
     output_tables = ("candidates",)
-    version = 3  # 2: junk rules, page texts with one owner, language ID over all languages; 3: WAT links,
-    # list rows only with their image fetched
+    version = 4  # 2: junk rules, page texts with one owner, language ID over all languages; 3: WAT links,
+    # list rows only with their image fetched; 4: site texts counted over the whole pool
 
     def __init__(self, cfg: CleanConfig):
         self.cfg = cfg
         self._rules: TextRules | None = None
         self._repaired: dict[str, list[str]] = {}
+        self._repeated: tuple[str, SiteCounts] | None = None
 
     def __getstate__(self) -> dict[str, Any]:  # sent to worker processes without the caches
-        return {**self.__dict__, "_rules": None, "_repaired": {}}
+        return {**self.__dict__, "_rules": None, "_repaired": {}, "_repeated": None}
+
+    def global_steps(self, work, *, force: bool = False, report=None) -> None:
+        """Count each site's texts over every page of the pool (`lait.filters.site_texts`)."""
+        site_texts_step(work, self.cfg, self._offered, force=force, report=report)
+
+    def _offered(self, row: dict[str, Any]) -> set[str]:
+        with time_limit(self.cfg.page_timeout):  # a page that would hang stage 3 counts for nothing
+            return offered_texts(row, self.cfg, self.prepare)
+
+    def global_inputs(self, work) -> dict[str, Any]:
+        """Every partition reads the site counts: a new count redoes them all."""
+        return {"site_texts": step_digest(work)}
+
+    def _site_texts(self, work) -> SiteCounts:
+        """The repeated texts of every site, read once per worker and count."""
+        digest = step_digest(work)
+        if digest is None:
+            raise RuntimeError("stage 3's count of site texts is missing: run stage 3 through an executor "
+                               "(lait clean, lait run), which counts them first")
+        if self._repeated is None or self._repeated[0] != digest:
+            self._repeated = (digest, load_site_texts(work))
+        return self._repeated[1]
 
     def partitions(self, work) -> list[int]:
         """Partitions with pages, list rows or archived links (a work directory of `lait download`,
@@ -365,10 +514,7 @@ class CleanStage(Stage):
             self._rules = TextRules(text_filters(min_words=cfg.min_words, max_words=cfg.max_words,
                                                  min_letter_share=cfg.min_letter_share, languages=cfg.languages))
         rules = self._rules
-        # Pass 1: every page's raw candidates; pass 2 needs the site-wide text counts.
-        pages: list[tuple[str, str | None, PageTexts]] = []
-        site_pages: Counter[str] = Counter()
-        site_texts: dict[str, Counter[str]] = defaultdict(Counter)
+        repeated = self._site_texts(ctx.work)
         big = False
         for row in ctx.work.iter_rows("pages", ctx.partition, columns=PAGE_COLUMNS, batch_size=16):
             if big:  # the last page's parse tree, many small blocks, left the heap at its peak
@@ -388,19 +534,15 @@ class CleanStage(Stage):
                 continue
             if found.truncated:
                 ctx.count("truncated_pages")
-            host = urlsplit(url).netloc.lower()
-            site_pages[host] += 1
-            site_texts[host].update({t for _, texts in found.images for _, t in texts}
-                                    | {s.text for s in found.shared})
-            pages.append((url, row.get("license"), found))
-        for url, license_, found in pages:
-            host = urlsplit(url).netloc.lower()
-            limit = max(cfg.site_repeat_min_pages, cfg.site_repeat_share * site_pages[host])
+            if found.mended:
+                ctx.count("cut_texts_mended", found.mended)
+            site = site_of(url)
             for s in found.shared:
                 ctx.reject("page_text", image_url=s.image_url, page_url=url, text=s.text,
                            detail=f"{s.source} text {s.detail}")
             for image_url, raw in found.images:
-                self._emit(ctx, url, image_url, raw, rules, site_texts[host], limit, found.site_names, license_)
+                self._emit(ctx, url, image_url, raw, rules, site, repeated, found.site_names, row.get("license"),
+                           found.lang, found.image_licenses.get(image_url))
         if "list" in cfg.sources:
             self._list_captions(ctx, rules)
         self._wat_links(ctx, rules)
@@ -416,12 +558,17 @@ class CleanStage(Stage):
             return
         from_pages: set[tuple[str, str]] = set()
         wat: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        langs: dict[tuple[str, str], str | None] = {}  # the page's <html lang>, as the WAT has it
         for row in ctx.work.iter_rows("warc_links", ctx.partition,
-                                      columns=["page_url", "image_url", "alt", "title", "source"]):
+                                      columns=["page_url", "image_url", "alt", "title", "source", "page_lang"]):
             key = (row["page_url"], row["image_url"])
             if row["source"] != "wat":
                 from_pages.add(key)
                 continue
+            if key not in wat and self.cfg.languages != ["any"]:
+                from lait.filters.langid import declared
+
+                langs[key] = declared(row["page_lang"])
             texts = wat.setdefault(key, [])
             for src in wanted:  # one image may be linked twice from a page, with other texts
                 if row[src] and (src, row[src]) not in texts:
@@ -431,32 +578,39 @@ class CleanStage(Stage):
                 continue
             ctx.count("wat_links_in")
             raw = [(src, piece) for src, text in texts for piece in self.prepare(text)]
-            self._emit(ctx, page_url, image_url, raw, rules, Counter(), float("inf"))
+            self._emit(ctx, page_url, image_url, raw, rules, prior=langs.get((page_url, image_url)))
 
     def _list_captions(self, ctx: PartContext, rules: TextRules) -> None:
         """Each URL list row's caption as a `list` candidate of its image (the same rules as
         every text; site boilerplate does not apply: a list is no site). A row without a page
         column has the page URL '' (candidates need one). A row whose image has no bytes (never
         fetched: refused by a rule, an unreachable host, a failed download) is left out: it can
-        never be a sample, and stage 1 already recorded why."""
+        never be a sample, and stage 1 already recorded why. A caption's language prior is the
+        list's (`list_languages`)."""
         fetched = _fetched_images(ctx)
-        for row in ctx.work.iter_rows("url_list", ctx.partition, columns=["image_url", "caption", "page_url"]):
+        rows = list(ctx.work.iter_rows("url_list", ctx.partition,
+                                       columns=["image_url", "caption", "page_url", "extra", "list_file"]))
+        langs = list_languages(rows) if self.cfg.languages != ["any"] else {}
+        for row in rows:
             ctx.count("list_rows_in")
             if row["image_url"] not in fetched:
                 ctx.count("list_rows_not_fetched")
                 continue
             raw = [("list", piece) for piece in self.prepare(row["caption"])] if row["caption"] else []
-            self._emit(ctx, row["page_url"] or "", row["image_url"], raw, rules, Counter(), float("inf"))
+            prior = _row_language(row) or langs.get(row["list_file"])
+            self._emit(ctx, row["page_url"] or "", row["image_url"], raw, rules, prior=prior)
 
     def _emit(self, ctx: PartContext, page_url: str, image_url: str, raw: list[tuple[str, str]],
-              rules: TextRules, counts: Counter[str], limit: float, names: frozenset[str] = frozenset(),
-              license_: str | None = None) -> None:
+              rules: TextRules, site: str = "", repeated: SiteCounts | None = None,
+              names: frozenset[str] = frozenset(), license_: str | None = None, prior: str | None = None,
+              image_license: str | None = None) -> None:
         seen: set[str] = set()
         texts: list[dict[str, Any]] = []
         for source, text in raw:
-            if counts[text] >= limit:
+            count = repeated.get((site, text_key(text))) if repeated else None
+            if count is not None:
                 ctx.reject("site_boilerplate", image_url=image_url, page_url=page_url, text=text,
-                           detail=f"{source} text on {counts[text]} pages of the site")
+                           detail=f"{source} text on {count[0]} of the {count[1]} pages of {site}")
                 continue
             if text.casefold() in names:
                 ctx.reject("boilerplate", image_url=image_url, page_url=page_url, text=text,
@@ -464,7 +618,7 @@ class CleanStage(Stage):
                 continue
             if text in seen:
                 continue
-            verdict = rules.judge(text)
+            verdict = rules.judge(text, prior)
             if verdict.rule is not None:
                 ctx.reject(verdict.rule, image_url=image_url, page_url=page_url, text=text, detail=verdict.detail)
                 continue
@@ -474,5 +628,5 @@ class CleanStage(Stage):
             ctx.reject("no_text", image_url=image_url, page_url=page_url, detail="no candidate text left")
             return
         ctx.write("candidates", {"page_url": page_url, "image_url": image_url, "texts": texts,
-                                 "license": license_},
+                                 "license": license_, "image_license": image_license},
                   partition=partition_of(image_url, ctx.work.n_partitions))

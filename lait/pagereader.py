@@ -535,6 +535,15 @@ def page_license(tree: etree._Element, page_url: str) -> str | None:
     return _page_license(tree, Resolver(base_url(tree, page_url)), page_url)
 
 
+def figure_license(figure: etree._Element, tree: etree._Element, page_url: str) -> str | None:
+    """The licence a page declares for the image of one `<figure>`: a ``rel="license"`` link
+    (or a link to a Creative Commons licence) inside the figure, which applies to that image
+    alone, not to the page; or None."""
+    if next(figure.iter("a", "link", "area"), None) is None:  # the common figure: no link at all
+        return None
+    return _page_license(figure, Resolver(base_url(tree, page_url)), page_url)
+
+
 def _page_license(tree: etree._Element, resolve_: Resolver, page_url: str) -> str | None:
     declared: list[str] = []
     cc_links: list[str] = []

@@ -174,9 +174,11 @@ REASONS: dict[str, str] = {
     "clean/page_text": "a text the page gives several of its images (its og description, a headline "
                        "used as every alt, a paragraph between images): kept for the image it belongs "
                        "to, dropped for the others.",
+    "clean/cut": "the text ends in an ellipsis: the site cut it short, and its page does not hold the whole "
+                 "sentence to mend it from.",
     "clean/language": "the text is not in one of the configured languages.",
-    "clean/site_boilerplate": "the text is on most pages of its site (site_repeat_min_pages, "
-                              "site_repeat_share).",
+    "clean/site_boilerplate": "the text is offered to images on many pages of its site, counted over "
+                              "every page of the work directory (site_repeat_min_pages, site_repeat_share).",
     "clean/no_text": "a (page, image) pair with no candidate text left after cleaning.",
     # Stage 4 (`lait score`).
     "score/decode_error": "the image bytes do not decode for the model; each of its texts is dropped.",

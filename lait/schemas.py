@@ -57,6 +57,9 @@ IMAGES_OK = pa.schema(
         # (img2dataset's face_bboxes), and their scores; null: not searched.
         pa.field("face_bboxes", pa.list_(pa.list_(pa.float32()))),
         pa.field("face_scores", pa.list_(pa.float32())),
+        # The licence or rights the image file declares for itself (XMP cc:license,
+        # xmpRights:WebStatement, dc:rights; IPTC Copyright Notice); null: none.
+        pa.field("rights", pa.string()),
     ]
 )
 
@@ -76,6 +79,8 @@ CANDIDATES = pa.schema(
         pa.field("texts", pa.list_(TEXT), nullable=False),
         # The licence the page declares (pages.license), carried to the sample's JSON.
         pa.field("license", pa.string()),
+        # The licence the page declares for this image alone (a rel="license" link in its <figure>).
+        pa.field("image_license", pa.string()),
     ]
 )
 
@@ -94,6 +99,8 @@ SCORED = pa.schema(
         pa.field("text_emb_ref", pa.int64()),
         # The licence the page declares (candidates.license).
         pa.field("license", pa.string()),
+        # The licence the page declares for this image alone (candidates.image_license).
+        pa.field("image_license", pa.string()),
     ]
 )
 
@@ -192,6 +199,7 @@ BUILD_CANDIDATE = pa.struct([
     pa.field("model", pa.string()),
     pa.field("pretrained", pa.string()),
     pa.field("license", pa.string()),
+    pa.field("image_license", pa.string()),
 ])
 
 BUILD_IMAGES = pa.schema([
@@ -203,6 +211,7 @@ BUILD_IMAGES = pa.schema([
     pa.field("format", pa.string(), nullable=False),
     pa.field("punsafe", pa.float32()),  # images_ok's; null: not scored
     pa.field("face_bboxes", pa.list_(pa.list_(pa.float32()))),  # images_ok's; null: not searched
+    pa.field("rights", pa.string()),  # images_ok's: what the image file declares; null: none
     # Where the bytes are: images_ok part file name, row group, row inside the group.
     pa.field("src_file", pa.string(), nullable=False),
     pa.field("row_group", pa.int32(), nullable=False),

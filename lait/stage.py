@@ -201,6 +201,12 @@ class Stage(ABC):
         """Digests of what every task reads besides its partition (a codebook); {} by default."""
         return {}
 
+    def global_steps(self, work: WorkDir, *, force: bool = False, report: RunReport | None = None) -> None:
+        """Steps over whole tables that every task reads (stage 3's counts of a site's texts over
+        all its pages), run through `run_global_step` by every executor before it plans the
+        partitions (`start_report`), so `global_inputs` sees their result; none by default."""
+        return None
+
     def output_folder(self, work: WorkDir) -> Location | None:
         """Where the files a task records with `PartContext.record_file` live; None: it records none."""
         return None
@@ -321,10 +327,14 @@ def run_global_step(work: WorkDir, fp: Fingerprint, run: Callable[[], Mapping[st
 def start_report(stage: Stage, work: WorkDir, partitions: Sequence[int] | None, *,
                  force: bool = False) -> tuple[RunReport, RunPlan]:
     """What every executor does first: find the partitions to (re)do and say why, one line
-    per cause (`filter: min_side 300 -> 100: redoing 16 of 16 partitions`)."""
+    per cause (`filter: min_side 300 -> 100: redoing 16 of 16 partitions`). The stage's global
+    steps run first (`Stage.global_steps`): the partitions' fingerprints hold their results."""
+    report = RunReport(stage.name)
+    stage.global_steps(work, force=force, report=report)
     plan = plan_run(stage, work, partitions, force=force)
-    report = RunReport(stage.name, skipped=list(plan.current), plan=plan.lines())
-    for line in report.plan:
+    report.skipped = list(plan.current)
+    report.plan += plan.lines()
+    for line in plan.lines():
         log.info(line)
     if plan.current and not plan.pending:
         log.info("%s: all %d partitions up to date", stage.name, len(plan.current))

@@ -71,7 +71,8 @@ class ScoreStage(Stage):
         self._write_scores(ctx, scorer, pairs_by_image, text_ids, text_embs, image_embs, failed)
 
     def _pairs(self, ctx: PartContext) -> tuple[dict[str, list[tuple[str, dict, str | None]]], dict[str, int]]:
-        """(image URL -> [(page URL, text entry, licence)], text -> id) of the partition's candidates.
+        """(image URL -> [(page URL, text entry, (page licence, image licence))], text -> id) of the
+        partition's candidates.
 
         Candidates are small (texts only): the partition is held, image bytes are streamed."""
         pairs_by_image: dict[str, list[tuple[str, dict, str | None]]] = {}
@@ -82,7 +83,8 @@ class ScoreStage(Stage):
                 if not text:
                     continue
                 text_ids.setdefault(text, len(text_ids))
-                pairs_by_image.setdefault(row["image_url"], []).append((row["page_url"], t, row.get("license")))
+                pairs_by_image.setdefault(row["image_url"], []).append(
+                    (row["page_url"], t, (row.get("license"), row.get("image_license"))))
         ctx.count("pairs", sum(map(len, pairs_by_image.values())))
         ctx.count("distinct_texts", len(text_ids))
         return pairs_by_image, text_ids
@@ -137,13 +139,14 @@ class ScoreStage(Stage):
                 ctx.count("no_image", len(pairs))
                 continue
             ref, emb = image_embs[url]
-            for page_url, t, license_ in pairs:
+            for page_url, t, (license_, image_license) in pairs:
                 tid = text_ids[t["text"]]
                 ctx.write("scored", {
                     "image_url": url, "page_url": page_url, "text": t["text"], "source": t["source"],
                     "lang": t.get("lang"), "score": float(np.dot(emb, text_embs[tid])),
                     "model": scorer.name, "pretrained": scorer.pretrained,
-                    "image_emb_ref": ref, "text_emb_ref": tid, "license": license_})
+                    "image_emb_ref": ref, "text_emb_ref": tid, "license": license_,
+                    "image_license": image_license})
 
     def _image_bytes(self, ctx: PartContext, wanted: dict, sha: dict) -> Iterator[tuple[str, bytes]]:
         """(image_url, bytes) of the partition's images that have candidates, each once."""

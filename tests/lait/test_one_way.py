@@ -37,7 +37,8 @@ def test_executors_are_made_from_a_config_in_one_place():
 def test_global_steps_run_through_one_runner():
     # Fingerprint check, cause line, clear, run, marker: `lait.stage.run_global_step`.
     assert where_called("global_step_cause") == ["lait/stage.py"]
-    assert where_called("run_global_step") == ["build/pipeline.py", "build/select.py", "scoring/pipeline.py"]
+    assert where_called("run_global_step") == [
+        "build/pipeline.py", "build/select.py", "filters/site_texts.py", "scoring/pipeline.py"]
 
 
 def test_the_trainer_is_set_up_in_one_place():

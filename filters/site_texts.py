@@ -1,0 +1,133 @@
+"""Site boilerplate by count over the whole pool of pages (issue 33): the stage-3 global step.
+
+A text that a site puts beside the images of many of its pages (its name as a logo's alt, a
+byline, a navigation label, "Opel - Opel") says nothing about any one picture. Stage 3 drops
+it as `clean/site_boilerplate` because of that count, not because of what it says.
+
+Pages are partitioned by page URL, so the pages of one site lie in every partition: counted
+inside one partition, a site name on all 40 pages of a site reached about 40/16 pages in each
+of 16 partitions, under `site_repeat_min_pages`, and was kept. This step reads every page of
+the pool once before the partitions run (`CleanStage.global_steps`), counts for each site the
+pages on which each text is offered to an image, and writes to `site_texts/` the texts that
+reach the limit: at least `site_repeat_min_pages` pages and `site_repeat_share` of the site's
+pages. Every partition of stage 3 reads that small table; its fingerprint holds the step's, so a
+changed count redoes the partitions.
+
+The count is cheap: the parse, each image's own texts (alt, title, aria, figcaption, og) and
+the first and last sentences of the paragraphs near images, without trafilatura. It may count
+a sentence that trafilatura would not call main content: a count of more pages than stage 3
+offers the text on, never fewer. A site is a host without a leading `www.`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections import Counter, defaultdict
+from typing import Any, Callable
+from urllib.parse import urlsplit
+
+import pyarrow as pa
+
+from lait.fingerprint import global_fingerprint
+from lait.parts import PartitionedWriter, WorkDir
+from lait.schemas import Table, register_table
+from lait.stage import RunReport, run_global_step
+
+# `cfg` below is stage 3's `CleanConfig` (not imported: `lait.filters.text_stage` imports this module).
+CleanConfig = Any
+
+log = logging.getLogger(__name__)
+
+STEP = "clean_site_texts"  # the global step's marker: WORK/_done/clean_site_texts/p00000.json
+VERSION = 1
+TAG = "site_texts"
+SITE_TEXTS = register_table(Table("site_texts", pa.schema([
+    pa.field("site", pa.string(), nullable=False),
+    pa.field("key", pa.int64(), nullable=False),  # `text_key` of the text
+    pa.field("text", pa.string(), nullable=False),  # one spelling of it, for a reader
+    pa.field("pages", pa.int32(), nullable=False),
+    pa.field("site_pages", pa.int32(), nullable=False),
+]), "site"))
+
+SiteCounts = dict[tuple[str, int], tuple[int, int]]  # (site, key) -> (pages with it, pages of the site)
+
+
+def site_of(url: str) -> str:
+    """The site of a page: its host, lower-cased, without a leading `www.`."""
+    host = (urlsplit(url).hostname or "").lower()
+    return host.removeprefix("www.")
+
+
+def text_key(text: str) -> int:
+    """A text as the count compares it (case and spacing folded), as a 64-bit hash: a
+    pool's texts are counted without keeping them all in memory."""
+    folded = " ".join(text.casefold().split())
+    return int.from_bytes(hashlib.blake2b(folded.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+                          "big", signed=True)
+
+
+def step_settings(cfg: CleanConfig) -> dict[str, Any]:
+    """The settings that change what the step counts or keeps."""
+    return {k: getattr(cfg, k) for k in ("sources", "max_words", "context_window", "context_sentences",
+                                         "max_page_bytes", "site_repeat_min_pages", "site_repeat_share")}
+
+
+def count_site_texts(work: WorkDir, cfg: CleanConfig, texts_of_page: Callable[[dict[str, Any]], set[str]],
+                     fingerprint: str | None = None) -> dict[str, int]:
+    """Count every page of `pages/` and write `site_texts/` (see the module docstring).
+
+    `texts_of_page(row)` gives the texts one page offers its images (it raises for a page
+    stage 3 rejects, which then counts for nothing)."""
+    pages: Counter[str] = Counter()
+    counts: dict[str, Counter[int]] = defaultdict(Counter)
+    spelled: dict[tuple[str, int], str] = {}  # kept from a text's second page on
+    columns = ["url", "status", "content_type", "html", "encoding", "error"]
+    for p in work.partitions("pages"):
+        for row in work.iter_rows("pages", p, columns=columns, batch_size=16):
+            try:
+                texts = texts_of_page(row)
+            except Exception:  # stage 3 rejects the page with its reason; here it counts for nothing
+                continue
+            site = site_of(row["url"])
+            pages[site] += 1
+            seen = counts[site]
+            for text in texts:
+                k = text_key(text)
+                seen[k] += 1
+                if seen[k] == 2:
+                    spelled[(site, k)] = text
+    work.remove_parts("site_texts", TAG)
+    n = 0
+    with PartitionedWriter(work, TAG, extra_stats={"fingerprint": fingerprint}) as parts:
+        for site, seen in sorted(counts.items()):
+            limit = max(cfg.site_repeat_min_pages, cfg.site_repeat_share * pages[site])
+            for k, c in seen.items():
+                if c >= limit:
+                    parts.write("site_texts", parts.partition_of(site), {
+                        "site": site, "key": k, "text": spelled[(site, k)], "pages": c, "site_pages": pages[site]})
+                    n += 1
+    log.info("clean: %d texts repeated on many pages of their site, over %d sites and %d pages",
+             n, len(pages), sum(pages.values()))
+    return {"texts": n, "sites": len(pages), "pages": sum(pages.values())}
+
+
+def site_texts_step(work: WorkDir, cfg: CleanConfig, texts_of_page: Callable[[dict[str, Any]], set[str]], *,
+                    force: bool = False, report: RunReport | None = None) -> None:
+    """`site_texts/` over every page, redone when a pages part or a setting of the step changed."""
+    fp = global_fingerprint(work, STEP, step_settings(cfg), ["pages"], version=VERSION)
+    run_global_step(work, fp, lambda: count_site_texts(work, cfg, texts_of_page, fp.digest),
+                    label="clean: site texts", force=force, report=report)
+
+
+def step_digest(work: WorkDir) -> str | None:
+    """The fingerprint digest of the last finished count; None when it never ran."""
+    marker = work.markers(STEP).get(0)
+    return None if marker is None else (marker.get("fingerprint") or {}).get("digest")
+
+
+def load_site_texts(work: WorkDir) -> SiteCounts:
+    """The repeated texts of every site, as written by the step."""
+    t = work.read("site_texts", columns=["site", "key", "pages", "site_pages"])
+    cols = [t.column(c).to_pylist() for c in ("site", "key", "pages", "site_pages")]
+    return {(s, k): (n, m) for s, k, n, m in zip(*cols)}
