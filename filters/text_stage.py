@@ -6,7 +6,9 @@ figcaption and og texts and its position in document order, then let trafilatura
 main content on the same tree and take the main-content sentences nearest to each image as
 `context` candidates. Texts are repaired (ftfy), long ones split into sentences, and run
 through the rules of `lait.filters.text_rules`; texts repeated on most pages of a site are dropped
-as `clean/site_boilerplate`. Each (page, image) pair with at least one text goes to the
+as `clean/site_boilerplate`. The texts of pages that every rule kept then go, a partition at a
+time, to the learned caption judge (`lait.filters.caption_judge`), which drops the ones it
+reads as junk as `clean/not_caption` (`caption_judge none` turns it off). Each (page, image) pair with at least one text goes to the
 candidates partition of its image URL. A page that breaks the parser or runs past the time
 limit is rejected with its reason; the partition goes on. The rows of URL lists (`url_list/`,
 `lait download`) add their captions as candidates with source `list`, and the image links of
@@ -77,6 +79,10 @@ class CleanConfig(StageConfig):
     site_repeat_share: float = setting(0.5, "... and on at least this share of them is site boilerplate")
     max_page_bytes: int = setting(5_000_000, "pages longer than this are cut to this many bytes")
     page_timeout: float = setting(20.0, "seconds one page may take before it is rejected (clean/timeout)")
+    caption_judge: str = setting("default", "the learned caption judge: 'default' (its shipped weights), "
+                                 "the path of other weights (.npz), or 'none' (off)")
+    caption_judge_threshold: float = setting(0.5, "the judge drops a page's text whose probability of junk "
+                                             "is at least this (clean/not_caption)")
 
     def validate(self) -> None:
         super().validate()
@@ -86,6 +92,8 @@ class CleanConfig(StageConfig):
         if self.min_words < 1 or self.max_words < self.min_words:
             raise ConfigError("need 1 <= min_words <= max_words")
         self.languages = [c.lower() for c in self.languages]
+        if not 0.0 < self.caption_judge_threshold <= 1.0:
+            raise ConfigError("caption_judge_threshold must be in (0, 1]")
         if self.languages != ["any"]:
             from lait.filters.langid import canonical, known_languages
 
@@ -252,6 +260,7 @@ class PageTexts:
     shared: list[SharedText] = field(default_factory=list)
     site_names: frozenset[str] = frozenset()
     truncated: bool = False
+    lang: str | None = None  # the page's <html lang>
 
 
 def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
@@ -281,7 +290,7 @@ def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
     elements = list(tree.iter("img", *BLOCK_TAGS))  # one pass for the images and the blocks
     images = find_images(tree, row["url"], elements=elements)
     if not images:
-        return PageTexts(truncated=truncated)
+        return PageTexts(truncated=truncated, lang=tree.get("lang"))
     names = site_names(tree)
     og = next((img for img in images if img.via == "og"), None)
     og_url = og_owner(tree, row["url"], og) if og is not None else None
@@ -305,7 +314,7 @@ def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
         else:
             found.append(ImageTexts(img.urls, img.position, texts, img.figure))
     per_url, dropped = assign(found)
-    return PageTexts(per_url, shared + dropped, names, truncated)
+    return PageTexts(per_url, shared + dropped, names, truncated, tree.get("lang"))
 
 
 def page_candidates(row: dict[str, Any], cfg: CleanConfig) -> tuple[list[tuple[str, list[tuple[str, str]]]], bool]:
@@ -330,16 +339,31 @@ class CleanStage(Stage):
     # that a list row whose image was never fetched gives no candidate (nor rejects).
     extra_inputs = ("url_list", "warc_links", "images")
     output_tables = ("candidates",)
-    version = 3  # 2: junk rules, page texts with one owner, language ID over all languages; 3: WAT links,
-    # list rows only with their image fetched
+    version = 4  # 2: junk rules, page texts with one owner, language ID over all languages; 3: WAT links,
+    # list rows only with their image fetched; 4: the caption judge
 
     def __init__(self, cfg: CleanConfig):
         self.cfg = cfg
         self._rules: TextRules | None = None
         self._repaired: dict[str, list[str]] = {}
+        self._judge: Any = None
+        # Set to a list, the judge is not asked: page texts the rules keep are written, and each
+        # goes to the list as (page_url, image_url, JudgeInput) (scripts/train_caption_judge.py).
+        self.judge_sink: list | None = None
 
     def __getstate__(self) -> dict[str, Any]:  # sent to worker processes without the caches
-        return {**self.__dict__, "_rules": None, "_repaired": {}}
+        return {**self.__dict__, "_rules": None, "_repaired": {}, "_judge": None}
+
+    def judge(self) -> Any:
+        """The caption judge of the settings (loaded once per process), or None when off."""
+        if self.cfg.caption_judge == "none":
+            return None
+        if self._judge is None:
+            from lait.filters.caption_judge import WEIGHTS, CaptionJudge
+
+            path = WEIGHTS if self.cfg.caption_judge == "default" else self.cfg.caption_judge
+            self._judge = CaptionJudge.load(path)
+        return self._judge
 
     def partitions(self, work) -> list[int]:
         """Partitions with pages, list rows or archived links (a work directory of `lait download`,
@@ -393,14 +417,21 @@ class CleanStage(Stage):
             site_texts[host].update({t for _, texts in found.images for _, t in texts}
                                     | {s.text for s in found.shared})
             pages.append((url, row.get("license"), found))
+        judged = self.judge_sink is not None or self.judge() is not None
+        pending: list[_Pending] | None = [] if judged else None
         for url, license_, found in pages:
             host = urlsplit(url).netloc.lower()
             limit = max(cfg.site_repeat_min_pages, cfg.site_repeat_share * site_pages[host])
             for s in found.shared:
                 ctx.reject("page_text", image_url=s.image_url, page_url=url, text=s.text,
                            detail=f"{s.source} text {s.detail}")
-            for image_url, raw in found.images:
-                self._emit(ctx, url, image_url, raw, rules, site_texts[host], limit, found.site_names, license_)
+            last = max(1, len(found.images) - 1)
+            for i, (image_url, raw) in enumerate(found.images):
+                where = _Where(i / last, site_texts[host], site_pages[host], found.lang, pending)
+                self._emit(ctx, url, image_url, raw, rules, site_texts[host], limit, found.site_names, license_,
+                           where if judged else None)
+        if pending:
+            self._judge_pending(ctx, pending)
         if "list" in cfg.sources:
             self._list_captions(ctx, rules)
         self._wat_links(ctx, rules)
@@ -450,7 +481,7 @@ class CleanStage(Stage):
 
     def _emit(self, ctx: PartContext, page_url: str, image_url: str, raw: list[tuple[str, str]],
               rules: TextRules, counts: Counter[str], limit: float, names: frozenset[str] = frozenset(),
-              license_: str | None = None) -> None:
+              license_: str | None = None, where: _Where | None = None) -> None:
         seen: set[str] = set()
         texts: list[dict[str, Any]] = []
         for source, text in raw:
@@ -473,6 +504,67 @@ class CleanStage(Stage):
         if not texts:
             ctx.reject("no_text", image_url=image_url, page_url=page_url, detail="no candidate text left")
             return
-        ctx.write("candidates", {"page_url": page_url, "image_url": image_url, "texts": texts,
-                                 "license": license_},
-                  partition=partition_of(image_url, ctx.work.n_partitions))
+        row = {"page_url": page_url, "image_url": image_url, "texts": texts, "license": license_}
+        if where is not None:  # written once the judge has read the partition's texts
+            where.pending.append(_Pending(row, where))
+            return
+        self._write(ctx, row)
+
+    @staticmethod
+    def _write(ctx: PartContext, row: dict[str, Any]) -> None:
+        ctx.write("candidates", row, partition=partition_of(row["image_url"], ctx.work.n_partitions))
+
+    def _judge_pending(self, ctx: PartContext, pending: list[_Pending]) -> None:
+        """Ask the caption judge about every text of the partition's pending rows at once (one
+        batch of embeddings), drop those it reads as junk, and write the rest."""
+        from lait.filters.caption_judge import JudgeInput
+        from lait.filters.langid import detect
+
+        # With languages 'any' no rule ran language ID: the judge reads the language all the same.
+        inputs = [JudgeInput(t["text"], t["source"], p.where.position, p.where.counts[t["text"]],
+                             p.where.site_pages, t["lang"] or detect(t["text"])[0], p.where.page_lang)
+                  for p in pending for t in p.row["texts"]]
+        if self.judge_sink is not None:
+            k = 0
+            for p in pending:
+                for _ in p.row["texts"]:
+                    self.judge_sink.append((p.row["page_url"], p.row["image_url"], inputs[k]))
+                    k += 1
+                self._write(ctx, p.row)
+            return
+        probs = self.judge().p_junk(inputs)
+        threshold = self.cfg.caption_judge_threshold
+        k = 0
+        for p in pending:
+            kept = []
+            for t in p.row["texts"]:
+                prob = float(probs[k])
+                k += 1
+                if prob >= threshold:
+                    ctx.reject("not_caption", image_url=p.row["image_url"], page_url=p.row["page_url"],
+                               text=t["text"], detail=f"{t['source']} text: p(junk) {prob:.3f} >= {threshold:g}")
+                else:
+                    kept.append(t)
+            if kept:
+                self._write(ctx, {**p.row, "texts": kept})
+            else:
+                ctx.reject("no_text", image_url=p.row["image_url"], page_url=p.row["page_url"],
+                           detail="no candidate text left")
+
+
+@dataclass
+class _Where:
+    """What the caption judge knows of an image's place: its rank on the page (0 to 1), the
+    site's text counts and pages in the partition, the page's language, and where rows wait."""
+
+    position: float
+    counts: Counter[str]
+    site_pages: int
+    page_lang: str | None
+    pending: list[_Pending]
+
+
+@dataclass
+class _Pending:
+    row: dict[str, Any]
+    where: _Where
