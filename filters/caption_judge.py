@@ -8,7 +8,12 @@ texts (`bench/captions`: the tune half of `labelled.json` and `unseen.json`, lab
 against `describes` and `page`) by `scripts/train_caption_judge.py`, which writes the weights
 this module loads (`caption_judge.npz`: plain arrays, no pickle).
 
-The judge only sees texts that every rule kept: a rule that is sure stays a rule. A text whose
+The judge only sees texts that every rule kept: a rule that is sure stays a rule. It does not
+judge `<figcaption>` texts (nor URL-list captions): a page's own caption element is the surest
+source there is, and on the shared readability pages the judge dropped human figcaptions. Nor
+texts of more than `JUDGED_MAX_WORDS` words: about a tenth of the labelled junk is that long,
+and they are the costly part of the embeddings (stage 3's time is held to trafilatura's).
+A text whose
 probability of junk reaches the threshold is dropped as `clean/not_caption`, with the
 probability in the detail. Embeddings are computed in batches, once per distinct text of a
 partition.
@@ -26,6 +31,9 @@ import numpy as np
 
 WEIGHTS = Path(__file__).resolve().parent / "caption_judge.npz"
 SOURCES = ("alt", "title", "aria", "figcaption", "og", "context", "list")
+JUDGED_SOURCES = frozenset({"alt", "title", "aria", "og", "context"})  # texts of other sources are kept
+JUDGED_MAX_WORDS = 12  # longer texts are kept unjudged: few are junk, and MiniLM's time goes with length
+
 EXTRA = ("log_words", "log_chars", "position", "site_pages_with_text", "site_share",
          "lang_en", "lang_is_page_lang", "page_lang_declared", "digit_share", "upper_share",
          "ends_cut", "has_sentence_end")
@@ -52,6 +60,11 @@ class JudgeInput:
     page_lang: str | None
 
 
+def judged(x: JudgeInput) -> bool:
+    """Whether the judge reads this text (else stage 3 keeps it as the rules left it)."""
+    return x.source in JUDGED_SOURCES and len(x.text.split()) <= JUDGED_MAX_WORDS
+
+
 def simple_features(x: JudgeInput) -> list[float]:
     """The facts of one text beside its embedding, in the order of `FEATURES`."""
     words = len(x.text.split())
@@ -73,7 +86,8 @@ def feature_matrix(inputs: list[JudgeInput], encoder: Any) -> np.ndarray:
     The embeddings of distinct texts are computed once, in batches."""
     if not inputs:
         return np.zeros((0, encoder.dim + len(FEATURES)), np.float32)
-    distinct = sorted({x.text for x in inputs})
+    # By length, so that a batch pads its texts to about their own length, not the longest's.
+    distinct = sorted({x.text for x in inputs}, key=lambda t: (len(t), t))
     row_of = {t: i for i, t in enumerate(distinct)}
     emb = encoder.encode(distinct, batch_size=128)
     simple = np.asarray([simple_features(x) for x in inputs], np.float32)

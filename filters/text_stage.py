@@ -363,6 +363,14 @@ class CleanStage(Stage):
 
             path = WEIGHTS if self.cfg.caption_judge == "default" else self.cfg.caption_judge
             self._judge = CaptionJudge.load(path)
+            import os
+
+            import torch
+
+            # MiniLM's share of the cores: local workers side by side must not each take them all.
+            n = max(1, (os.cpu_count() or 1) // max(1, self.cfg.workers or os.cpu_count() or 1))
+            if torch.get_num_threads() != n:
+                torch.set_num_threads(n)
         return self._judge
 
     def partitions(self, work) -> list[int]:
@@ -517,7 +525,7 @@ class CleanStage(Stage):
     def _judge_pending(self, ctx: PartContext, pending: list[_Pending]) -> None:
         """Ask the caption judge about every text of the partition's pending rows at once (one
         batch of embeddings), drop those it reads as junk, and write the rest."""
-        from lait.filters.caption_judge import JudgeInput
+        from lait.filters.caption_judge import JudgeInput, judged
         from lait.filters.langid import detect
 
         # With languages 'any' no rule ran language ID: the judge reads the language all the same.
@@ -532,14 +540,17 @@ class CleanStage(Stage):
                     k += 1
                 self._write(ctx, p.row)
             return
-        probs = self.judge().p_junk(inputs)
+        asked = [judged(x) for x in inputs]
+        probs = iter(self.judge().p_junk([x for x, a in zip(inputs, asked) if a]))
+        asked_of = iter(asked)
         threshold = self.cfg.caption_judge_threshold
-        k = 0
         for p in pending:
             kept = []
             for t in p.row["texts"]:
-                prob = float(probs[k])
-                k += 1
+                if not next(asked_of):
+                    kept.append(t)
+                    continue
+                prob = float(next(probs))
                 if prob >= threshold:
                     ctx.reject("not_caption", image_url=p.row["image_url"], page_url=p.row["page_url"],
                                text=t["text"], detail=f"{t['source']} text: p(junk) {prob:.3f} >= {threshold:g}")

@@ -18,7 +18,8 @@ twice, side by side: with this checkout's code, and with the code of main before
 Then, with `--unseen-pages DIR` (trafilatura's evaluation pages, `unseen_pages.py`; see
 README.md), on `unseen.json`, pages no rule was tuned on, and beside it the held-out half
 again: the junk share and the caption-like (`describes`) share of the labelled rows stage 3
-keeps with default settings, with the rules alone and with the rules and the caption judge.
+keeps with default settings, with the rules alone and with the rules and the caption judge
+(which keeps figcaptions and texts of more than 12 words unjudged, as stage 3 does).
 On the unseen set the judge is evaluated leave-site-out: its rows are split by site into
 `--folds` groups, and each group is judged by a judge trained (`train_judge.fit_rows`) on the
 tune half of labelled.json and the unseen rows of the other groups, never on its own sites.
@@ -178,7 +179,7 @@ def unseen_figures(data: Path, pages: Path, folds: int, threshold: float | None,
     from judge_data import collect, labelled, rows_with_inputs, site_of_row, unseen
     from train_judge import fit_rows
 
-    from lait.filters.caption_judge import feature_matrix
+    from lait.filters.caption_judge import feature_matrix, judged
     from lait.filters.text_stage import CleanConfig
     from lait.models import load_sentence_encoder
 
@@ -203,10 +204,10 @@ def unseen_figures(data: Path, pages: Path, folds: int, threshold: float | None,
             continue
         judge = fit_rows(tune + [r for r in train_unseen if fold(r) != k])
         p = judge.p_junk_of_matrix(feature_matrix([r["input"] for r in test], encoder))
-        judged_unseen += [{**r, "p": float(q)} for r, q in zip(test, p)]
+        judged_unseen += [{**r, "p": float(q) if judged(r["input"]) else 0.0} for r, q in zip(test, p)]
     judge = fit_rows(tune + train_unseen)  # never saw the held-out half
     p = judge.p_junk_of_matrix(feature_matrix([r["input"] for r in kept_heldout], encoder))
-    judged_heldout = [{**r, "p": float(q)} for r, q in zip(kept_heldout, p)]
+    judged_heldout = [{**r, "p": float(q) if judged(r["input"]) else 0.0} for r, q in zip(kept_heldout, p)]
 
     n_pages = len({r["page_id"] for r in unseen()})
     print(f"\nunseen.json: {len(unseen())} labelled rows on {n_pages} pages of "

@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 
 from lait.executor import LocalExecutor
-from lait.filters.caption_judge import FEATURES, WEIGHTS, CaptionJudge, JudgeInput, fit, simple_features
+from lait.filters.caption_judge import (
+    FEATURES,
+    JUDGED_MAX_WORDS,
+    WEIGHTS,
+    CaptionJudge,
+    JudgeInput,
+    fit,
+    simple_features,
+)
 from lait.filters.text_stage import CleanConfig, CleanStage
 
 PAGE = """<!DOCTYPE html><html lang="en"><head><title>Harbour day</title></head><body><main>
@@ -76,15 +84,19 @@ def _run(make_work, td, **settings):
 
 
 def test_stage3_drops_what_the_judge_rejects_with_its_probability(make_work, td, tmp_path):
-    # A judge that reads every text as junk (bias only): each text the rules kept is dropped
-    # as clean/not_caption, the probability in the detail.
+    # A judge that reads every text as junk (bias only): each short alt, title, og or context
+    # text the rules kept is dropped as clean/not_caption, the probability in the detail; the
+    # figcaption and texts longer than JUDGED_MAX_WORDS are not judged.
     always = tmp_path / "always.npz"
     n = 384 + len(FEATURES)
     CaptionJudge(np.zeros(n), 5.0, np.zeros(n), np.ones(n), "all-minilm-l6-v2").save(always)
     texts, rejected = _run(make_work, td, caption_judge=str(always))
-    assert not texts
+    assert "Fishing boats moored in a small harbour at sunrise." in texts  # the figcaption
+    assert "Fishing boats moored in a small harbour at sunrise" not in texts  # the alt
+    others = texts - {"Fishing boats moored in a small harbour at sunrise."}
+    assert all(len(t.split()) > JUDGED_MAX_WORDS for t in others), others  # long ones are not judged
     judged = [r for r in rejected if r["reason"] == "clean/not_caption"]
-    assert {r["text"] for r in judged} >= {"Fishing boats moored in a small harbour at sunrise"}
+    assert {r["text"] for r in judged} >= {"Fishing boats moored in a small harbour at sunrise"}  # the alt
     assert all(re.search(r"p\(junk\) 0\.99\d >= 0\.5", r["detail"]) for r in judged), judged[0]["detail"]
 
     off_texts, off_rejected = _run(make_work, td, caption_judge="none")
