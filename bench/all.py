@@ -35,7 +35,7 @@ BENCHES = [
     ("bench/crawl/bench_crawl.py", ("crawl", "crawl_images")),
     ("bench/download/bench_download.py", ("download",)),
     ("bench/filter/bench_filter.py", ("filter",)),
-    ("bench/clean/bench_clean.py", ("clean",)),
+    ("bench/clean/bench_clean.py", ("clean", "clean_judge")),
     ("bench/score/bench_score.py", ("score",)),
     ("bench/build/bench_resize.py", ("resize",)),
     ("bench/build/bench_shards.py", ("build", "shards")),

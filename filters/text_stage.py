@@ -9,7 +9,9 @@ through the rules of `lait.filters.text_rules`, short ones with the page's decla
 the language rule's prior; a text the site cut short is mended from the page or dropped
 (`clean/cut`); texts offered to images on many pages of a site, counted over every page of the
 work directory before the partitions run (`lait.filters.site_texts`), are dropped as
-`clean/site_boilerplate`. Each (page, image) pair with at least one text goes to the
+`clean/site_boilerplate`. With `caption_judge` set, the texts that every rule kept then go, a
+partition at a time, to the learned caption judge (`lait.filters.caption_judge`), which drops the
+ones it reads as junk as `clean/not_caption`. Each (page, image) pair with at least one text goes to the
 candidates partition of its image URL. A page that breaks the parser or runs past the time
 limit is rejected with its reason; the partition goes on. The rows of URL lists (`url_list/`,
 `lait download`) add their captions as candidates with source `list`, and the image links of
@@ -82,6 +84,11 @@ class CleanConfig(StageConfig):
     site_repeat_share: float = setting(0.5, "... and on at least this share of them is site boilerplate")
     max_page_bytes: int = setting(5_000_000, "pages longer than this are cut to this many bytes")
     page_timeout: float = setting(20.0, "seconds one page may take before it is rejected (clean/timeout)")
+    caption_judge: str = setting("none", "the learned caption judge: 'default' (its shipped weights; needs the "
+                                 "offline-models extra), the path of other weights (.npz), or 'none' (off: "
+                                 "it costs 1.6x trafilatura's time, docs/performance.md)")
+    caption_judge_threshold: float = setting(0.5, "the judge drops a page's text whose probability of junk "
+                                             "is at least this (clean/not_caption)")
 
     def validate(self) -> None:
         super().validate()
@@ -91,6 +98,8 @@ class CleanConfig(StageConfig):
         if self.min_words < 1 or self.max_words < self.min_words:
             raise ConfigError("need 1 <= min_words <= max_words")
         self.languages = [c.lower() for c in self.languages]
+        if not 0.0 < self.caption_judge_threshold <= 1.0:
+            raise ConfigError("caption_judge_threshold must be in (0, 1]")
         if self.languages != ["any"]:
             from lait.filters.langid import canonical, known_languages
 
@@ -358,7 +367,7 @@ def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
     tree, elements, truncated = parse_page(row, cfg)
     images = find_images(tree, row["url"], elements=elements)
     if not images:
-        return PageTexts(truncated=truncated)
+        return PageTexts(truncated=truncated, lang=tree.get("lang"))
     names = site_names(tree)
     lang = page_language(tree, row.get("headers")) if cfg.languages != ["any"] else None
     og = next((img for img in images if img.via == "og"), None)
@@ -456,17 +465,21 @@ class CleanStage(Stage):
     # that a list row whose image was never fetched gives no candidate (nor rejects).
     extra_inputs = ("url_list", "warc_links", "images")
     output_tables = ("candidates",)
-    version = 4  # 2: junk rules, page texts with one owner, language ID over all languages; 3: WAT links,
-    # list rows only with their image fetched; 4: site texts counted over the whole pool
+    version = 5  # 2: junk rules, page texts with one owner, language ID over all languages; 3: WAT links,
+    # list rows only with their image fetched; 4: site texts counted over the whole pool; 5: the caption judge
 
     def __init__(self, cfg: CleanConfig):
         self.cfg = cfg
         self._rules: TextRules | None = None
         self._repaired: dict[str, list[str]] = {}
         self._repeated: tuple[str, SiteCounts] | None = None
+        self._judge: Any = None
+        # Set to a list, the judge is not asked: page texts the rules keep are written, and each
+        # goes to the list as (page_url, image_url, JudgeInput) (bench/captions/train_judge.py).
+        self.judge_sink: list | None = None
 
     def __getstate__(self) -> dict[str, Any]:  # sent to worker processes without the caches
-        return {**self.__dict__, "_rules": None, "_repaired": {}, "_repeated": None}
+        return {**self.__dict__, "_rules": None, "_repaired": {}, "_repeated": None, "_judge": None}
 
     def global_steps(self, work, *, force: bool = False, report=None) -> None:
         """Count each site's texts over every page of the pool (`lait.filters.site_texts`)."""
@@ -489,6 +502,25 @@ class CleanStage(Stage):
         if self._repeated is None or self._repeated[0] != digest:
             self._repeated = (digest, load_site_texts(work))
         return self._repeated[1]
+
+    def judge(self) -> Any:
+        """The caption judge of the settings (loaded once per process), or None when off."""
+        if self.cfg.caption_judge == "none":
+            return None
+        if self._judge is None:
+            from lait.filters.caption_judge import WEIGHTS, CaptionJudge
+
+            path = WEIGHTS if self.cfg.caption_judge == "default" else self.cfg.caption_judge
+            self._judge = CaptionJudge.load(path)
+            import os
+
+            import torch
+
+            # MiniLM's share of the cores: local workers side by side must not each take them all.
+            n = max(1, (os.cpu_count() or 1) // max(1, self.cfg.workers or os.cpu_count() or 1))
+            if torch.get_num_threads() != n:
+                torch.set_num_threads(n)
+        return self._judge
 
     def partitions(self, work) -> list[int]:
         """Partitions with pages, list rows or archived links (a work directory of `lait download`,
@@ -515,6 +547,10 @@ class CleanStage(Stage):
                                                  min_letter_share=cfg.min_letter_share, languages=cfg.languages))
         rules = self._rules
         repeated = self._site_texts(ctx.work)
+        judged = self.judge_sink is not None or self.judge() is not None
+        pages: list[tuple[str, str | None, PageTexts]] = []
+        site_pages: Counter[str] = Counter()
+        site_counts: dict[str, Counter[str]] = defaultdict(Counter)
         big = False
         for row in ctx.work.iter_rows("pages", ctx.partition, columns=PAGE_COLUMNS, batch_size=16):
             if big:  # the last page's parse tree, many small blocks, left the heap at its peak
@@ -536,16 +572,40 @@ class CleanStage(Stage):
                 ctx.count("truncated_pages")
             if found.mended:
                 ctx.count("cut_texts_mended", found.mended)
-            site = site_of(url)
-            for s in found.shared:
-                ctx.reject("page_text", image_url=s.image_url, page_url=url, text=s.text,
-                           detail=f"{s.source} text {s.detail}")
-            for image_url, raw in found.images:
-                self._emit(ctx, url, image_url, raw, rules, site, repeated, found.site_names, row.get("license"),
-                           found.lang, found.image_licenses.get(image_url))
+            if judged:  # the judge's features need the partition's counts: pages wait for them
+                host = urlsplit(url).netloc.lower()
+                site_pages[host] += 1
+                site_counts[host].update({t for _, texts in found.images for _, t in texts}
+                                         | {s.text for s in found.shared})
+                pages.append((url, row.get("license"), found))
+            else:
+                self._emit_page(ctx, url, row.get("license"), found, rules, repeated, None)
+        pending: list[_Pending] | None = [] if judged else None
+        for url, license_, found in pages:
+            host = urlsplit(url).netloc.lower()
+            self._emit_page(ctx, url, license_, found, rules, repeated, (site_counts[host], site_pages[host], pending))
+        if pending:
+            self._judge_pending(ctx, pending)
         if "list" in cfg.sources:
             self._list_captions(ctx, rules)
         self._wat_links(ctx, rules)
+
+    def _emit_page(self, ctx: PartContext, url: str, license_: str | None, found: PageTexts, rules: TextRules,
+                   repeated: SiteCounts, judge_ctx: tuple[Counter[str], int, list[_Pending]] | None) -> None:
+        """The texts of one page's images through the rules; with `judge_ctx` (the partition's
+        counts of the page's site, its pages there, the pending rows), each row waits for the judge."""
+        site = site_of(url)
+        for s in found.shared:
+            ctx.reject("page_text", image_url=s.image_url, page_url=url, text=s.text,
+                       detail=f"{s.source} text {s.detail}")
+        last = max(1, len(found.images) - 1)
+        for i, (image_url, raw) in enumerate(found.images):
+            where = None
+            if judge_ctx is not None:
+                counts, n_pages, pending = judge_ctx
+                where = _Where(i / last, counts, n_pages, found.lang, pending)
+            self._emit(ctx, url, image_url, raw, rules, site, repeated, found.site_names, license_,
+                       found.lang, found.image_licenses.get(image_url), where)
 
     def _wat_links(self, ctx: PartContext, rules: TextRules) -> None:
         """The alt and title texts of each WAT image link (`warc_links/` rows of source `wat`) as
@@ -603,7 +663,7 @@ class CleanStage(Stage):
     def _emit(self, ctx: PartContext, page_url: str, image_url: str, raw: list[tuple[str, str]],
               rules: TextRules, site: str = "", repeated: SiteCounts | None = None,
               names: frozenset[str] = frozenset(), license_: str | None = None, prior: str | None = None,
-              image_license: str | None = None) -> None:
+              image_license: str | None = None, where: _Where | None = None) -> None:
         seen: set[str] = set()
         texts: list[dict[str, Any]] = []
         for source, text in raw:
@@ -627,6 +687,71 @@ class CleanStage(Stage):
         if not texts:
             ctx.reject("no_text", image_url=image_url, page_url=page_url, detail="no candidate text left")
             return
-        ctx.write("candidates", {"page_url": page_url, "image_url": image_url, "texts": texts,
-                                 "license": license_, "image_license": image_license},
-                  partition=partition_of(image_url, ctx.work.n_partitions))
+        row = {"page_url": page_url, "image_url": image_url, "texts": texts, "license": license_,
+               "image_license": image_license}
+        if where is not None:  # written once the judge has read the partition's texts
+            where.pending.append(_Pending(row, where))
+            return
+        self._write(ctx, row)
+
+    @staticmethod
+    def _write(ctx: PartContext, row: dict[str, Any]) -> None:
+        ctx.write("candidates", row, partition=partition_of(row["image_url"], ctx.work.n_partitions))
+
+    def _judge_pending(self, ctx: PartContext, pending: list[_Pending]) -> None:
+        """Ask the caption judge about every text of the partition's pending rows at once (one
+        batch of embeddings), drop those it reads as junk, and write the rest."""
+        from lait.filters.caption_judge import JudgeInput, judged
+        from lait.filters.langid import detect
+
+        # With languages 'any' no rule ran language ID: the judge reads the language all the same.
+        inputs = [JudgeInput(t["text"], t["source"], p.where.position, p.where.counts[t["text"]],
+                             p.where.site_pages, t["lang"] or detect(t["text"])[0], p.where.page_lang)
+                  for p in pending for t in p.row["texts"]]
+        if self.judge_sink is not None:
+            k = 0
+            for p in pending:
+                for _ in p.row["texts"]:
+                    self.judge_sink.append((p.row["page_url"], p.row["image_url"], inputs[k]))
+                    k += 1
+                self._write(ctx, p.row)
+            return
+        asked = [judged(x) for x in inputs]
+        probs = iter(self.judge().p_junk([x for x, a in zip(inputs, asked) if a]))
+        asked_of = iter(asked)
+        threshold = self.cfg.caption_judge_threshold
+        for p in pending:
+            kept = []
+            for t in p.row["texts"]:
+                if not next(asked_of):
+                    kept.append(t)
+                    continue
+                prob = float(next(probs))
+                if prob >= threshold:
+                    ctx.reject("not_caption", image_url=p.row["image_url"], page_url=p.row["page_url"],
+                               text=t["text"], detail=f"{t['source']} text: p(junk) {prob:.3f} >= {threshold:g}")
+                else:
+                    kept.append(t)
+            if kept:
+                self._write(ctx, {**p.row, "texts": kept})
+            else:
+                ctx.reject("no_text", image_url=p.row["image_url"], page_url=p.row["page_url"],
+                           detail="no candidate text left")
+
+
+@dataclass
+class _Where:
+    """What the caption judge knows of an image's place: its rank on the page (0 to 1), the
+    site's text counts and pages in the partition, the page's language, and where rows wait."""
+
+    position: float
+    counts: Counter[str]
+    site_pages: int
+    page_lang: str | None
+    pending: list[_Pending]
+
+
+@dataclass
+class _Pending:
+    row: dict[str, Any]
+    where: _Where

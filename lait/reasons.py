@@ -179,6 +179,9 @@ REASONS: dict[str, str] = {
     "clean/language": "the text is not in one of the configured languages.",
     "clean/site_boilerplate": "the text is offered to images on many pages of its site, counted over "
                               "every page of the work directory (site_repeat_min_pages, site_repeat_share).",
+    "clean/not_caption": "the learned caption judge (lait.filters.caption_judge) reads the text, which "
+                         "every rule kept, as junk no caption could use; the detail holds its "
+                         "probability of junk and the threshold (caption_judge_threshold).",
     "clean/no_text": "a (page, image) pair with no candidate text left after cleaning.",
     # Stage 4 (`lait score`).
     "score/decode_error": "the image bytes do not decode for the model; each of its texts is dropped.",

@@ -5,7 +5,11 @@ is the one first on `sys.path` (`--code DIR` puts it there), so the same script 
 branch and main before it. Pages are the real-web mode's (`lait.testkit.realweb`): the real
 pages of ../shared/data with their images made local and one planted COCO figure each.
 
-    python bench/captions/run_clean.py --code CHECKOUT --out FILE [--pages PATH ...] [--languages en]
+    python bench/captions/run_clean.py --code CHECKOUT --out FILE [--pages PATHS_FILE] [--languages en]
+        [--pages-dir DIR]
+
+`--pages-dir` serves another directory of real pages (an `index.json` and its files, as
+`unseen_pages.py` writes them) instead of ../shared/data/html.
 
 Each line: {"page": PATH, "image": LOCAL IMAGE URL, "source": ..., "text": ..., "lang": ...}.
 """
@@ -29,7 +33,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--data", default=None, help="../shared/data (default: beside --code's parent)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--pages", default=None, help="file with the page paths to run (default: all)")
+    ap.add_argument("--pages-dir", default=None, help="directory of other real pages (index.json)")
     ap.add_argument("--languages", default="en", help="comma-separated, or any")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
+                    help="another CleanConfig setting, its value as JSON (repeatable)")
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args(argv)
     sys.path.insert(0, str(Path(args.code).resolve()))
@@ -43,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     from lait.testkit.realweb import RealWebSite
 
     assert Path(sys.modules["lait"].__file__).resolve().is_relative_to(Path(args.code).resolve())
-    site = RealWebSite(args.data)
+    site = RealWebSite(args.data, pages_dir=args.pages_dir) if args.pages_dir else RealWebSite(args.data)
     wanted = None
     if args.pages:
         wanted = set(Path(args.pages).read_text().split())
@@ -65,7 +72,8 @@ def main(argv: list[str] | None = None) -> None:
             w.write_many(rows)
             w.close()
         languages = args.languages.split(",")
-        cfg = CleanConfig(work=str(work.root), progress=False, languages=languages)
+        extra = {k: json.loads(v) for k, v in (s.split("=", 1) for s in args.set)}
+        cfg = CleanConfig(work=str(work.root), progress=False, languages=languages, **extra)
         report = LocalExecutor(workers=args.workers, show_progress=False).run(CleanStage(cfg), work)
         assert report.ok, report.summary()
         with open(args.out, "w", encoding="utf-8") as out:

@@ -19,6 +19,11 @@ With hostile hosts attached (`RealWebSite.attach_hostile`, `lait.testkit.hostile
 of about one original host in `HOSTILE_SHARE` keep an off-site host, as on the real web: all
 images of that host go to one hostile host (picked by a hash of the original host name), and
 their ground truth names the reasons of its kind. ``max_pages`` serves only the first pages.
+
+``pages_dir`` serves another directory of real pages instead of ``../shared/data/html``: one
+with an ``index.json`` listing ``{"id", "url", "site", "file"}`` (as
+``bench/captions/unseen_pages.py`` writes it), each page served at ``/SITE/ID.html``. Images
+and planted photos still come from ``data_dir``.
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ class RealPage:
     """One real page: where it came from and, once built, its served bytes and references."""
 
     path: str
-    source: str  # "readability" or "aeb"
+    source: str  # "readability", "aeb", or "pages" (a `pages_dir`)
     file: Path
     original_url: str | None
     body: bytes = b""
@@ -75,15 +80,20 @@ class RealWebSite:
     name = "lait real web"
 
     def __init__(self, data_dir: str | Path | None = None, planted_per_page: int = 1,
-                 max_pages: int | None = None) -> None:
+                 max_pages: int | None = None, pages_dir: str | Path | None = None) -> None:
         self.data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
         html_dir = self.data_dir / "html"
-        if not html_dir.is_dir():
+        if pages_dir is None and not html_dir.is_dir():
             raise FileNotFoundError(f"no real-web data at {html_dir}")
+        if not (self.data_dir / "photos").is_dir():
+            raise FileNotFoundError(f"no real photos at {self.data_dir / 'photos'}")
         self.planted_per_page = planted_per_page
         self._pages: dict[str, RealPage] = {}
         self._built = False
-        self._collect_pages(html_dir)
+        if pages_dir is None:
+            self._collect_pages(html_dir)
+        else:
+            self._collect_index(Path(pages_dir))
         if max_pages:
             self._pages = {p: self._pages[p] for p in sorted(self._pages)[:max_pages]}
         self.hostile = None  # lait.testkit.hostile.HostileHosts, once attached
@@ -115,6 +125,15 @@ class RealWebSite:
                     or path.startswith("/photos/"):
                 path = f"/aeb/{page_id[:12]}{path}"  # two sites used the same path
             self._add(RealPage(path, "aeb", file, info["url"]))
+
+    def _collect_index(self, pages_dir: Path) -> None:
+        index = pages_dir / "index.json"
+        if not index.is_file():
+            raise FileNotFoundError(f"no index.json in {pages_dir}")
+        for info in json.loads(index.read_text()):
+            file = pages_dir / info["file"]
+            if file.is_file():
+                self._add(RealPage(f"/{info['site']}/{info['id']}.html", "pages", file, info["url"]))
 
     def _add(self, page: RealPage) -> None:
         self._pages[page.path] = page

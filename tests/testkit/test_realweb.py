@@ -97,3 +97,23 @@ def test_served_over_http(site):
         page = site.page_paths()[1]
         body = urllib.request.urlopen(srv.url + page, timeout=30).read()
         assert b"lait-planted" in body
+
+
+def test_another_page_directory_is_served_with_local_images(shared_data, tmp_path):
+    """`pages_dir`: the real-web mode over other pages (bench/captions/unseen_pages.py's layout)."""
+    import json
+
+    (tmp_path / "pages").mkdir()
+    (tmp_path / "pages" / "abc123.html").write_text(
+        '<html lang="de"><body><p>' + "Ein langer Absatz über den Hafen und seine Boote. " * 3 +
+        '</p><img src="https://cdn.example.org/boot.jpg" alt="Ein Boot im Hafen"></body></html>')
+    (tmp_path / "index.json").write_text(json.dumps(
+        [{"id": "abc123", "url": "https://example.org/hafen", "site": "example.org", "file": "pages/abc123.html"}]))
+    site = RealWebSite(shared_data, pages_dir=tmp_path)
+    assert site.page_paths() == ["/", "/example.org/abc123.html"]
+    body = site.route("/example.org/abc123.html").body.decode()
+    assert "cdn.example.org" not in body and "/photos/r/" in body and "lait-planted" in body
+    truth = site.ground_truth()["pages"]["/example.org/abc123.html"]
+    assert truth["original_url"] == "https://example.org/hafen" and truth["lang"] == "de"
+    with pytest.raises(FileNotFoundError, match="index.json"):
+        RealWebSite(shared_data, pages_dir=tmp_path / "pages")
