@@ -52,6 +52,7 @@ def collect(data: Path, pages_dir: Path | None = None, languages: tuple[str, ...
         stage = CleanStage(CleanConfig(work=str(work.root), progress=False, languages=list(languages),
                                        caption_judge="none"))
         stage.judge_sink = []
+        stage.global_steps(work)  # the count of each site's texts that every partition reads
         for p in sorted(by_part):
             run_part(stage, str(work.root), p)
         return {(page[len(BASE):], image[len(BASE):], x.text): {"source": x.source, "input": x}
