@@ -3,9 +3,11 @@ machines: a head that runs no tasks and worker nodes of a few CPUs each, every o
 its own `ray start` process in its own process group, so one node can be killed whole (its
 raylet, object store and workers) while the others go on, as when a machine of a cluster dies.
 
-Ray's token authentication (on by default for `ray start --head` since Ray 2.5x) is kept on:
-every node and the driver read the token `ray start --head` writes (`RAY_AUTH_MODE=token`, set
-in this process's environment while the cluster runs).
+Ray's token authentication (on by default for `ray start --head` since Ray 2.5x) is kept on,
+with a token of the cluster's own: written into its temporary folder and named by
+`RAY_AUTH_TOKEN_PATH` (with `RAY_AUTH_MODE=token`, set in this process's environment while the
+cluster runs), so that every node and the driver read it. `ray start --head` does not create a
+missing token: on a fresh machine without ~/.ray/auth_token it failed.
 
     with LocalRayCluster(workers=2, cpus_per_worker=1) as cluster:
         ray.init(address=cluster.address)
@@ -16,6 +18,7 @@ in this process's environment while the cluster runs).
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -60,7 +63,11 @@ class LocalRayCluster:
         return proc.pid  # its process group id
 
     def start(self) -> LocalRayCluster:
-        for key, value in {"RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}.items():
+        token = Path(self.temp_dir) / "auth_token"
+        token.write_text(secrets.token_hex(32))
+        token.chmod(0o600)
+        for key, value in {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token),
+                           "RAY_USAGE_STATS_ENABLED": "0"}.items():
             self._saved_env[key] = os.environ.get(key)
             os.environ[key] = value
         self.groups.append(self._ray("--head", "--port", str(self.port), "--num-cpus", "0",
