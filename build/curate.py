@@ -198,15 +198,21 @@ def min_score(pool: Pool, step: Step, idx: np.ndarray) -> dict:
     return _drop("select/min_score", idx[bad], lambda i: f"{s[i]:.4f} < {step.params['at_least']}")
 
 
+def _fraction_of(pool: Pool, step: Step, idx: np.ndarray, rule: str) -> tuple[float, np.ndarray]:
+    """A fraction rule's `fraction`, checked, and the rows it is a fraction of: the whole pool
+    (`of: pool`) or what earlier steps kept (`of: kept`)."""
+    frac = float(step.params["fraction"])
+    if not 0.0 < frac <= 1.0:
+        raise ConfigError(f"{rule}: fraction must be in (0, 1], got {frac}")
+    if step.params["of"] not in ("pool", "kept"):
+        raise ConfigError(f"{rule}: `of` is pool or kept")
+    return frac, (np.arange(pool.table.num_rows) if step.params["of"] == "pool" else idx)
+
+
 def top_fraction(pool: Pool, step: Step, idx: np.ndarray) -> dict:
     from lait.build.aggregate import score_cut
 
-    frac = float(step.params["fraction"])
-    if not 0.0 < frac <= 1.0:
-        raise ConfigError(f"top_fraction: fraction must be in (0, 1], got {frac}")
-    if step.params["of"] not in ("pool", "kept"):
-        raise ConfigError("top_fraction: `of` is pool or kept")
-    ranked = np.arange(pool.table.num_rows) if step.params["of"] == "pool" else idx
+    frac, ranked = _fraction_of(pool, step, idx, "top_fraction")
     s = pool.column("score")
     urls = pool.table["image_url"].take(pa.array(ranked, pa.int64()))
     kept, _, _ = score_cut(s[ranked], urls, None, frac)
@@ -220,12 +226,7 @@ def random_fraction(pool: Pool, step: Step, idx: np.ndarray) -> dict:
     """A uniformly random `fraction` (rounded up) of the pool or of what earlier steps kept,
     blind to scores and captions: the control a score-based recipe is compared with. The draw
     ranks a seeded hash of each uid, so it is the same for a seed whatever the pool's order."""
-    frac = float(step.params["fraction"])
-    if not 0.0 < frac <= 1.0:
-        raise ConfigError(f"random_fraction: fraction must be in (0, 1], got {frac}")
-    if step.params["of"] not in ("pool", "kept"):
-        raise ConfigError("random_fraction: `of` is pool or kept")
-    ranked = np.arange(pool.table.num_rows) if step.params["of"] == "pool" else idx
+    frac, ranked = _fraction_of(pool, step, idx, "random_fraction")
     uids = pool.column("uid")
     seed = int(step.params["seed"])
     keys = [hashlib.sha256(f"{seed}:{uids[i]}".encode()).digest() for i in ranked]
