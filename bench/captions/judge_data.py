@@ -14,19 +14,19 @@ import json
 import logging
 import shutil
 import tempfile
-from datetime import datetime, timezone
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BASE = "http://127.0.0.1:8000"
 N_PARTITIONS = 4  # as run_clean.py: the site counts the judge reads are per partition
 
 
 def collect(data: Path, pages_dir: Path | None = None, languages: tuple[str, ...] = ("en",)) -> dict:
     """{(page path, image path, text): {"source", "input": JudgeInput}} for every page text stage 3
     keeps (rules only) over the real-web pages of `data` (or of `pages_dir`)."""
+    from run_clean import BASE, write_pages  # this folder, on sys.path as for the importers
+
     from lait.filters.text_stage import CleanConfig, CleanStage
-    from lait.parts import WorkDir, partition_of
+    from lait.parts import WorkDir
     from lait.stage import run_part
     from lait.testkit.realweb import RealWebSite
 
@@ -36,24 +36,12 @@ def collect(data: Path, pages_dir: Path | None = None, languages: tuple[str, ...
     tmp = Path(tempfile.mkdtemp(prefix="judge-data-"))
     try:
         work = WorkDir(tmp / "work", n_partitions=N_PARTITIONS).init()
-        by_part: dict[int, list[dict]] = {}
-        now = datetime(2024, 5, 1, tzinfo=timezone.utc)
-        ctype = "text/html; charset=utf-8"
-        for path in paths:
-            url = BASE + path
-            by_part.setdefault(partition_of(url, N_PARTITIONS), []).append(
-                {"url": url, "status": 200, "fetched_at": now, "headers": {"Content-Type": ctype},
-                 "content_type": ctype, "html": site.route(path).body, "encoding": None, "depth": 0,
-                 "referer": None, "error": None})
-        for p, rows in by_part.items():
-            w = work.writer("pages", p, "bench")
-            w.write_many(rows)
-            w.close()
+        parts = write_pages(work, site, paths)
         stage = CleanStage(CleanConfig(work=str(work.root), progress=False, languages=list(languages),
                                        caption_judge="none"))
         stage.judge_sink = []
         stage.global_steps(work)  # the count of each site's texts that every partition reads
-        for p in sorted(by_part):
+        for p in parts:
             run_part(stage, str(work.root), p)
         return {(page[len(BASE):], image[len(BASE):], x.text): {"source": x.source, "input": x}
                 for page, image, x in stage.judge_sink}

@@ -27,6 +27,29 @@ from pathlib import Path
 BASE = "http://127.0.0.1:8000"
 
 
+def write_pages(work, site, paths: list[str]) -> list[int]:
+    """The `pages/` table of a work directory: each path of the real-web `site` as fetched with
+    status 200 from BASE, in the partition of its URL. Returns the partitions written."""
+    from datetime import datetime, timezone
+
+    from lait.parts import partition_of
+
+    by_part: dict[int, list[dict]] = {}
+    now = datetime(2024, 5, 1, tzinfo=timezone.utc)
+    ctype = "text/html; charset=utf-8"
+    for path in paths:
+        url = BASE + path
+        by_part.setdefault(partition_of(url, work.n_partitions), []).append(
+            {"url": url, "status": 200, "fetched_at": now, "headers": {"Content-Type": ctype},
+             "content_type": ctype, "html": site.route(path).body, "encoding": None, "depth": 0,
+             "referer": None, "error": None})
+    for p, rows in by_part.items():
+        w = work.writer("pages", p, "bench")
+        w.write_many(rows)
+        w.close()
+    return sorted(by_part)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--code", required=True, help="checkout whose lait is run")
@@ -58,19 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="captions-clean-"))
     try:
         work = WorkDir(tmp / "work", n_partitions=4).init()
-        by_part: dict[int, list[dict]] = {}
-        now = datetime(2024, 5, 1, tzinfo=timezone.utc)
-        for path in paths:
-            url = BASE + path
-            ctype = "text/html; charset=utf-8"
-            by_part.setdefault(partition_of(url, 4), []).append(
-                {"url": url, "status": 200, "fetched_at": now, "headers": {"Content-Type": ctype},
-                 "content_type": ctype, "html": site.route(path).body, "encoding": None, "depth": 0,
-                 "referer": None, "error": None})
-        for p, rows in by_part.items():
-            w = work.writer("pages", p, "bench")
-            w.write_many(rows)
-            w.close()
+        write_pages(work, site, paths)
         languages = args.languages.split(",")
         extra = {k: json.loads(v) for k, v in (s.split("=", 1) for s in args.set)}
         cfg = CleanConfig(work=str(work.root), progress=False, languages=languages, **extra)
