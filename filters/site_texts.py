@@ -6,17 +6,15 @@ it as `clean/site_boilerplate` because of that count, not because of what it say
 
 Pages are partitioned by page URL, so the pages of one site lie in every partition: counted
 inside one partition, a site name on all 40 pages of a site reached about 40/16 pages in each
-of 16 partitions, under `site_repeat_min_pages`, and was kept. This step reads every page of
-the pool once before the partitions run (`CleanStage.global_steps`), counts for each site the
-pages on which each text is offered to an image, and writes to `site_texts/` the texts that
-reach the limit: at least `site_repeat_min_pages` pages and `site_repeat_share` of the site's
-pages. Every partition of stage 3 reads that small table; its fingerprint holds the step's, so a
-changed count redoes the partitions.
-
-The count is cheap: the parse, each image's own texts (alt, title, aria, figcaption, og) and
-the first and last sentences of the paragraphs near images, without trafilatura. It may count
-a sentence that trafilatura would not call main content: a count of more pages than stage 3
-offers the text on, never fewer. A site is a host without a leading `www.`.
+of 16 partitions, under `site_repeat_min_pages`, and was kept. This step reads the texts of
+every page of the pool once before the partitions run (`CleanStage.global_steps`): the rows of
+stage 3's extraction pass (`page_texts/`, `ExtractStage`), so that no page is parsed twice. It
+counts for each site the pages on which each text is offered to an image (owned by it or given
+up to another image of the page) and writes to `site_texts/` the texts that reach the limit:
+at least `site_repeat_min_pages` pages and `site_repeat_share` of the site's pages. Every
+partition of stage 3 reads that small table; its fingerprint holds the step's, so a changed
+count redoes the partitions. A page stage 3 rejects (not HTML, unparsable) has no row and
+counts for nothing. A site is a host without a leading `www.`.
 """
 
 from __future__ import annotations
@@ -40,7 +38,7 @@ CleanConfig = Any
 log = logging.getLogger(__name__)
 
 STEP = "clean_site_texts"  # the global step's marker: WORK/_done/clean_site_texts/p00000.json
-VERSION = 1
+VERSION = 2  # 2: counted over the extraction pass's texts (page_texts/), not a parse of its own
 TAG = "site_texts"
 SITE_TEXTS = register_table(Table("site_texts", pa.schema([
     pa.field("site", pa.string(), nullable=False),
@@ -68,31 +66,25 @@ def text_key(text: str) -> int:
 
 
 def step_settings(cfg: CleanConfig) -> dict[str, Any]:
-    """The settings that change what the step counts or keeps."""
-    return {k: getattr(cfg, k) for k in ("sources", "max_words", "context_window", "context_sentences",
-                                         "max_page_bytes", "site_repeat_min_pages", "site_repeat_share")}
+    """The settings that change what the step keeps (what it counts is in `page_texts/`, whose
+    parts' digests its fingerprint holds)."""
+    return {k: getattr(cfg, k) for k in ("site_repeat_min_pages", "site_repeat_share")}
 
 
 def count_site_texts(work: WorkDir, cfg: CleanConfig, texts_of_page: Callable[[dict[str, Any]], set[str]],
                      fingerprint: str | None = None) -> dict[str, int]:
-    """Count every page of `pages/` and write `site_texts/` (see the module docstring).
+    """Count every page of `page_texts/` and write `site_texts/` (see the module docstring).
 
-    `texts_of_page(row)` gives the texts one page offers its images (it raises for a page
-    stage 3 rejects, which then counts for nothing)."""
+    `texts_of_page(row)` gives the texts one page offers its images."""
     pages: Counter[str] = Counter()
     counts: dict[str, Counter[int]] = defaultdict(Counter)
     spelled: dict[tuple[str, int], str] = {}  # kept from a text's second page on
-    columns = ["url", "status", "content_type", "html", "encoding", "error"]
-    for p in work.partitions("pages"):
-        for row in work.iter_rows("pages", p, columns=columns, batch_size=16):
-            try:
-                texts = texts_of_page(row)
-            except Exception:  # stage 3 rejects the page with its reason; here it counts for nothing
-                continue
-            site = site_of(row["url"])
+    for p in work.partitions("page_texts"):
+        for row in work.iter_rows("page_texts", p, columns=["page_url", "found"], batch_size=1024):
+            site = site_of(row["page_url"])
             pages[site] += 1
             seen = counts[site]
-            for text in texts:
+            for text in texts_of_page(row):
                 k = text_key(text)
                 seen[k] += 1
                 if seen[k] == 2:
@@ -114,8 +106,8 @@ def count_site_texts(work: WorkDir, cfg: CleanConfig, texts_of_page: Callable[[d
 
 def site_texts_step(work: WorkDir, cfg: CleanConfig, texts_of_page: Callable[[dict[str, Any]], set[str]], *,
                     force: bool = False, report: RunReport | None = None) -> None:
-    """`site_texts/` over every page, redone when a pages part or a setting of the step changed."""
-    fp = global_fingerprint(work, STEP, step_settings(cfg), ["pages"], version=VERSION)
+    """`site_texts/` over every page, redone when a `page_texts` part or a setting of the step changed."""
+    fp = global_fingerprint(work, STEP, step_settings(cfg), ["page_texts"], version=VERSION)
     run_global_step(work, fp, lambda: count_site_texts(work, cfg, texts_of_page, fp.digest),
                     label="clean: site texts", force=force, report=report)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import codecs
+import json
 import logging
 import re
 import signal
@@ -32,6 +33,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Iterator
 from urllib.parse import urlsplit
+
+import pyarrow as pa
 
 from lait.config import ConfigError, StageConfig, setting
 from lait.filters.html_images import (
@@ -50,6 +53,7 @@ from lait.memory import release_free_memory
 from lait.pagereader import figure_license, html_parser
 from lait.parts import partition_of
 from lait.reasons import fetch_rule
+from lait.schemas import Table, register_table
 from lait.stage import PartContext, Rejected, Stage
 
 log = logging.getLogger(__name__)
@@ -292,22 +296,6 @@ def page_language(tree: Any, headers: Any) -> str | None:
     return next((declared(v) for k, v in pairs if k.lower() == "content-language"), None)
 
 
-def offered_texts(row: dict[str, Any], cfg: CleanConfig, prepare: Callable[[str], list[str]]) -> set[str]:
-    """Every text one page may offer an image, for the count of a site's texts
-    (`lait.filters.site_texts`): each image's own texts, and the first and last
-    `context_sentences` sentences of every paragraph within `context_window` of an image, main
-    content or not (no trafilatura: a cheap superset of the page's `context` texts)."""
-    tree, elements, _ = parse_page(row, cfg)
-    images = find_images(tree, row["url"], elements=elements)
-    texts = {piece for img in images for src, t in img.texts if src in cfg.sources for piece in prepare(t)}
-    if images and "context" in cfg.sources:
-        n = cfg.context_sentences
-        for _, block in _blocks(elements, images, cfg.context_window):
-            sentences = split_sentences(block)
-            texts.update(piece for s in sentences[:n] + sentences[-n:] for piece in prepare(s))
-    return texts
-
-
 @dataclass
 class PageTexts:
     """The raw candidate texts of one page, before cleaning.
@@ -324,6 +312,36 @@ class PageTexts:
     mended: int = 0  # cut texts made whole from the page's text (`uncut`)
     lang: str | None = None  # the language the page declares (`page_language`)
     image_licenses: dict[str, str] = field(default_factory=dict)  # image URL -> its figure's licence
+
+
+PAGE_TEXTS = register_table(Table("page_texts", pa.schema([
+    pa.field("page_url", pa.string(), nullable=False),
+    pa.field("license", pa.string()),  # the page's, from pages/
+    pa.field("found", pa.string(), nullable=False),  # the page's `PageTexts` as JSON (`page_texts_json`)
+]), "page_url"))
+
+
+def page_texts_json(found: PageTexts) -> str:
+    """One page's `PageTexts` as the `found` column of `page_texts/` (JSON: texts, no objects)."""
+    return json.dumps({"images": found.images,
+                       "shared": [[s.image_url, s.source, s.text, s.detail] for s in found.shared],
+                       "site_names": sorted(found.site_names), "truncated": found.truncated,
+                       "mended": found.mended, "lang": found.lang, "image_licenses": found.image_licenses},
+                      ensure_ascii=False)
+
+
+def page_texts_of(value: str) -> PageTexts:
+    """`page_texts_json` read back."""
+    d = json.loads(value)
+    return PageTexts([(u, [(src, t) for src, t in texts]) for u, texts in d["images"]],
+                     [SharedText(*s) for s in d["shared"]], frozenset(d["site_names"]), d["truncated"],
+                     d["mended"], d["lang"], d["image_licenses"])
+
+
+def offered(found: PageTexts) -> set[str]:
+    """Every text a page offers its images, owned or given up to another image of the page:
+    what the count of a site's texts counts (`lait.filters.site_texts`)."""
+    return {t for _, texts in found.images for _, t in texts} | {s.text for s in found.shared}
 
 
 class _Mender:
@@ -455,23 +473,90 @@ def _fetched_images(ctx: PartContext) -> set[str]:
                                                         batch_size=8192) if r["error"] is None}
 
 
+class ExtractStage(Stage):
+    """The first pass of stage 3 over one partition of `pages/`: every page parsed once, its
+    images with their texts (`read_page_texts`), as one row of `page_texts/` (same partition);
+    a page stage 3 cannot read is rejected here with its `clean/` reason. `CleanStage` runs it
+    first (`Stage.before`): its count of each site's texts over every page, and its rules, read
+    these rows instead of parsing the pages a second time."""
+
+    name = "clean_pages"
+    input_table = "pages"
+    output_tables = ("page_texts",)
+    version = 1
+    # What `read_page_texts` and `ExtractStage.prepare` read; the rules' settings are CleanStage's.
+    SETTINGS = ("sources", "max_words", "context_sentences", "context_window", "max_page_bytes", "page_timeout")
+
+    def __init__(self, cfg: CleanConfig):
+        self.cfg = cfg
+        self._repaired: dict[str, list[str]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:  # sent to worker processes without the cache
+        return {**self.__dict__, "_repaired": {}}
+
+    def settings(self) -> dict[str, Any]:
+        out = self.cfg.output_settings()
+        # Of the languages kept, only whether the page's own language is read (not with 'any').
+        return {**{k: out[k] for k in self.SETTINGS}, "page_language": self.cfg.languages != ["any"]}
+
+    def prepare(self, text: str) -> list[str]:
+        """A raw text as candidates: repaired (ftfy), and split into sentences when longer than
+        `max_words` words."""
+        pieces = self._repaired.get(text)
+        if pieces is None:  # one text often goes with several image URLs (srcset) and pages
+            if len(self._repaired) > 100_000:
+                self._repaired.clear()
+            fixed = repair(text)
+            pieces = self._repaired[text] = ([fixed] if len(fixed.split()) <= self.cfg.max_words
+                                             else split_sentences(fixed))
+        return pieces
+
+    def process(self, ctx: PartContext) -> None:
+        cfg = self.cfg
+        big = False
+        for row in ctx.work.iter_rows("pages", ctx.partition, columns=PAGE_COLUMNS, batch_size=16):
+            if big:  # the last page's parse tree, many small blocks, left the heap at its peak
+                release_free_memory()
+            big = len(row.get("html") or b"") >= BIG_PAGE
+            ctx.count("clean/pages_in")
+            url = row["url"]
+            try:
+                with time_limit(cfg.page_timeout):
+                    found = read_page_texts(row, cfg, self.prepare)
+            except PageRejected as rej:
+                ctx.reject(f"clean/{rej.rule}", page_url=url, detail=rej.detail)
+                continue
+            except (RecursionError, MemoryError, Exception) as exc:  # one page must not fail the part
+                log.warning("clean: %s: %r", url, exc)
+                ctx.reject("clean/error", page_url=url, detail=f"{type(exc).__name__}: {exc}")
+                continue
+            if found.truncated:
+                ctx.count("clean/truncated_pages")
+            if found.mended:
+                ctx.count("clean/cut_texts_mended", found.mended)
+            ctx.write("page_texts", {"page_url": url, "license": row.get("license"),
+                                     "found": page_texts_json(found)})
+
+
 class CleanStage(Stage):
-    """Stage 3 of LAIT over one partition of `pages/`; output re-partitioned by image URL."""
+    """Stage 3 of LAIT over one partition of `page_texts/` (its `ExtractStage` pass, run first),
+    URL lists and WAT links; output re-partitioned by image URL."""
 
     name = "clean"
-    input_table = "pages"
+    input_table = "page_texts"
     # URL lists (`lait download`): each row's caption; WAT image links (`lait ingest-warc`):
     # their alt and title texts. Both are partitioned by image URL already. And `images/`, so
     # that a list row whose image was never fetched gives no candidate (nor rejects).
     extra_inputs = ("url_list", "warc_links", "images")
     output_tables = ("candidates",)
-    version = 5  # 2: junk rules, page texts with one owner, language ID over all languages; 3: WAT links,
-    # list rows only with their image fetched; 4: site texts counted over the whole pool; 5: the caption judge
+    version = 6  # 2: junk rules, page texts with one owner, language ID over all languages; 3: WAT links,
+    # list rows only with their image fetched; 4: site texts counted over the whole pool; 5: the caption
+    # judge; 6: pages read from the extraction pass, site texts counted over the texts stage 3 offers
 
     def __init__(self, cfg: CleanConfig):
         self.cfg = cfg
         self._rules: TextRules | None = None
-        self._repaired: dict[str, list[str]] = {}
+        self._extract = ExtractStage(cfg)
         self._repeated: tuple[str, SiteCounts] | None = None
         self._judge: Any = None
         # Set to a list, the judge is not asked: page texts the rules keep are written, and each
@@ -479,15 +564,16 @@ class CleanStage(Stage):
         self.judge_sink: list | None = None
 
     def __getstate__(self) -> dict[str, Any]:  # sent to worker processes without the caches
-        return {**self.__dict__, "_rules": None, "_repaired": {}, "_repeated": None, "_judge": None}
+        return {**self.__dict__, "_rules": None, "_repeated": None, "_judge": None}
+
+    def before(self) -> list[Stage]:
+        """The pages, parsed once by the extraction pass."""
+        return [self._extract]
 
     def global_steps(self, work, *, force: bool = False, report=None) -> None:
         """Count each site's texts over every page of the pool (`lait.filters.site_texts`)."""
-        site_texts_step(work, self.cfg, self._offered, force=force, report=report)
-
-    def _offered(self, row: dict[str, Any]) -> set[str]:
-        with time_limit(self.cfg.page_timeout):  # a page that would hang stage 3 counts for nothing
-            return offered_texts(row, self.cfg, self.prepare)
+        site_texts_step(work, self.cfg, lambda row: offered(page_texts_of(row["found"])), force=force,
+                        report=report)
 
     def global_inputs(self, work) -> dict[str, Any]:
         """Every partition reads the site counts: a new count redoes them all."""
@@ -525,20 +611,12 @@ class CleanStage(Stage):
     def partitions(self, work) -> list[int]:
         """Partitions with pages, list rows or archived links (a work directory of `lait download`,
         or of `lait ingest-warc` of WAT files, has no pages)."""
-        return sorted(set(work.partitions("pages")) | set(work.partitions("url_list"))
+        return sorted(set(work.partitions("page_texts")) | set(work.partitions("url_list"))
                       | set(work.partitions("warc_links")))
 
     def prepare(self, text: str) -> list[str]:
-        """A raw text as candidates: repaired (ftfy), and split into sentences when longer than
-        `max_words` words."""
-        pieces = self._repaired.get(text)
-        if pieces is None:  # one text often goes with several image URLs (srcset) and pages
-            if len(self._repaired) > 100_000:
-                self._repaired.clear()
-            fixed = repair(text)
-            pieces = self._repaired[text] = ([fixed] if len(fixed.split()) <= self.cfg.max_words
-                                             else split_sentences(fixed))
-        return pieces
+        """A raw text as candidates (`ExtractStage.prepare`): list captions and WAT texts."""
+        return self._extract.prepare(text)
 
     def process(self, ctx: PartContext) -> None:
         cfg = self.cfg
@@ -551,35 +629,16 @@ class CleanStage(Stage):
         pages: list[tuple[str, str | None, PageTexts]] = []
         site_pages: Counter[str] = Counter()
         site_counts: dict[str, Counter[str]] = defaultdict(Counter)
-        big = False
-        for row in ctx.work.iter_rows("pages", ctx.partition, columns=PAGE_COLUMNS, batch_size=16):
-            if big:  # the last page's parse tree, many small blocks, left the heap at its peak
-                release_free_memory()
-            big = len(row.get("html") or b"") >= BIG_PAGE
-            ctx.count("pages_in")
-            url = row["url"]
-            try:
-                with time_limit(cfg.page_timeout):
-                    found = read_page_texts(row, cfg, self.prepare)
-            except PageRejected as rej:
-                ctx.reject(rej.rule, page_url=url, detail=rej.detail)
-                continue
-            except (RecursionError, MemoryError, Exception) as exc:  # one page must not fail the part
-                log.warning("clean: %s: %r", url, exc)
-                ctx.reject("error", page_url=url, detail=f"{type(exc).__name__}: {exc}")
-                continue
-            if found.truncated:
-                ctx.count("truncated_pages")
-            if found.mended:
-                ctx.count("cut_texts_mended", found.mended)
+        for row in ctx.work.iter_rows("page_texts", ctx.partition, batch_size=256):
+            url = row["page_url"]
+            found = page_texts_of(row["found"])
             if judged:  # the judge's features need the partition's counts: pages wait for them
                 host = urlsplit(url).netloc.lower()
                 site_pages[host] += 1
-                site_counts[host].update({t for _, texts in found.images for _, t in texts}
-                                         | {s.text for s in found.shared})
-                pages.append((url, row.get("license"), found))
+                site_counts[host].update(offered(found))
+                pages.append((url, row["license"], found))
             else:
-                self._emit_page(ctx, url, row.get("license"), found, rules, repeated, None)
+                self._emit_page(ctx, url, row["license"], found, rules, repeated, None)
         pending: list[_Pending] | None = [] if judged else None
         for url, license_, found in pages:
             host = urlsplit(url).netloc.lower()

@@ -19,7 +19,7 @@ from lait.config import ConfigError
 from lait.fingerprint import Fingerprint
 from lait.log import progress
 from lait.parts import WorkDir
-from lait.stage import RunReport, Stage, run_part, start_report
+from lait.stage import RunReport, Stage, merge_before, run_part, start_report
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,9 @@ class LocalExecutor:
     def run(self, stage: Stage, work: WorkDir | str, partitions: Sequence[int] | None = None) -> RunReport:
         work = work if isinstance(work, WorkDir) else WorkDir(work)
         work.clean_temp()
+        before = [self.run(pre, work, partitions) for pre in stage.before()]
         report, plan = start_report(stage, work, partitions, force=self.force)
+        merge_before(report, before)
         pending = plan.pending
         bar = progress(total=len(pending), desc=stage.name, unit="part", disable=not self.show_progress)
         try:

@@ -24,7 +24,7 @@ from lait import errors
 from lait.log import progress
 from lait.memory import arrow_env
 from lait.parts import WorkDir
-from lait.stage import RunReport, Stage, run_part, start_report
+from lait.stage import RunReport, Stage, merge_before, run_part, start_report
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,9 @@ class RayExecutor:
         ray = self._connect()
         work = work if isinstance(work, WorkDir) else WorkDir(work)
         work.clean_temp()
+        before = [self.run(pre, work, partitions) for pre in stage.before()]
         report, plan = start_report(stage, work, partitions, force=self.force)
+        merge_before(report, before)
         pending = plan.pending
         root = work.url
         submit = self._submitter(ray, stage)

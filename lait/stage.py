@@ -201,6 +201,12 @@ class Stage(ABC):
         """Digests of what every task reads besides its partition (a codebook); {} by default."""
         return {}
 
+    def before(self) -> Sequence[Stage]:
+        """Stages whose tables this one reads and that every executor runs first, through itself
+        and with the same partitions (stage 3 reads the page texts of its extraction pass); none
+        by default. A failed partition of one of them is a failed partition of this run."""
+        return ()
+
     def global_steps(self, work: WorkDir, *, force: bool = False, report: RunReport | None = None) -> None:
         """Steps over whole tables that every task reads (stage 3's counts of a site's texts over
         all its pages), run through `run_global_step` by every executor before it plans the
@@ -322,6 +328,16 @@ def run_global_step(work: WorkDir, fp: Fingerprint, run: Callable[[], Mapping[st
     stats = {**made, "seconds": round(time.perf_counter() - start, 3), "fingerprint": fp.to_json()}
     work.mark_done(fp.stage, 0, stats)
     return stats
+
+
+def merge_before(report: RunReport, before: Sequence[RunReport]) -> None:
+    """The plan lines, task stats and failed partitions of the stages run first (`Stage.before`)
+    into the report of the stage that reads them: the run failed where one of them did."""
+    for pre in before:
+        report.plan[:0] = pre.plan
+        report.stats += pre.stats
+        for p, err in pre.failed.items():
+            report.failed.setdefault(p, f"{pre.stage}: {err}")
 
 
 def start_report(stage: Stage, work: WorkDir, partitions: Sequence[int] | None, *,

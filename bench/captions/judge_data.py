@@ -40,6 +40,9 @@ def collect(data: Path, pages_dir: Path | None = None, languages: tuple[str, ...
         stage = CleanStage(CleanConfig(work=str(work.root), progress=False, languages=list(languages),
                                        caption_judge="none"))
         stage.judge_sink = []
+        for p in parts:  # the pages parsed once (`ExtractStage`), as every executor runs it first
+            for pre in stage.before():
+                run_part(pre, str(work.root), p)
         stage.global_steps(work)  # the count of each site's texts that every partition reads
         for p in parts:
             run_part(stage, str(work.root), p)

@@ -88,9 +88,14 @@ def _stage_status(name: str, stage: Any, work: Any) -> StageStatus:
     from lait.fingerprint import NEW, plan_run
 
     plan = plan_run(stage, work)
-    st = StageStatus(name, total=plan.total, current=len(plan.current))
-    for p in plan.pending:
-        why = plan.causes[p]
+    causes = {p: plan.causes[p] for p in plan.pending}
+    for pre in stage.before():  # a pass the stage runs first (stage 3's parse of the pages)
+        pre_plan = plan_run(pre, work)
+        for p in pre_plan.pending:
+            causes.setdefault(p, pre_plan.causes[p])
+    total = len(set(plan.current) | set(causes))
+    st = StageStatus(name, total=total, current=len(set(plan.current) - set(causes)))
+    for why in causes.values():
         if why == NEW:
             st.todo += 1
         else:

@@ -165,7 +165,7 @@ def test_bad_pages_are_rejected_or_handled(make_work, td):
     assert texts["http://x.test/b.jpg"] == ["A tall tree in a park"]
     assert "http://x.test/pics/boat-1280.jpg" in texts  # the good page lost nothing
     assert "http://x.test/late.jpg" not in texts  # the 50 MB page was cut at max_page_bytes
-    stats = work.done_stats("clean")[0]["counters"]
+    stats = work.done_stats("clean_pages")[0]["counters"]  # the extraction pass reads the pages
     assert stats["clean/truncated_pages"] == 1
 
 

@@ -83,3 +83,50 @@ def test_new_pages_of_a_site_redo_the_partitions_they_change(make_work, td):
 def test_a_site_is_its_host_without_www():
     assert site_of("https://WWW.News.test:8443/a") == site_of("http://news.test/b") == "news.test"
     assert site_of("http://blog.news.test/") == "blog.news.test"
+
+
+def test_each_page_is_parsed_once_and_a_changed_page_redoes_its_partition(make_work, td, monkeypatch):
+    # The count of site texts reads the extraction pass's rows (`page_texts/`): stage 3 parses
+    # every page once, not once for the count and once for the partition.
+    from lait.filters import text_stage
+
+    parsed: list[str] = []
+    real = text_stage.parse_page
+
+    def counting(row, cfg):
+        parsed.append(row["url"])
+        return real(row, cfg)
+
+    monkeypatch.setattr(text_stage, "parse_page", counting)
+    work = make_work(n_partitions=4)
+    urls = [f"https://www.news.test/2024/story-{i}.html" for i in range(8)]
+    td.write_table(work, "pages", [td.page_row(u, site_page(i)) for i, u in enumerate(urls)], "url")
+    report = run_clean(work)
+    assert sorted(parsed) == sorted(urls)
+    assert {s["stage"] for s in report.stats} == {"clean_pages", "clean"}
+    assert sum(s["counters"].get("clean/pages_in", 0) for s in report.stats) == 8
+    assert not any(t in texts for texts in kept_texts(work).values() for t in REPEATED)
+
+    parsed.clear()
+    assert run_clean(work).done == [] and parsed == []  # nothing changed: nothing parsed again
+
+
+def test_a_failed_extraction_partition_fails_the_run(make_work, td, monkeypatch):
+    from lait.filters import text_stage
+
+    work = make_work(n_partitions=4)
+    urls = [f"https://www.news.test/2024/story-{i}.html" for i in range(8)]
+    td.write_table(work, "pages", [td.page_row(u, site_page(i)) for i, u in enumerate(urls)], "url")
+    bad = partition_of(urls[0], 4)
+
+    def broken(self, ctx):
+        if ctx.partition == bad:
+            raise OSError("disk gone")
+        return real(self, ctx)
+
+    real = text_stage.ExtractStage.process
+    monkeypatch.setattr(text_stage.ExtractStage, "process", broken)
+    cfg = CleanConfig(work=str(work.root), progress=False)
+    report = LocalExecutor(workers=1, retries=0, show_progress=False).run(CleanStage(cfg), work)
+    assert not report.ok and list(report.failed) == [bad]
+    assert report.failed[bad].startswith("clean_pages: ")
