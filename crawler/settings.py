@@ -106,6 +106,9 @@ TELNETCONSOLE_ENABLED = False
 # file with its port and token in ~/.local/state/scrapy/job_files (for good when the crawl is
 # killed): a crawler of untrusted pages needs neither.
 REMOTE_CONTROL_ENABLED = False
+# Off, and not even imported: its module imports aiohttp, a third of a second of every crawler
+# process's start-up, only for Scrapy to find it not configured.
+EXTENSIONS = {"scrapy.extensions.remote_control.RemoteControl": None}
 REQUEST_FINGERPRINTER_IMPLEMENTATION = "2.7"
 # A page request and an image request of one URL are two requests (lait.crawler.fingerprints).
 REQUEST_FINGERPRINTER_CLASS = "lait.crawler.fingerprints.KindFingerprinter"
