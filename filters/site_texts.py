@@ -9,8 +9,10 @@ inside one partition, a site name on all 40 pages of a site reached about 40/16 
 of 16 partitions, under `site_repeat_min_pages`, and was kept. This step reads the texts of
 every page of the pool once before the partitions run (`CleanStage.global_steps`): the rows of
 stage 3's extraction pass (`page_texts/`, `ExtractStage`), so that no page is parsed twice. It
-counts for each site the pages on which each text is offered to an image (owned by it or given
-up to another image of the page) and writes to `site_texts/` the texts that reach the limit:
+counts for each site the pages on which each text may be offered to an image (`PageTexts.counted`:
+each image's own texts, and the first and last sentences of the paragraphs near images, main
+content or not; a count of more pages than stage 3 offers the text on, never fewer) and writes
+to `site_texts/` the texts that reach the limit:
 at least `site_repeat_min_pages` pages and `site_repeat_share` of the site's pages. Every
 partition of stage 3 reads that small table; its fingerprint holds the step's, so a changed
 count redoes the partitions. A page stage 3 rejects (not HTML, unparsable) has no row and
@@ -38,7 +40,7 @@ CleanConfig = Any
 log = logging.getLogger(__name__)
 
 STEP = "clean_site_texts"  # the global step's marker: WORK/_done/clean_site_texts/p00000.json
-VERSION = 2  # 2: counted over the extraction pass's texts (page_texts/), not a parse of its own
+VERSION = 2  # 2: read from the extraction pass (page_texts/), not from a parse of its own
 TAG = "site_texts"
 SITE_TEXTS = register_table(Table("site_texts", pa.schema([
     pa.field("site", pa.string(), nullable=False),

@@ -312,6 +312,12 @@ class PageTexts:
     mended: int = 0  # cut texts made whole from the page's text (`uncut`)
     lang: str | None = None  # the language the page declares (`page_language`)
     image_licenses: dict[str, str] = field(default_factory=dict)  # image URL -> its figure's licence
+    # What the count of a site's texts counts for the page (`lait.filters.site_texts`): each
+    # image's own texts, and the first and last `context_sentences` sentences of every paragraph
+    # within `context_window` of an image, main content or not, so a cheap superset of the
+    # page's `context` texts: a byline or a footer line counts on every page that has it, also
+    # where trafilatura does not call it main content.
+    counted: frozenset[str] = frozenset()
 
 
 PAGE_TEXTS = register_table(Table("page_texts", pa.schema([
@@ -326,7 +332,8 @@ def page_texts_json(found: PageTexts) -> str:
     return json.dumps({"images": found.images,
                        "shared": [[s.image_url, s.source, s.text, s.detail] for s in found.shared],
                        "site_names": sorted(found.site_names), "truncated": found.truncated,
-                       "mended": found.mended, "lang": found.lang, "image_licenses": found.image_licenses},
+                       "mended": found.mended, "lang": found.lang, "image_licenses": found.image_licenses,
+                       "counted": sorted(found.counted)},
                       ensure_ascii=False)
 
 
@@ -335,12 +342,12 @@ def page_texts_of(value: str) -> PageTexts:
     d = json.loads(value)
     return PageTexts([(u, [(src, t) for src, t in texts]) for u, texts in d["images"]],
                      [SharedText(*s) for s in d["shared"]], frozenset(d["site_names"]), d["truncated"],
-                     d["mended"], d["lang"], d["image_licenses"])
+                     d["mended"], d["lang"], d["image_licenses"], frozenset(d["counted"]))
 
 
 def offered(found: PageTexts) -> set[str]:
     """Every text a page offers its images, owned or given up to another image of the page:
-    what the count of a site's texts counts (`lait.filters.site_texts`)."""
+    what the caption judge's count of a site's texts in the partition counts."""
     return {t for _, texts in found.images for _, t in texts} | {s.text for s in found.shared}
 
 
@@ -394,6 +401,11 @@ def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
     blocks = _blocks(elements, images, cfg.context_window) if want_context else []
     # No paragraph near any image: `_context` has nothing to take, whatever the main text is.
     main = _MainSentences(_main_text(tree) if blocks else "")
+    counted = {piece for img in images for src, t in img.texts if src in cfg.sources for piece in prepare(t)}
+    for _, block in blocks:
+        sentences = split_sentences(block)
+        n = cfg.context_sentences
+        counted.update(piece for sentence in sentences[:n] + sentences[-n:] for piece in prepare(sentence))
     found: list[ImageTexts] = []
     shared: list[SharedText] = []
     mend = _Mender(tree, prepare)
@@ -415,7 +427,7 @@ def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
     for img in images:
         if img.figure is not None and (declared := figure_license(img.figure, tree, row["url"])):
             licenses.update(dict.fromkeys(img.urls, declared))
-    return PageTexts(per_url, shared + dropped, names, truncated, mend.mended, lang, licenses)
+    return PageTexts(per_url, shared + dropped, names, truncated, mend.mended, lang, licenses, frozenset(counted))
 
 
 def page_candidates(row: dict[str, Any], cfg: CleanConfig) -> tuple[list[tuple[str, list[tuple[str, str]]]], bool]:
@@ -572,8 +584,7 @@ class CleanStage(Stage):
 
     def global_steps(self, work, *, force: bool = False, report=None) -> None:
         """Count each site's texts over every page of the pool (`lait.filters.site_texts`)."""
-        site_texts_step(work, self.cfg, lambda row: offered(page_texts_of(row["found"])), force=force,
-                        report=report)
+        site_texts_step(work, self.cfg, lambda row: page_texts_of(row["found"]).counted, force=force, report=report)
 
     def global_inputs(self, work) -> dict[str, Any]:
         """Every partition reads the site counts: a new count redoes them all."""
