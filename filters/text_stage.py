@@ -91,7 +91,15 @@ class CleanConfig(StageConfig):
                                              "is at least this (clean/not_caption)")
     rules_off: list[str] = setting([], "rules not applied, by their clean/RULE names (the text rules, "
                                    "page_text, site_boilerplate), to make a raw pool to judge curation on "
-                                   "(lait demo --raw-pool, docs/curation.md); lait clean --help lists them")
+                                   "(lait demo --raw-pool, docs/curation.md); an unknown name is refused with the list")
+
+    def output_settings(self) -> dict[str, Any]:
+        """Without `rules_off` every rule runs, as before the setting existed: it stays out of the
+        fingerprint then, so that a work directory cleaned before it is not cleaned again for it."""
+        out = super().output_settings()
+        if not self.rules_off:
+            out.pop("rules_off", None)
+        return out
 
     def validate(self) -> None:
         super().validate()

@@ -281,3 +281,9 @@ def test_rules_off_refuses_a_rule_it_does_not_know():
 
     with pytest.raises(ConfigError, match="unknown rules \\['no_such_rule'\\].*page_text"):
         CleanConfig(work="w", rules_off=["no_such_rule"]).validate()
+
+
+def test_rules_off_enters_the_fingerprint_only_when_set():
+    """A work directory cleaned before `rules_off` existed is not cleaned again for it."""
+    assert "rules_off" not in CleanConfig(work="w").output_settings()
+    assert CleanConfig(work="w", rules_off=["page_text"]).output_settings()["rules_off"] == ["page_text"]
