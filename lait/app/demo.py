@@ -223,5 +223,5 @@ def register(sub) -> None:
                        help="the whole job offline on a built-in local web: shards + report",
                        description=DESCRIPTION, epilog="examples:\n  lait demo --out demo/\n"
                                "  lait demo --out demo/ --eval-pages 100      with a held-out set for lait compare\n"
-                               "  lait demo --out raw/ --eval-pages 100 --raw-pool   a pool with wrong pairs, to "
-                               "judge curation on")
+                               "  lait demo --out raw/ --pages 400 --eval-pages 100 --raw-pool   a pool with wrong "
+                               "pairs, to judge curation on")
