@@ -73,9 +73,11 @@ def _groups(images: list[ImageTexts]) -> list[int]:
     return [find(i) for i in range(len(images))]
 
 
-def assign(images: list[ImageTexts]) -> tuple[list[tuple[str, list[tuple[str, str]]]], list[SharedText]]:
+def assign(images: list[ImageTexts], one_owner: bool = True) -> tuple[list[tuple[str, list[tuple[str, str]]]],
+                                                                    list[SharedText]]:
     """([(image_url, [(source, text)])] for every URL of every image, in page order, and the
-    texts dropped because another image owns them)."""
+    texts dropped because another image owns them). With `one_owner` False every image keeps
+    every text offered to it (stage 3's `rules_off: [page_text]`, a raw pool)."""
     group = _groups(images)
     claims: dict[str, dict[int, tuple[int, int, int]]] = {}  # text -> group -> best claim
     for i, img in enumerate(images):
@@ -86,7 +88,8 @@ def assign(images: list[ImageTexts]) -> tuple[list[tuple[str, list[tuple[str, st
             g = group[i]
             if g not in by_group or claim < by_group[g]:
                 by_group[g] = claim
-    owner = {k: min(by_group, key=by_group.__getitem__) for k, by_group in claims.items() if len(by_group) > 1}
+    owner = {k: min(by_group, key=by_group.__getitem__) for k, by_group in claims.items()
+             if len(by_group) > 1 and one_owner}
     where = {g: img for g, img in zip(group, images)}  # one image of each group, for the detail
     per_url: dict[str, list[tuple[str, str]]] = {}
     shared: list[SharedText] = []

@@ -93,6 +93,17 @@ class CleanConfig(StageConfig):
                                  "it costs 1.6x trafilatura's time, docs/performance.md)")
     caption_judge_threshold: float = setting(0.5, "the judge drops a page's text whose probability of junk "
                                              "is at least this (clean/not_caption)")
+    rules_off: list[str] = setting([], "rules not applied, by their clean/RULE names (the text rules, "
+                                   "page_text, site_boilerplate), to make a raw pool to judge curation on "
+                                   "(lait demo --raw-pool, docs/curation.md); an unknown name is refused with the list")
+
+    def output_settings(self) -> dict[str, Any]:
+        """Without `rules_off` every rule runs, as before the setting existed: it stays out of the
+        fingerprint then, so that a work directory cleaned before it is not cleaned again for it."""
+        out = super().output_settings()
+        if not self.rules_off:
+            out.pop("rules_off", None)
+        return out
 
     def validate(self) -> None:
         super().validate()
@@ -102,6 +113,9 @@ class CleanConfig(StageConfig):
         if self.min_words < 1 or self.max_words < self.min_words:
             raise ConfigError("need 1 <= min_words <= max_words")
         self.languages = [c.lower() for c in self.languages]
+        unknown = sorted(set(self.rules_off) - set(skippable_rules()))
+        if unknown:
+            raise ConfigError(f"rules_off: unknown rules {unknown}; known: {list(skippable_rules())}")
         if not 0.0 < self.caption_judge_threshold <= 1.0:
             raise ConfigError("caption_judge_threshold must be in (0, 1]")
         if self.languages != ["any"]:
@@ -110,6 +124,14 @@ class CleanConfig(StageConfig):
             bad = [c for c in self.languages if canonical(c) not in known_languages()]
             if bad:
                 raise ConfigError(f"unknown language codes {bad} (use ISO 639-1, like en, de)")
+
+
+def skippable_rules() -> tuple[str, ...]:
+    """The `clean/RULE` names `rules_off` may name: every text rule (language ID as `language`;
+    `boilerplate` also covers a text that is the site's name) and the page's and the site's
+    rules (`page_text`, `site_boilerplate`)."""
+    names = [f.name for f in text_filters(min_words=1, max_words=1, min_letter_share=0.0, languages=["en"])]
+    return (*names, "page_text", "site_boilerplate")
 
 
 class PageRejected(Rejected):
@@ -416,13 +438,16 @@ def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
         if img is og and len(img.urls) > 1:
             # og texts describe the first og:image; the page's other og/twitter images are other pictures.
             others = [u for u in img.urls if u != og_url]
-            found.append(ImageTexts(others, img.position))
-            shared += [SharedText(u, src, t, "og text of the page; it belongs to its first og:image")
-                       for u in others for src, t, _ in texts]
+            if "page_text" in cfg.rules_off:  # every og image keeps the og texts
+                found.append(ImageTexts(others, img.position, list(texts)))
+            else:
+                found.append(ImageTexts(others, img.position))
+                shared += [SharedText(u, src, t, "og text of the page; it belongs to its first og:image")
+                           for u in others for src, t, _ in texts]
             found.append(ImageTexts([og_url], img.position, texts))
         else:
             found.append(ImageTexts(img.urls, img.position, texts, img.figure))
-    per_url, dropped = assign(found)
+    per_url, dropped = assign(found, one_owner="page_text" not in cfg.rules_off)
     licenses = {}
     for img in images:
         if img.figure is not None and (declared := figure_license(img.figure, tree, row["url"])):
@@ -632,10 +657,11 @@ class CleanStage(Stage):
     def process(self, ctx: PartContext) -> None:
         cfg = self.cfg
         if self._rules is None:  # once per stage object: verdicts cached across its partitions
-            self._rules = TextRules(text_filters(min_words=cfg.min_words, max_words=cfg.max_words,
-                                                 min_letter_share=cfg.min_letter_share, languages=cfg.languages))
+            applied = text_filters(min_words=cfg.min_words, max_words=cfg.max_words,
+                                   min_letter_share=cfg.min_letter_share, languages=cfg.languages)
+            self._rules = TextRules([r for r in applied if r.name not in cfg.rules_off])
         rules = self._rules
-        repeated = self._site_texts(ctx.work)
+        repeated = self._site_texts(ctx.work) if "site_boilerplate" not in cfg.rules_off else None
         judged = self.judge_sink is not None or self.judge() is not None
         pages: list[tuple[str, str | None, PageTexts]] = []
         site_pages: Counter[str] = Counter()
@@ -661,7 +687,7 @@ class CleanStage(Stage):
         self._wat_links(ctx, rules)
 
     def _emit_page(self, ctx: PartContext, url: str, license_: str | None, found: PageTexts, rules: TextRules,
-                   repeated: SiteCounts, judge_ctx: tuple[Counter[str], int, list[_Pending]] | None) -> None:
+                   repeated: SiteCounts | None, judge_ctx: tuple[Counter[str], int, list[_Pending]] | None) -> None:
         """The texts of one page's images through the rules; with `judge_ctx` (the partition's
         counts of the page's site, its pages there, the pending rows), each row waits for the judge."""
         site = site_of(url)
@@ -742,7 +768,7 @@ class CleanStage(Stage):
                 ctx.reject("site_boilerplate", image_url=image_url, page_url=page_url, text=text,
                            detail=f"{source} text on {count[0]} of the {count[1]} pages of {site}")
                 continue
-            if text.casefold() in names:
+            if text.casefold() in names and "boilerplate" not in self.cfg.rules_off:
                 ctx.reject("boilerplate", image_url=image_url, page_url=page_url, text=text,
                            detail=f"{source} text is the site's name")
                 continue

@@ -111,6 +111,33 @@ def truth_file(cfg: CompareConfig) -> Path | None:
     return beside if "://" not in cfg.work and beside.is_file() else None
 
 
+# The settings of WORK's last clean and build that decide which wrong pairs its pool can hold.
+POOL_SETTINGS = {"clean": ("sources", "rules_off", "languages"),
+                 "build": ("max_images_per_text", "max_texts_per_image", "max_pages_per_image")}
+
+
+def pool_settings(work: str) -> dict[str, Any] | None:
+    """The caption settings WORK's pool was built with (its `_configs/clean.yaml` and
+    `build.yaml`), so that the table says when it judged a raw pool (`lait demo --raw-pool`);
+    None where they cannot be read."""
+    import yaml
+
+    from lait import storage
+
+    out: dict[str, Any] = {}
+    for command, keys in POOL_SETTINGS.items():
+        path = storage.location(work) / "_configs" / f"{command}.yaml"
+        try:
+            if not storage.exists(path):
+                return None
+            data = yaml.safe_load(storage.read_text(path)) or {}
+        except (OSError, ValueError, yaml.YAMLError) as exc:
+            log.warning("compare: cannot read %s: %s", path, exc)
+            return None
+        out[command] = {k: data.get(k) for k in keys}
+    return out
+
+
 def select_recipe(cfg: CompareConfig, recipe: str, out: Path) -> dict[str, Any]:
     """The recipe's selection in `out` (resumed or replaced as `lait select` does); its stats."""
     from lait.build.config import SelectConfig
@@ -174,7 +201,8 @@ def compare(cfg: CompareConfig) -> dict[str, Any]:
     result = {"work": cfg.work, "eval": {"source": cfg.eval, "split": cfg.eval_split, "mode": cfg.eval_mode,
                                          "digest": eval_digest},
               "budget": str(cfg.budget or DEFAULT_BUDGET), "budget_set": list(cfg.budget_set), "seeds": seeds,
-              "ground_truth": str(truth_path) if truth_path else None, "recipes": rows}
+              "ground_truth": str(truth_path) if truth_path else None, "pool_settings": pool_settings(cfg.work),
+              "recipes": rows}
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / "compare.json.tmp"
     tmp.write_text(json.dumps(result, indent=2))
@@ -208,6 +236,10 @@ def format_table(result: dict[str, Any]) -> str:
     note = (f"R@K in % on {ev['source']}" + (f" (split {ev['split']})" if ev["source"].endswith(".json") else "")
             + f", {ev['mode']} mode; seeds {', '.join(map(str, result['seeds']))}"
             + ("; mean ± sample standard deviation over seeds" if several else ""))
+    pool = (result.get("pool_settings") or {}).get("clean") or {}
+    if pool.get("rules_off"):
+        note += (f"\npool: built with stage-3 rules off ({', '.join(pool['rules_off'])}) from "
+                 f"{', '.join(pool.get('sources') or [])} texts: a raw pool, its wrong pairs are on purpose")
     return "\n".join(out + [note] + [f"not judged: {e}" for e in errors])
 
 

@@ -41,7 +41,12 @@ with photos, captions and the usual traps: duplicates, logos, 404s, robots.txt, 
 Everything lands in OUT/: work/ (the tables and work/shards/), report.html (with stored copies
 of the pages it links to in report_pages/), and ground_truth.json (what a correct pipeline
 keeps, to compare against). A second run reuses whatever is finished: the crawl, every stage's
-finished partitions, the shards."""
+finished partitions, the shards.
+
+--raw-pool builds instead a pool to judge curation recipes on (lait compare): stage 3 keeps the
+alt and context texts with none of its rules, stage 5 drops no text as generic, so junk alts and
+page sentences become captions, as in an unfiltered web pool; demo.json records what it turned
+off, and the ground-truth line counts the wrong pairs."""
 
 CRAWL_MARKER = "_done/demo_crawl.json"
 DEMO_PORT = 8765
@@ -63,6 +68,9 @@ class DemoConfig(Config):
     min_score: float | None = setting(None, "build: drop images whose best text scores below this")
     samples_per_shard: int = setting(100, "build: samples per shard (small, so the demo shows several)")
     progress: bool = setting(True, "show progress bars on a terminal")
+    raw_pool: bool = setting(False, "build a raw pool to judge curation on (lait compare): stage 3 takes the alt and "
+                             "context texts only and applies none of its rules, stage 5 drops no text as generic, "
+                             "so the pool holds wrong pairs (docs/curation.md); what it turned off goes to demo.json")
     eval_pages: int = setting(0, "also write a held-out evaluation set into OUT/eval/ (karpathy.json and images/, "
                               "for `lait compare --eval`): the photos of a site of this many articles generated "
                               "with seed + 1 (0: none)")
@@ -91,9 +99,25 @@ def _port_free(port: int) -> bool:
             return False
 
 
+# The alt attribute and the page's sentences beside an image: what a page offers every image
+# without markup that ties a text to it. With the title, figcaption and og texts too, every demo
+# photo has its true caption among its candidates, and stage 5 picks the best-scoring candidate
+# of each picture: with every rule off that choice alone left no wrong pair (docs/curation.md).
+RAW_POOL_SOURCES = ["alt", "context"]
+
+
+def raw_pool_settings() -> dict[str, dict[str, Any]]:
+    """What `--raw-pool` sets, per stage: the rules it turns off (every stage-3 rule that drops
+    a text, stage 5's generic-text rule) and the sources it keeps."""
+    from lait.filters.text_stage import skippable_rules
+
+    return {"clean": {"sources": list(RAW_POOL_SOURCES), "rules_off": list(skippable_rules())},
+            "build": {"max_images_per_text": 0}}
+
+
 def pipeline_sections(cfg: DemoConfig) -> dict[str, dict[str, Any]]:
     """The stage settings of the demo (what `lait run --config` would read from a YAML)."""
-    return {
+    sections: dict[str, dict[str, Any]] = {
         "filter": {},
         "clean": {"languages": list(cfg.languages)},
         # The tiny demo scorer packs all shape scenes into a narrow cone: different scenes reach
@@ -102,6 +126,10 @@ def pipeline_sections(cfg: DemoConfig) -> dict[str, dict[str, Any]]:
         "score": {"model": "demo", "near_dup_threshold": 0.999},
         "build": {"samples_per_shard": cfg.samples_per_shard, "min_score": cfg.min_score},
     }
+    if cfg.raw_pool:
+        for stage, settings in raw_pool_settings().items():
+            sections[stage].update(settings)
+    return sections
 
 
 def crawl_site(cfg: DemoConfig, work: Path) -> dict[str, Any]:
@@ -138,6 +166,21 @@ def crawl_site(cfg: DemoConfig, work: Path) -> dict[str, Any]:
     return summary
 
 
+def record_pool(cfg: DemoConfig, out: Path) -> None:
+    """Say in OUT/demo.json (and on stderr) which pool this run builds: with `raw_pool`, the
+    rules it turned off and the sources it kept, so that a reader of the work directory (and of
+    `lait compare`'s table) knows its wrong pairs are on purpose."""
+    state_path = out / "demo.json"
+    state = json.loads(state_path.read_text()) if state_path.exists() else {}
+    state["raw_pool"] = raw_pool_settings() if cfg.raw_pool else None
+    atomic_write_json(state_path, state)
+    if cfg.raw_pool:
+        raw = state["raw_pool"]
+        print(f"lait demo: a raw pool: stage 3 takes only {' and '.join(raw['clean']['sources'])} texts and "
+              f"applies none of its rules ({', '.join(raw['clean']['rules_off'])}); stage 5 drops no text as "
+              "generic (max_images_per_text 0)", file=sys.stderr, flush=True)
+
+
 def run_demo(cfg: DemoConfig) -> int:
     from lait.app.report import summary_text, write_report
     from lait.app.run import run_pipeline
@@ -150,6 +193,7 @@ def run_demo(cfg: DemoConfig) -> int:
     with locked(open_work_dir(str(work), create=True), "lait demo"):
         crawl_site(cfg, work)
         overrides = {"workers": cfg.workers, "progress": cfg.progress}
+        record_pool(cfg, out)
         if not run_pipeline(str(work), pipeline_sections(cfg), overrides=overrides, where="demo"):
             return 1
     st, page = write_report(work, out / "report.html")
@@ -160,7 +204,9 @@ def run_demo(cfg: DemoConfig) -> int:
 
     res = evaluate_files(work / "shards", out / "ground_truth.json")
     print(f"ground truth of the local web: {out / 'ground_truth.json'} (the shards against it: precision "
-          f"{res['precision']:.3f}, coverage {res['coverage']:.3f})")
+          f"{res['precision']:.3f}, coverage {res['coverage']:.3f}"
+          + (f"; a raw pool: {res['wrong']} of its {res['kept']} samples are wrong pairs, as intended)"
+             if cfg.raw_pool else ")"))
     if cfg.eval_pages:
         from lait.testkit.heldout import write_heldout_set
 
@@ -176,4 +222,6 @@ def register(sub) -> None:
     add_config_command(sub, "demo", DemoConfig, run_demo,
                        help="the whole job offline on a built-in local web: shards + report",
                        description=DESCRIPTION, epilog="examples:\n  lait demo --out demo/\n"
-                               "  lait demo --out demo/ --eval-pages 100      with a held-out set for lait compare")
+                               "  lait demo --out demo/ --eval-pages 100      with a held-out set for lait compare\n"
+                               "  lait demo --out raw/ --pages 400 --eval-pages 100 --raw-pool   a pool with wrong "
+                               "pairs, to judge curation on")

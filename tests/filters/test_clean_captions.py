@@ -183,3 +183,19 @@ def test_list_rows_whose_image_was_never_fetched_give_no_stage3_rows(make_work, 
     rows = list(work.iter_rows("rejected")) + list(work.iter_rows("candidates"))
     # the fetched image's one-letter caption is judged (and rejected); the others are not seen
     assert {r["image_url"] for r in rows} == {urls["ok"]}
+
+
+def test_with_page_text_off_every_image_keeps_the_texts_the_page_gives_it(make_work, td):
+    """`rules_off: [page_text]` (a raw pool, `lait demo --raw-pool`): the headline stays on every
+    image that offers it, the og texts on every og image, and nothing is dropped as page_text."""
+    headline = "Illustration for article titled The Spectacular Story Of Metroid"
+    body = (f'<img src="/1.jpg" alt="{headline}"><img src="/2.jpg" alt="{headline}">'
+            f'<figure><img src="/3.jpg"><figcaption>{headline}</figcaption></figure>')
+    head = ('<meta property="og:image" content="/og1.jpg"><meta property="og:image" content="/og2.jpg">'
+            '<meta property="og:description" content="What is Creative Commons and how do its licences work?">')
+    got, rejected = run_clean(make_work, td, page(body, head), languages=["any"],
+                              sources=["alt", "figcaption", "og"], rules_off=["page_text"])
+    assert {u: [t["text"] for t in ts] for u, ts in got.items() if not u.startswith("http://site.test/og")} == {
+        f"http://site.test/{n}.jpg": [headline] for n in ("1", "2", "3")}
+    assert [t["text"] for t in got["http://site.test/og2.jpg"]] == [t["text"] for t in got["http://site.test/og1.jpg"]]
+    assert not [r for r in rejected if r["reason"] == "clean/page_text"]

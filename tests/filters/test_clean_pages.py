@@ -254,3 +254,36 @@ def test_commands_register_and_run(make_work, td, tmp_path):
     assert work.count("images_ok") == 1 and work.count("candidates") >= 3
     assert "min_side: 200" in (work.root / "_configs" / "filter.yaml").read_text()
     assert "- de" in (work.root / "_configs" / "clean.yaml").read_text()
+
+
+def test_rules_off_keeps_what_those_rules_drop_and_only_that(make_work, td):
+    """`rules_off` names rules that are not applied: the file name and the site-wide text come
+    through with them off, while the rules left on still drop (the one-word alt)."""
+    rows = [td.page_row(f"http://blog.test/p{i}.html",
+                        f'<html lang="en"><body><img src="/banner.jpg" alt="Welcome to our lovely blog">'
+                        f'<img src="/p{i}.jpg" alt="IMG_20{i}1.JPG at the beach"><img src="/q{i}.jpg" alt="logo"></body></html>')
+            for i in range(8)]
+    on, off = make_work(name="on"), make_work(name="off")
+    for work in (on, off):
+        td.write_table(work, "pages", rows, "url")
+    run_clean(on)
+    run_clean(off, rules_off=["filename", "site_boilerplate", "language"])
+    assert {r["image_url"] for r in on.iter_rows("candidates")} == set()
+    kept = {r["image_url"]: [t["text"] for t in r["texts"]] for r in off.iter_rows("candidates")}
+    assert kept["http://blog.test/banner.jpg"] == ["Welcome to our lovely blog"]
+    assert kept["http://blog.test/p3.jpg"] == ["IMG_2031.JPG at the beach"]
+    assert "http://blog.test/q3.jpg" not in kept  # the boilerplate rule is still on
+    assert {r["reason"] for r in off.iter_rows("rejected") if r["text"] == "logo"} == {"clean/boilerplate"}
+
+
+def test_rules_off_refuses_a_rule_it_does_not_know():
+    from lait.config import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown rules \\['no_such_rule'\\].*page_text"):
+        CleanConfig(work="w", rules_off=["no_such_rule"]).validate()
+
+
+def test_rules_off_enters_the_fingerprint_only_when_set():
+    """A work directory cleaned before `rules_off` existed is not cleaned again for it."""
+    assert "rules_off" not in CleanConfig(work="w").output_settings()
+    assert CleanConfig(work="w", rules_off=["page_text"]).output_settings()["rules_off"] == ["page_text"]
