@@ -521,8 +521,10 @@ class ExtractStage(Stage):
     input_table = "pages"
     output_tables = ("page_texts",)
     version = 1
-    # What `read_page_texts` and `ExtractStage.prepare` read; the rules' settings are CleanStage's.
-    SETTINGS = ("sources", "max_words", "context_sentences", "context_window", "max_page_bytes", "page_timeout")
+    # What `read_page_texts` and `ExtractStage.prepare` read; the rules' settings are CleanStage's
+    # (`rules_off` too, but for `page_text`, which `read_page_texts` applies; absent while empty).
+    SETTINGS = ("sources", "max_words", "context_sentences", "context_window", "max_page_bytes", "page_timeout",
+                "rules_off")
 
     def __init__(self, cfg: CleanConfig):
         self.cfg = cfg
@@ -534,7 +536,7 @@ class ExtractStage(Stage):
     def settings(self) -> dict[str, Any]:
         out = self.cfg.output_settings()
         # Of the languages kept, only whether the page's own language is read (not with 'any').
-        return {**{k: out[k] for k in self.SETTINGS}, "page_language": self.cfg.languages != ["any"]}
+        return {**{k: out[k] for k in self.SETTINGS if k in out}, "page_language": self.cfg.languages != ["any"]}
 
     def prepare(self, text: str) -> list[str]:
         """A raw text as candidates: repaired (ftfy), and split into sentences when longer than
