@@ -71,14 +71,15 @@ def simple_features(x: JudgeInput) -> list[float]:
     words = len(x.text.split())
     chars = max(1, len(x.text))
     page_lang = (x.page_lang or "").split("-")[0].strip().lower() or None
-    letters = [c for c in x.text if c.isalpha()]
+    # Counted with map over str methods: stage 3 reads thousands of texts a partition.
+    letters = sum(map(str.isalpha, x.text))
     return [*(float(x.source == s) for s in SOURCES),
             math.log1p(words), math.log1p(chars) / 3, x.position,
             math.log1p(max(0, x.site_count - 1)), x.site_count / max(1, x.site_pages),
             float(x.lang == "en"), float(page_lang is not None and x.lang == page_lang),
             float(page_lang is not None),
-            sum(c.isdigit() for c in x.text) / chars,
-            sum(c.isupper() for c in letters) / max(1, len(letters)),
+            sum(map(str.isdigit, x.text)) / chars,
+            sum(map(str.isupper, x.text)) / max(1, letters),
             float(bool(_CUT.search(x.text))), float(bool(_SENTENCE_END.search(x.text)))]
 
 
