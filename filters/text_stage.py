@@ -34,6 +34,7 @@ from typing import Any, Callable, ClassVar, Iterator
 from urllib.parse import urlsplit
 
 from lait.config import ConfigError, StageConfig, setting
+from lait.filters.caption_judge import JUDGED_SOURCES
 from lait.filters.html_images import (
     BLOCK_TAGS,
     PageImage,
@@ -669,7 +670,12 @@ class CleanStage(Stage):
               image_license: str | None = None, where: _Where | None = None) -> None:
         seen: set[str] = set()
         texts: list[dict[str, Any]] = []
+        # Texts an image also has from an unjudged source (an alt that is also its figcaption): the
+        # judge leaves them alone, as it would the figcaption that the duplicate check folded away.
+        unjudged: set[str] = set()
         for source, text in raw:
+            if where is not None and source not in JUDGED_SOURCES:
+                unjudged.add(text)
             count = repeated.get((site, text_key(text))) if repeated else None
             if count is not None:
                 ctx.reject("site_boilerplate", image_url=image_url, page_url=page_url, text=text,
@@ -693,7 +699,7 @@ class CleanStage(Stage):
         row = {"page_url": page_url, "image_url": image_url, "texts": texts, "license": license_,
                "image_license": image_license}
         if where is not None:  # written once the judge has read the partition's texts
-            where.pending.append(_Pending(row, where))
+            where.pending.append(_Pending(row, where, frozenset(unjudged)))
             return
         self._write(ctx, row)
 
@@ -719,7 +725,8 @@ class CleanStage(Stage):
                     k += 1
                 self._write(ctx, p.row)
             return
-        asked = [judged(x) for x in inputs]
+        asked = [judged(x) and t["text"] not in p.unjudged for x, (p, t) in
+                 zip(inputs, ((p, t) for p in pending for t in p.row["texts"]))]
         probs = iter(self.judge().p_junk([x for x, a in zip(inputs, asked) if a]))
         asked_of = iter(asked)
         threshold = self.cfg.caption_judge_threshold or self.judge().threshold
@@ -758,3 +765,4 @@ class _Where:
 class _Pending:
     row: dict[str, Any]
     where: _Where
+    unjudged: frozenset[str] = frozenset()  # its texts that the image also has from an unjudged source

@@ -153,3 +153,21 @@ def test_threshold_must_be_a_probability():
 
     with pytest.raises(ConfigError, match="caption_judge_threshold"):
         CleanConfig(work="w", caption_judge_threshold=0.0).validate()
+
+
+def test_the_judge_leaves_an_alt_that_is_also_the_images_figcaption(make_work, td, tmp_path):
+    # The same text as alt and figcaption is one candidate (source alt): the judge, which never
+    # reads figcaptions, must not drop it through its alt copy (a planted caption was lost so).
+    always = tmp_path / "always.npz"
+    n = 128 + len(FEATURES)
+    CaptionJudge(np.zeros(n), 5.0, np.zeros(n), np.ones(n), "minilm-static", threshold=0.5).save(always)
+    caption = "Fishing boats moored in a small harbour at sunrise."
+    page = PAGE.replace('alt="Fishing boats moored in a small harbour at sunrise"', f'alt="{caption}"')
+    work = make_work()
+    td.write_table(work, "pages", [td.page_row("http://site.test/harbour.html", page)], "url")
+    cfg = CleanConfig(work=str(work.root), progress=False, caption_judge=str(always))
+    assert LocalExecutor(workers=1, show_progress=False).run(CleanStage(cfg), work).ok
+    texts = {t["text"] for r in work.iter_rows("candidates") for t in r["texts"]}
+    assert texts == {caption}
+    dropped = {r["text"] for r in work.iter_rows("rejected") if r["reason"] == "clean/not_caption"}
+    assert caption not in dropped and "Later the fishermen sold their catch on the quay, as they have done for two hundred years." in dropped
