@@ -478,7 +478,8 @@ class CleanStage(Stage):
         self._repeated: tuple[str, SiteCounts] | None = None
         self._judge: Any = None
         # Set to a list, the judge is not asked: page texts the rules keep are written, and each
-        # goes to the list as (page_url, image_url, JudgeInput) (bench/captions/train_judge.py).
+        # goes to the list as (page_url, image_url, JudgeInput, whether the judge would read it)
+        # (bench/captions/train_judge.py).
         self.judge_sink: list | None = None
 
     def __getstate__(self) -> dict[str, Any]:  # sent to worker processes without the caches
@@ -717,16 +718,16 @@ class CleanStage(Stage):
         inputs = [JudgeInput(t["text"], t["source"], p.where.position, p.where.counts[t["text"]],
                              p.where.site_pages, t["lang"] or detect(t["text"])[0], p.where.page_lang)
                   for p in pending for t in p.row["texts"]]
+        asked = [judged(x) and t["text"] not in p.unjudged for x, (p, t) in
+                 zip(inputs, ((p, t) for p in pending for t in p.row["texts"]))]
         if self.judge_sink is not None:
             k = 0
             for p in pending:
                 for _ in p.row["texts"]:
-                    self.judge_sink.append((p.row["page_url"], p.row["image_url"], inputs[k]))
+                    self.judge_sink.append((p.row["page_url"], p.row["image_url"], inputs[k], asked[k]))
                     k += 1
                 self._write(ctx, p.row)
             return
-        asked = [judged(x) and t["text"] not in p.unjudged for x, (p, t) in
-                 zip(inputs, ((p, t) for p in pending for t in p.row["texts"]))]
         probs = iter(self.judge().p_junk([x for x, a in zip(inputs, asked) if a]))
         asked_of = iter(asked)
         threshold = self.cfg.caption_judge_threshold or self.judge().threshold

@@ -180,7 +180,6 @@ def unseen_figures(data: Path, pages: Path, folds: int, threshold: float | None,
     from judge_data import collect, labelled, rows_with_inputs, unseen
     from train_judge import features, fit_rows, site_fold
 
-    from lait.filters.caption_judge import judged
 
     shared_any = collect(data, languages=("any",))
     unseen_any = collect(data, pages_dir=pages, languages=("any",))
@@ -194,7 +193,7 @@ def unseen_figures(data: Path, pages: Path, folds: int, threshold: float | None,
     def verdicts(judge, rows: list[dict]) -> list[dict]:
         th = threshold if threshold is not None else judge.threshold
         p = judge.p_junk_of_matrix(features(rows))
-        return [{**r, "p": float(q) if judged(r["input"]) else 0.0, "dropped": judged(r["input"]) and q >= th}
+        return [{**r, "p": float(q) if r["asked"] else 0.0, "dropped": r["asked"] and q >= th}
                 for r, q in zip(rows, p)]
 
     judged_unseen: list[dict] = []

@@ -60,7 +60,7 @@ def fit_rows(rows: list[dict], l2: float = L2, x=None):
     out-of-fold probabilities (leave-site-out over INNER_FOLDS groups)."""
     import numpy as np
 
-    from lait.filters.caption_judge import choose_threshold, fit, judged
+    from lait.filters.caption_judge import choose_threshold, fit
 
     x = features(rows) if x is None else x
     y = np.asarray([r["label"] == "junk" for r in rows], np.float64)
@@ -71,7 +71,7 @@ def fit_rows(rows: list[dict], l2: float = L2, x=None):
         if test.any() and not test.all():
             p[test] = fit(x[~test], y[~test], l2=l2).p_junk_of_matrix(x[test])
     judge = fit(x, y, l2=l2)
-    judge.threshold = choose_threshold(p, y == 1, np.asarray([judged(r["input"]) for r in rows]))
+    judge.threshold = choose_threshold(p, y == 1, np.asarray([r["asked"] for r in rows]))
     return judge
 
 
