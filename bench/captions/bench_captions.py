@@ -19,10 +19,11 @@ Then, with `--unseen-pages DIR` (trafilatura's evaluation pages, `unseen_pages.p
 README.md), on `unseen.json`, pages no rule was tuned on, and beside it the held-out half
 again: the junk share and the caption-like (`describes`) share of the labelled rows stage 3
 keeps with default settings, with the rules alone and with the rules and the caption judge
-(which keeps figcaptions and texts of more than 12 words unjudged, as stage 3 does).
-On the unseen set the judge is evaluated leave-site-out: its rows are split by site into
-`--folds` groups, and each group is judged by a judge trained (`train_judge.fit_rows`) on the
-tune half of labelled.json and the unseen rows of the other groups, never on its own sites.
+(which keeps figcaptions unjudged, as stage 3 does), and how many `describes` rows the judge
+dropped. On the unseen set the judge is evaluated leave-site-out: its rows are split by site
+into `--folds` groups, and each group is judged by a judge trained (`train_judge.fit_rows`) on
+the tune half of labelled.json and the unseen rows of the other groups, never on its own sites,
+with the threshold that rule chose on those training rows alone.
 On the held-out half, the judge is trained on the tune half and all unseen rows (as shipped).
 
     .venv/bin/python bench/captions/bench_captions.py [--split heldout|tune|all] [--before COMMIT]
@@ -109,7 +110,8 @@ def main() -> None:
     ap.add_argument("--show", action="store_true", help="list the junk kept and the page texts on several images")
     ap.add_argument("--unseen-pages", default=None, help="directory of unseen_pages.py (skipped when absent)")
     ap.add_argument("--folds", type=int, default=10, help="site groups of the leave-site-out evaluation")
-    ap.add_argument("--threshold", type=float, default=None, help="judge threshold (default: the stage's)")
+    ap.add_argument("--threshold", type=float, default=None,
+                    help="judge threshold for every fold (default: each judge's, chosen on its training rows)")
     args = ap.parse_args()
     data = REPO.parent / "shared" / "data"
     if not (data / "html").is_dir():
@@ -172,19 +174,13 @@ def shares(rows: list[dict]) -> str:
 
 def unseen_figures(data: Path, pages: Path, folds: int, threshold: float | None, show: bool) -> None:
     """Junk and caption-like shares of the kept labelled rows: unseen set (leave-site-out) and
-    held-out half, rules alone and rules with the judge."""
-    import hashlib
-
+    held-out half, rules alone and rules with the judge. Each judge's threshold is chosen on its
+    own training rows (`train_judge.fit_rows`), unless `threshold` fixes one for all."""
     sys.path.insert(0, str(HERE))
-    from judge_data import collect, labelled, rows_with_inputs, site_of_row, unseen
-    from train_judge import fit_rows
+    from judge_data import collect, labelled, rows_with_inputs, unseen
+    from train_judge import features, fit_rows, site_fold
 
-    from lait.filters.caption_judge import feature_matrix, judged
-    from lait.filters.text_stage import CleanConfig
-    from lait.models import load_sentence_encoder
 
-    threshold = threshold if threshold is not None else CleanConfig.caption_judge_threshold
-    encoder = load_sentence_encoder("all-minilm-l6-v2")
     shared_any = collect(data, languages=("any",))
     unseen_any = collect(data, pages_dir=pages, languages=("any",))
     unseen_en = collect(data, pages_dir=pages, languages=("en",))
@@ -194,42 +190,51 @@ def unseen_figures(data: Path, pages: Path, folds: int, threshold: float | None,
     kept_unseen, _ = rows_with_inputs(unseen(), unseen_en)
     kept_heldout, _ = rows_with_inputs(labelled("heldout"), shared_en)
 
-    def fold(row: dict) -> int:
-        return int(hashlib.sha1(site_of_row(row).encode()).hexdigest()[:8], 16) % folds
+    def verdicts(judge, rows: list[dict]) -> list[dict]:
+        th = threshold if threshold is not None else judge.threshold
+        p = judge.p_junk_of_matrix(features(rows))
+        return [{**r, "p": float(q) if r["asked"] else 0.0, "dropped": r["asked"] and q >= th}
+                for r, q in zip(rows, p)]
 
     judged_unseen: list[dict] = []
+    fold_thresholds = []
     for k in range(folds):
-        test = [r for r in kept_unseen if fold(r) == k]
+        test = [r for r in kept_unseen if site_fold(r, folds) == k]
         if not test:
             continue
-        judge = fit_rows(tune + [r for r in train_unseen if fold(r) != k])
-        p = judge.p_junk_of_matrix(feature_matrix([r["input"] for r in test], encoder))
-        judged_unseen += [{**r, "p": float(q) if judged(r["input"]) else 0.0} for r, q in zip(test, p)]
-    judge = fit_rows(tune + train_unseen)  # never saw the held-out half
-    p = judge.p_junk_of_matrix(feature_matrix([r["input"] for r in kept_heldout], encoder))
-    judged_heldout = [{**r, "p": float(q) if judged(r["input"]) else 0.0} for r, q in zip(kept_heldout, p)]
+        judge = fit_rows(tune + [r for r in train_unseen if site_fold(r, folds) != k])
+        fold_thresholds.append(judge.threshold)
+        judged_unseen += verdicts(judge, test)
+    judge = fit_rows(tune + train_unseen)  # never saw the held-out half: the shipped judge
+    judged_heldout = verdicts(judge, kept_heldout)
 
     n_pages = len({r["page_id"] for r in unseen()})
+    how = (f"threshold {threshold:g}" if threshold is not None else
+           f"thresholds chosen on each fold's training rows: {', '.join(f'{t:g}' for t in fold_thresholds)}")
     print(f"\nunseen.json: {len(unseen())} labelled rows on {n_pages} pages of "
           f"{len({r['site'] for r in unseen()})} sites; stage 3 default settings (--languages en)")
     print(f"  unseen, rules only                          {shares(kept_unseen)}")
-    print(f"  unseen, rules + judge (leave-site-out, {folds} site groups, threshold {threshold:g})"
-          f"\n                                              {shares([r for r in judged_unseen if r['p'] < threshold])}"
+    print(f"  unseen, rules + judge (leave-site-out, {folds} site groups, {how})"
+          f"\n                                              {shares([r for r in judged_unseen if not r['dropped']])}"
           "   (target: junk <= 5 %)")
+    shipped = threshold if threshold is not None else judge.threshold
     print(f"  held-out half, rules only                   {shares(kept_heldout)}")
-    print(f"  held-out half, rules + judge (tune+unseen)  {shares([r for r in judged_heldout if r['p'] < threshold])}"
+    print(f"  held-out half, rules + judge (tune+unseen, threshold {shipped:g})"
+          f"\n                                              {shares([r for r in judged_heldout if not r['dropped']])}"
           "   (target: junk <= 5 %)")
     for name, rows in (("unseen", judged_unseen), ("held-out", judged_heldout)):
-        dropped = [r for r in rows if r["p"] >= threshold]
+        dropped = [r for r in rows if r["dropped"]]
         by = {lab: sum(r["label"] == lab for r in dropped) for lab in ("describes", "page", "junk")}
-        print(f"  judge dropped on {name}: {by}")
+        print(f"  judge dropped on {name}: {by} (describes rows lost: {by['describes']} of "
+              f"{sum(r['label'] == 'describes' for r in rows)})")
         if show:
             for r in sorted(rows, key=lambda r: -r["p"]):
-                if (r["p"] >= threshold) != (r["label"] == "junk"):
+                if r["dropped"] != (r["label"] == "junk"):
                     print(f"    {r['label']:9s} p={r['p']:.2f} {r['source']}: {r['text'][:70]}")
     for lo in (0.3, 0.4, 0.5, 0.6, 0.7):
-        print(f"  threshold {lo:.1f}: unseen {shares([r for r in judged_unseen if r['p'] < lo])}"
-              f" | held-out {shares([r for r in judged_heldout if r['p'] < lo])}")
+        print(f"  threshold {lo:.1f} (for reference, not chosen by): unseen "
+              f"{shares([r for r in judged_unseen if r['p'] < lo])} | held-out "
+              f"{shares([r for r in judged_heldout if r['p'] < lo])}")
 
 
 if __name__ == "__main__":

@@ -21,8 +21,8 @@ N_PARTITIONS = 4  # as run_clean.py: the site counts the judge reads are per par
 
 
 def collect(data: Path, pages_dir: Path | None = None, languages: tuple[str, ...] = ("en",)) -> dict:
-    """{(page path, image path, text): {"source", "input": JudgeInput}} for every page text stage 3
-    keeps (rules only) over the real-web pages of `data` (or of `pages_dir`)."""
+    """{(page path, image path, text): {"source", "input": JudgeInput, "asked": whether the judge
+    reads it}} for every page text stage 3 keeps (rules only) over the real-web pages of `data` (or of `pages_dir`)."""
     from run_clean import BASE, write_pages  # this folder, on sys.path as for the importers
 
     from lait.filters.text_stage import CleanConfig, CleanStage
@@ -46,8 +46,8 @@ def collect(data: Path, pages_dir: Path | None = None, languages: tuple[str, ...
         stage.global_steps(work)  # the count of each site's texts that every partition reads
         for p in parts:
             run_part(stage, str(work.root), p)
-        return {(page[len(BASE):], image[len(BASE):], x.text): {"source": x.source, "input": x}
-                for page, image, x in stage.judge_sink}
+        return {(page[len(BASE):], image[len(BASE):], x.text): {"source": x.source, "input": x, "asked": asked}
+                for page, image, x, asked in stage.judge_sink}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -74,5 +74,5 @@ def rows_with_inputs(rows: list[dict], found: dict) -> tuple[list[dict], int]:
     for r in rows:
         hit = found.get((r["page"], r["image"], r["text"]))
         if hit is not None:
-            out.append({**r, "input": hit["input"]})
+            out.append({**r, "input": hit["input"], "asked": hit["asked"]})
     return out, len(rows) - len(out)

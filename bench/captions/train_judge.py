@@ -3,8 +3,14 @@
 Training rows: the `tune` half of labelled.json (the shared pages) and all of unseen.json
 (trafilatura's evaluation pages, see README.md), each read as stage 3 reads it (`judge_data`:
 stage 3 of this checkout with languages 'any', rules only). Never the held-out half. The
-target is `junk` against `describes` and `page`. Deterministic: the same rows give the same
-weights (full-batch gradient descent from zeros; MiniLM on the CPU).
+target is `junk` against `describes` and `page`; the embedding is `minilm-static` (MiniLM
+distilled to static token vectors, `lait.models`).
+
+The threshold is chosen on the training rows only: each gets its probability from a judge
+trained without its site group (`INNER_FOLDS` groups by site), and the threshold is the
+highest at which at most 4 % of the rows kept are junk (`caption_judge.choose_threshold`). The
+same rule picks each fold's threshold in `bench_captions.py`, where the fold judged is never
+among the rows. Deterministic: the same rows give the same weights and threshold.
 
     python bench/captions/train_judge.py [--unseen-pages /work/unseen-pages] [--out filters/caption_judge.npz]
 """
@@ -17,7 +23,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-L2 = 300.0  # chosen among 3 to 1000 by the leave-site-out figures of bench_captions.py (see README.md)
+L2 = 300.0  # chosen by the leave-site-out figures of bench_captions.py (see README.md)
+INNER_FOLDS = 5  # site groups of the out-of-fold probabilities the threshold is chosen on
 
 
 def training_rows(data: Path, unseen_pages: Path) -> list[dict]:
@@ -32,15 +39,40 @@ def training_rows(data: Path, unseen_pages: Path) -> list[dict]:
     return a + b
 
 
-def fit_rows(rows: list[dict], l2: float = L2):
-    import numpy as np
+def site_fold(row: dict, folds: int) -> int:
+    """The site group of a labelled row: all rows of a site are in one group."""
+    import hashlib
 
-    from lait.filters.caption_judge import feature_matrix, fit
+    from judge_data import site_of_row
+
+    return int(hashlib.sha1(site_of_row(row).encode()).hexdigest()[:8], 16) % folds
+
+
+def features(rows: list[dict]):
+    from lait.filters.caption_judge import ENCODER, feature_matrix
     from lait.models import load_sentence_encoder
 
-    x = feature_matrix([r["input"] for r in rows], load_sentence_encoder("all-minilm-l6-v2"))
+    return feature_matrix([r["input"] for r in rows], load_sentence_encoder(ENCODER))
+
+
+def fit_rows(rows: list[dict], l2: float = L2, x=None):
+    """The judge trained on `rows` (features `x` when given), its threshold chosen on the rows'
+    out-of-fold probabilities (leave-site-out over INNER_FOLDS groups)."""
+    import numpy as np
+
+    from lait.filters.caption_judge import choose_threshold, fit
+
+    x = features(rows) if x is None else x
     y = np.asarray([r["label"] == "junk" for r in rows], np.float64)
-    return fit(x, y, l2=l2)
+    group = np.asarray([site_fold(r, INNER_FOLDS) for r in rows])
+    p = np.zeros(len(rows))
+    for k in range(INNER_FOLDS):
+        test = group == k
+        if test.any() and not test.all():
+            p[test] = fit(x[~test], y[~test], l2=l2).p_junk_of_matrix(x[test])
+    judge = fit(x, y, l2=l2)
+    judge.threshold = choose_threshold(p, y == 1, np.asarray([r["asked"] for r in rows]))
+    return judge
 
 
 def main() -> None:
@@ -57,7 +89,8 @@ def main() -> None:
     rows = training_rows(data, Path(args.unseen_pages))
     judge = fit_rows(rows, args.l2)
     judge.save(args.out, l2=args.l2, rows=len(rows), junk=sum(r["label"] == "junk" for r in rows))
-    print(f"wrote {args.out}: {len(rows)} rows, {sum(r['label'] == 'junk' for r in rows)} junk, l2 {args.l2:g}")
+    print(f"wrote {args.out}: {len(rows)} rows, {sum(r['label'] == 'junk' for r in rows)} junk, l2 {args.l2:g}, "
+          f"encoder {judge.encoder_name}, threshold {judge.threshold:g}")
 
 
 if __name__ == "__main__":

@@ -6,10 +6,10 @@ process, median of R rounds, measured in this run:
 - trafilatura:  `trafilatura.extract(html_bytes)` with its defaults, page after page
 - stage 3:      CleanStage over a work directory holding those pages (decode, parse, images and
                 their texts, trafilatura on the same tree, sentences, rules, language ID, the
-                caption judge: MiniLM embeddings of the partition's kept texts in batches and
-                its logistic regression, Parquet in and out), one worker, the language-ID
-                and MiniLM models already loaded (their one-time load per worker process is
-                printed separately)
+                caption judge: static MiniLM token vectors (`minilm-static`) averaged over
+                each distinct kept text of the partition, and its logistic regression,
+                Parquet in and out), one worker, the language-ID model and the judge already
+                loaded (their one-time load per worker process is printed separately)
 - stage 3 without the judge (`caption_judge none`), for what the judge costs
 
 Target: stage 3 with the judge takes at most 1.3x the time of trafilatura alone (issue 33;
@@ -64,7 +64,7 @@ def load_langid() -> float:
 
 
 def load_judge() -> float:
-    """Seconds the caption judge (MiniLM and its weights) takes to load, once per process."""
+    """Seconds the caption judge (its token table and weights) takes to load, once per process."""
     from lait.filters.caption_judge import CaptionJudge, JudgeInput
 
     start = time.perf_counter()
@@ -140,7 +140,7 @@ def main() -> None:
     pages = load_pages()
     print(f"{len(pages)} pages, {sum(len(b) for _, b in pages) / len(pages) / 1e3:.0f} KB on average, 1 process")
     print(f"language-ID model load (once per worker process): {load_langid():.1f} s")
-    print(f"caption judge load, MiniLM (once per worker process): {load_judge():.1f} s")
+    print(f"caption judge load, static MiniLM table (once per worker process): {load_judge():.1f} s")
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-clean-"))
     try:

