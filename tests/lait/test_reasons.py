@@ -101,7 +101,9 @@ def written_reasons() -> set[str]:
     out: set[str] = set()
     for path, stage in SOURCES.items():
         for rule in _rules_in(ast.parse((REPO / path).read_text())):
-            out.add(rule if stage is None else f"{stage}/{rule}")
+            # As `PartContext.reject` does: a rule that holds a slash is a whole reason already
+            # (stage 3's extraction pass, stage `clean_pages`, writes `clean/` reasons).
+            out.add(rule if stage is None or "/" in rule else f"{stage}/{rule}")
     out |= {f"crawl/refused_{kind}" for kind in _address_kinds()}
     out |= {f"filter/{rule}" for rule in FETCH_RULES["images"]}
     out |= {f"clean/{rule}" for rule in FETCH_RULES["pages"]}
