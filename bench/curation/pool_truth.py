@@ -33,16 +33,9 @@ def pool_rows(work: Path) -> list[dict]:
 
 
 def wrong_flags(rows: list[dict], truth: dict) -> np.ndarray:
-    from lait.testkit.groundtruth import _norm, _path
+    from lait.testkit.groundtruth import _norm, _path, true_captions
 
-    caps: dict[str, set[str]] = {}
-    for url, info in truth["images"].items():
-        if info.get("true_caption"):
-            caps.setdefault(_path(url), set()).add(_norm(info["true_caption"]))
-    for page in truth["pages"].values():
-        for ref in page.get("images", []):
-            if ref.get("true_caption"):
-                caps.setdefault(_path(ref["url"]), set()).add(_norm(ref["true_caption"]))
+    caps = true_captions(truth, english=False)
     return np.array([not any(c in _norm(r["caption"]) for c in caps.get(_path(r["image_url"]), ())) for r in rows])
 
 

@@ -35,17 +35,24 @@ def _path(url: str) -> str:
     return m.group(1) if m else url
 
 
-def evaluate(shard_dir: str | Path, truth: dict[str, Any]) -> dict[str, Any]:
-    images = {_path(u): v for u, v in truth["images"].items()}
-    true_caps: dict[str, set[str]] = {}
-    for u, v in images.items():
-        for c in (v.get("true_caption"), v.get("caption_en")):
+def true_captions(truth: dict[str, Any], *, english: bool = True) -> dict[str, set[str]]:
+    """Image path -> its true captions (normalised): each image entry's `true_caption` (and its
+    `caption_en` with `english`) and the captions the pages give the images they show."""
+    out: dict[str, set[str]] = {}
+    for u, v in truth["images"].items():
+        for c in (v.get("true_caption"), v.get("caption_en") if english else None):
             if c:
-                true_caps.setdefault(u, set()).add(_norm(c))
+                out.setdefault(_path(u), set()).add(_norm(c))
     for page in truth["pages"].values():
         for ref in page.get("images", []):
             if ref.get("true_caption"):
-                true_caps.setdefault(_path(ref["url"]), set()).add(_norm(ref["true_caption"]))
+                out.setdefault(_path(ref["url"]), set()).add(_norm(ref["true_caption"]))
+    return out
+
+
+def evaluate(shard_dir: str | Path, truth: dict[str, Any]) -> dict[str, Any]:
+    images = {_path(u): v for u, v in truth["images"].items()}
+    true_caps = true_captions(truth)
     kept = []
     for side in sorted(Path(shard_dir).glob("*.parquet")):
         columns = [c for c in ("url", "caption", "status", "candidates") if c in pq.read_schema(side).names]

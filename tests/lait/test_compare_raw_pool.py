@@ -15,27 +15,14 @@ pytest.importorskip("lait.crawler.run")
 pytest.importorskip("lait.scoring.pipeline")
 
 from lait.app.demo import DemoConfig, run_demo  # noqa: E402
-from lait.testkit.groundtruth import _norm, _path  # noqa: E402
+from lait.testkit.groundtruth import _norm, _path, true_captions  # noqa: E402
 
 pytestmark = pytest.mark.slow  # reuses the session's demo crawl; cleans, scores, builds and trains again
 
 
-def true_captions(truth: dict) -> dict[str, set[str]]:
-    """Image path -> its true captions (normalised), from the image entries and the page refs."""
-    out: dict[str, set[str]] = {}
-    for url, info in truth["images"].items():
-        if info.get("true_caption"):
-            out.setdefault(_path(url), set()).add(_norm(info["true_caption"]))
-    for page in truth["pages"].values():
-        for ref in page.get("images", []):
-            if ref.get("true_caption"):
-                out.setdefault(_path(ref["url"]), set()).add(_norm(ref["true_caption"]))
-    return out
-
-
 def wrong_rows(rows: list[dict], truth: dict) -> list[dict]:
     """The rows whose caption neither is nor carries a true caption of their picture."""
-    caps = true_captions(truth)
+    caps = true_captions(truth, english=False)
     return [r for r in rows if not any(c in _norm(r["caption"]) for c in caps.get(_path(r["image_url"]), ()))]
 
 
