@@ -73,20 +73,18 @@ def step_settings(cfg: CleanConfig) -> dict[str, Any]:
     return {k: getattr(cfg, k) for k in ("site_repeat_min_pages", "site_repeat_share")}
 
 
-def count_site_texts(work: WorkDir, cfg: CleanConfig, texts_of_page: Callable[[dict[str, Any]], set[str]],
-                     fingerprint: str | None = None) -> dict[str, int]:
-    """Count every page of `page_texts/` and write `site_texts/` (see the module docstring).
-
-    `texts_of_page(row)` gives the texts one page offers its images."""
+def count_site_texts(work: WorkDir, cfg: CleanConfig, fingerprint: str | None = None) -> dict[str, int]:
+    """Count every page of `page_texts/` (its `counted` column) and write `site_texts/` (see the
+    module docstring)."""
     pages: Counter[str] = Counter()
     counts: dict[str, Counter[int]] = defaultdict(Counter)
     spelled: dict[tuple[str, int], str] = {}  # kept from a text's second page on
     for p in work.partitions("page_texts"):
-        for row in work.iter_rows("page_texts", p, columns=["page_url", "found"], batch_size=1024):
+        for row in work.iter_rows("page_texts", p, columns=["page_url", "counted"], batch_size=1024):
             site = site_of(row["page_url"])
             pages[site] += 1
             seen = counts[site]
-            for text in texts_of_page(row):
+            for text in row["counted"]:
                 k = text_key(text)
                 seen[k] += 1
                 if seen[k] == 2:
@@ -106,11 +104,10 @@ def count_site_texts(work: WorkDir, cfg: CleanConfig, texts_of_page: Callable[[d
     return {"texts": n, "sites": len(pages), "pages": sum(pages.values())}
 
 
-def site_texts_step(work: WorkDir, cfg: CleanConfig, texts_of_page: Callable[[dict[str, Any]], set[str]], *,
-                    force: bool = False, report: RunReport | None = None) -> None:
+def site_texts_step(work: WorkDir, cfg: CleanConfig, *, force: bool = False, report: RunReport | None = None) -> None:
     """`site_texts/` over every page, redone when a `page_texts` part or a setting of the step changed."""
     fp = global_fingerprint(work, STEP, step_settings(cfg), ["page_texts"], version=VERSION)
-    run_global_step(work, fp, lambda: count_site_texts(work, cfg, texts_of_page, fp.digest),
+    run_global_step(work, fp, lambda: count_site_texts(work, cfg, fp.digest),
                     label="clean: site texts", force=force, report=report)
 
 

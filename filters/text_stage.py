@@ -348,25 +348,26 @@ PAGE_TEXTS = register_table(Table("page_texts", pa.schema([
     pa.field("page_url", pa.string(), nullable=False),
     pa.field("license", pa.string()),  # the page's, from pages/
     pa.field("found", pa.string(), nullable=False),  # the page's `PageTexts` as JSON (`page_texts_json`)
+    pa.field("counted", pa.list_(pa.string()), nullable=False),  # `PageTexts.counted`, for the site count
 ]), "page_url"))
 
 
 def page_texts_json(found: PageTexts) -> str:
-    """One page's `PageTexts` as the `found` column of `page_texts/` (JSON: texts, no objects)."""
+    """One page's `PageTexts` as the `found` column of `page_texts/` (JSON: texts, no objects),
+    without `counted`, which has a column of its own (the site count reads nothing else)."""
     return json.dumps({"images": found.images,
                        "shared": [[s.image_url, s.source, s.text, s.detail] for s in found.shared],
                        "site_names": sorted(found.site_names), "truncated": found.truncated,
-                       "mended": found.mended, "lang": found.lang, "image_licenses": found.image_licenses,
-                       "counted": sorted(found.counted)},
+                       "mended": found.mended, "lang": found.lang, "image_licenses": found.image_licenses},
                       ensure_ascii=False)
 
 
 def page_texts_of(value: str) -> PageTexts:
-    """`page_texts_json` read back."""
+    """`page_texts_json` read back (`counted` left empty: the rules do not read it)."""
     d = json.loads(value)
     return PageTexts([(u, [(src, t) for src, t in texts]) for u, texts in d["images"]],
                      [SharedText(*s) for s in d["shared"]], frozenset(d["site_names"]), d["truncated"],
-                     d["mended"], d["lang"], d["image_licenses"], frozenset(d["counted"]))
+                     d["mended"], d["lang"], d["image_licenses"])
 
 
 def offered(found: PageTexts) -> set[str]:
@@ -576,7 +577,7 @@ class ExtractStage(Stage):
             if found.mended:
                 ctx.count("clean/cut_texts_mended", found.mended)
             ctx.write("page_texts", {"page_url": url, "license": row.get("license"),
-                                     "found": page_texts_json(found)})
+                                     "found": page_texts_json(found), "counted": sorted(found.counted)})
 
 
 class CleanStage(Stage):
@@ -615,7 +616,7 @@ class CleanStage(Stage):
 
     def global_steps(self, work, *, force: bool = False, report=None) -> None:
         """Count each site's texts over every page of the pool (`lait.filters.site_texts`)."""
-        site_texts_step(work, self.cfg, lambda row: page_texts_of(row["found"]).counted, force=force, report=report)
+        site_texts_step(work, self.cfg, force=force, report=report)
 
     def global_inputs(self, work) -> dict[str, Any]:
         """Every partition reads the site counts: a new count redoes them all."""
