@@ -37,6 +37,7 @@ from lait import errors, lifeline
 from lait.config import ConfigError
 from lait.crawler.config import CrawlConfig, FetchConfig, ImageFetchConfig, scrapy_settings
 from lait.lock import child_env, lock_fds
+from lait.startup import skip_pandas_probe
 
 log = logging.getLogger(__name__)
 
@@ -309,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
                              "references (ImageFetchConfig)")
     args = parser.parse_args(argv)
     lifeline.die_with_parent()  # a killed `lait crawl` takes its crawlers with it
+    skip_pandas_probe()  # a fetcher sees no pandas objects: see lait.startup
     os.environ.setdefault("SCRAPY_SETTINGS_MODULE", "lait.crawler.settings")
     from scrapy.crawler import CrawlerProcess
     from scrapy.utils.project import get_project_settings

@@ -16,6 +16,7 @@ from lait.app.commands import Parser, add_global_flags, finish_sub_commands
 from lait.config import ConfigError
 from lait.log import setup_logging
 from lait.memory import apply_memory_settings
+from lait.startup import skip_pandas_probe
 
 log = logging.getLogger("lait")
 
@@ -39,6 +40,9 @@ COMMAND_MODULES = [
     "lait.app.demo",
     "lait.app.train",
 ]
+
+# Stage 1: the fetch commands, whose processes hand pyarrow no pandas objects (lait.startup).
+STAGE1_COMMANDS = {"crawl", "download", "ingest-warc"}
 
 EPILOG = """\
 the pipeline (LAIT, ImageBERT paper):
@@ -86,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     setup_logging(-1 if args.quiet else args.verbose)
+    if argv is None and args.command in STAGE1_COMMANDS:
+        skip_pandas_probe()  # the process is this command, which sees no pandas objects: see lait.startup
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:
