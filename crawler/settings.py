@@ -5,6 +5,8 @@ uses it too. The spider lays the values of its `CrawlConfig` over these at "spid
 (see `lait.crawler.run.scrapy_settings`), and `-s NAME=VALUE` on the command line still wins.
 """
 
+from scrapy.settings import default_settings as _scrapy_defaults
+
 from lait import SITE_OWNERS_URL, __version__
 
 BOT_NAME = "lait"
@@ -107,8 +109,10 @@ TELNETCONSOLE_ENABLED = False
 # killed): a crawler of untrusted pages needs neither.
 REMOTE_CONTROL_ENABLED = False
 # Off, and not even imported: its module imports aiohttp, a third of a second of every crawler
-# process's start-up, only for Scrapy to find it not configured.
-EXTENSIONS = {"scrapy.extensions.remote_control.RemoteControl": None}
+# process's start-up, only for Scrapy to find it not configured. It is left out of the base list:
+# naming it in EXTENSIONS (even as None) has Scrapy import it to normalise the name.
+EXTENSIONS_BASE = {name: order for name, order in _scrapy_defaults.EXTENSIONS_BASE.items()
+                   if not name.endswith(".RemoteControl")}
 REQUEST_FINGERPRINTER_IMPLEMENTATION = "2.7"
 # A page request and an image request of one URL are two requests (lait.crawler.fingerprints).
 REQUEST_FINGERPRINTER_CLASS = "lait.crawler.fingerprints.KindFingerprinter"

@@ -1,4 +1,5 @@
-"""lait.startup: stage 1's processes never import pandas for pyarrow's check, and nothing else changes."""
+"""lait.startup: stage 1's processes never import pandas for pyarrow's check, and nothing else changes;
+nor aiohttp for Scrapy's remote control, which is off (lait.crawler.settings)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def test_skip_is_a_no_op_once_pandas_is_imported():
 
 def test_lait_download_and_its_fetchers_never_import_pandas(shared_data, tmp_path):
     """Python's import log of every process of a real `lait download` (the command and its fetcher
-    process, which inherits PYTHONPROFILEIMPORTTIME) holds no module of pandas."""
+    process, which inherits PYTHONPROFILEIMPORTTIME) holds no module of pandas, nor aiohttp."""
     photos = coco_photos(shared_data / "photos" / "coco_train")[:6]
     server = PhotoServer(PhotoSite({f"/p/{p.name}": p.read_bytes() for p, _ in photos}), host="127.0.19.21").start()
     try:
@@ -62,4 +63,6 @@ def test_lait_download_and_its_fetchers_never_import_pandas(shared_data, tmp_pat
     # pyarrow's refused attempts are logged as a bare `pandas` of a few microseconds; pandas itself
     # would bring its submodules (pandas._libs, pandas.core, ...)
     assert not [m for m in imported if m.startswith("pandas.")]
+    # nor Scrapy's remote control, which is off, and its aiohttp (lait.crawler.settings)
+    assert "scrapy.extensions.remote_control" not in imported and "aiohttp" not in imported
     assert '"crawl/image_ok": 6' in done.stderr
