@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 
 from lait import storage
 from lait.config import ConfigError
-from lait.pagereader import resolve_slow
+from lait.pagereader import fast_absolute, resolve_slow
 from lait.parts import PartitionedWriter, WorkDir, atomic_write_json, input_done, input_marker
 from lait.storage import Location
 
@@ -272,7 +272,7 @@ def normalise_url(raw: Any) -> tuple[str | None, str | None]:
     text = str(raw).strip()
     if len(text) > MAX_URL_LENGTH:
         return None, f"longer than {MAX_URL_LENGTH} characters"
-    url = resolve_slow(text, text)
+    url = fast_absolute(text) or resolve_slow(text, text)
     if url is None:
         return None, "no host" if text[:8].lower().startswith(("http://", "https://")) else "not an http(s) URL"
     try:

@@ -113,6 +113,32 @@ def resolve(base: str, raw: str | None) -> str | None:
     return Resolver(base)(raw)
 
 
+def fast_absolute(raw: str) -> str | None:
+    """`resolve_slow(base, raw)` for a stripped absolute http(s) URL that needs no escaping nor
+    normalising, whatever the base (an absolute URL ignores it); None where only the slow path
+    can tell (it may still be a good URL)."""
+    if "/." in raw or "\\" in raw or not raw.startswith(("http://", "https://")):
+        return None
+    if "/" not in raw[8:] or raw.count("//") != 1:
+        return None
+    netloc = raw.split("/", 3)[2]
+    if netloc != netloc.lower() or not is_http_url(raw):  # a host, as the slow path wants
+        return None
+    return _as_is(raw)
+
+
+def _as_is(url: str) -> str | None:
+    """`url` without its fragment where the slow path would return it so; else None."""
+    if ";" in url or not _SAFE_URL_RE.fullmatch(url):  # urljoin may drop empty ;params
+        return None
+    hash_at = url.find("#")
+    if hash_at >= 0:
+        url = url[:hash_at]
+    if url.endswith("?"):  # urljoin drops an empty query
+        return None
+    return url
+
+
 class Resolver:
     """`resolve_slow` against one base URL, with fast paths for the common shapes of references.
 
@@ -135,20 +161,11 @@ class Resolver:
             return None
         url = None
         if "/." not in raw and "\\" not in raw:
-            if raw.startswith(("http://", "https://")) and "/" in raw[8:] and raw.count("//") == 1:
-                netloc = raw.split("/", 3)[2]
-                if netloc == netloc.lower() and is_http_url(raw):  # a host, as the slow path wants
-                    url = raw
+            if raw.startswith(("http://", "https://")):
+                url = fast_absolute(raw)
             elif self.origin and raw[0] == "/" and not raw.startswith("//"):
-                url = self.origin + raw
-        if url is None or not _SAFE_URL_RE.fullmatch(url):
-            return self._resolve_slow(raw)
-        hash_at = url.find("#")
-        if hash_at >= 0:
-            url = url[:hash_at]
-        if url.endswith("?"):  # urljoin drops an empty query
-            return self._resolve_slow(raw)
-        return url
+                url = _as_is(self.origin + raw)
+        return self._resolve_slow(raw) if url is None else url
 
     def _resolve_slow(self, raw: str) -> str | None:
         if raw not in self._slow:

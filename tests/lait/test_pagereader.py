@@ -230,9 +230,18 @@ def test_the_real_web_site_rewrites_what_the_reader_reads():
 @pytest.mark.parametrize("base", ["http://Ex.com:80/a/b/c.html?q=1", "https://x.org", "http://127.0.0.1:8000/p/"])
 def test_fast_resolver_equals_the_reference(base):
     refs = ["http://Example.COM/x", "/x#frag", "/x y", "/a/./b", "//cdn.x/y.jpg", "x.jpg", "../x.jpg", "?q=2",
-            "http://a/b?c='d'", "/x[1]", "/x?", "/x?#f", "http://a/b/?", "/\u00fc.jpg", "/x%zz", "http://[::1]/x"]
+            "http://a/b?c='d'", "/x[1]", "/x?", "/x?#f", "http://a/b/?", "/\u00fc.jpg", "/x%zz", "http://[::1]/x",
+            "http://a/b;", "/b;?q", "https://a/b;", "/p;x/y"]  # urljoin drops empty params after a same scheme
     resolver = Resolver(base)
     assert [resolver(r) for r in refs] == [resolve_slow(base, r) for r in refs]
+
+
+def test_a_list_url_is_resolved_as_the_reference_does():
+    from lait.crawler.url_list import normalise_url
+
+    urls = ["http://Example.COM/x", "http://a/b;", "http://a/b;?q", "http://a/b?", "http://a/b#f", "http://a/b c",
+            "https://a/\u00fc.jpg", "http://a/./b", "http://a:80/b", "http://[::1]/x", "https://a/b?c='d'"]
+    assert [normalise_url(u)[0] for u in urls] == [resolve_slow(u, u) for u in urls]
 
 
 def _same_tree(html: bytes | str) -> None:
