@@ -19,6 +19,12 @@ def now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def as_row(item: Any) -> dict[str, Any]:
+    """An item's fields as its row, values as they are: `dataclasses.asdict` deep-copies each
+    value (60 us an image item here, against 2 us), and nothing changes an item once stored."""
+    return {f.name: getattr(item, f.name) for f in dataclasses.fields(item)}
+
+
 @dataclass
 class PageItem:
     """A fetched page (any status). `html` is None when it must not be stored (noai, errors)."""
@@ -44,7 +50,7 @@ class PageItem:
         return self.url
 
     def row(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return as_row(self)
 
 
 @dataclass
@@ -65,7 +71,7 @@ class ImageItem:
         return self.image_url
 
     def row(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return as_row(self)
 
 
 @dataclass
@@ -87,4 +93,4 @@ class RejectedItem:
         return self.image_url or self.page_url or self.reason
 
     def row(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return as_row(self)
