@@ -35,7 +35,7 @@ RESULT_FILE = "result.json"
 FINGERPRINT_FILE = "fingerprint.json"
 # Settings that say how a run goes, not what it learns: left out of a cell's fingerprint.
 RUN_SETTINGS = ("output_dir", "log_every", "checkpoint_every", "keep_checkpoints", "resume", "tensorboard",
-                "cpu_threads", "peak_flops", "device", "precision")
+                "cpu_threads", "peak_flops", "device", "precision", "progress")
 
 
 @dataclass
@@ -163,7 +163,7 @@ def _write_json(path: Path, data: Any) -> None:
 
 def train_and_evaluate(shards: str, run_dir: str | Path, seed: int, eval_spec: EvalSpec, budget: str | Path = "",
                        overrides: list[str] = (), eval_digest: str | None = None,
-                       cpu_threads: int | None = None) -> dict:
+                       cpu_threads: int | None = None, progress: bool = True) -> dict:
     """Train the budget on `shards` with `seed` and evaluate on `eval_spec`; the result (its R@K,
     its fingerprint, `trained`: whether this call trained) is also in `run_dir/result.json`."""
     from lait.train.evaluate import run_eval
@@ -174,6 +174,7 @@ def train_and_evaluate(shards: str, run_dir: str | Path, seed: int, eval_spec: E
     cfg = load_budget(budget or DEFAULT_BUDGET, shards, seed, run_dir, list(overrides))
     if cpu_threads:
         cfg.cpu_threads = cpu_threads
+    cfg.progress = progress
     eval_digest = eval_digest or eval_spec.digest()
     digest = fingerprint(cfg, shards, eval_spec, eval_digest)
     done = finished(run_dir, digest)
@@ -194,7 +195,7 @@ def train_and_evaluate(shards: str, run_dir: str | Path, seed: int, eval_spec: E
     checkpoint = run_dir / "train" / "checkpoints" / f"stage-{len(cfg.stages) - 1}-{last.name}.pt"
     if not checkpoint.is_file():
         raise RuntimeError(f"training ended without its checkpoint {checkpoint}")
-    metrics = run_eval(eval_config(checkpoint, eval_spec, run_dir, cfg.device, cfg.cpu_threads))
+    metrics = run_eval(eval_config(checkpoint, eval_spec, run_dir, cfg.device, cfg.cpu_threads, progress))
     result = {"fingerprint": digest, "seed": seed, "shards": str(shards), "steps": sum(s.steps for s in cfg.stages),
               "batch_size": [s.batch_size for s in cfg.stages], "eval_mode": metrics["mode"],
               "eval_images": metrics["images"], "eval_texts": metrics["texts"],
@@ -204,11 +205,12 @@ def train_and_evaluate(shards: str, run_dir: str | Path, seed: int, eval_spec: E
     return {**result, "trained": True}
 
 
-def eval_config(checkpoint: Path, spec: EvalSpec, run_dir: Path, device: str, cpu_threads: int | None):
+def eval_config(checkpoint: Path, spec: EvalSpec, run_dir: Path, device: str, cpu_threads: int | None,
+                progress: bool = True):
     from lait.train.config import EvalConfig
 
     cfg = EvalConfig(checkpoint=str(checkpoint), mode=spec.mode, cpu_threads=cpu_threads,
-                     output=str(run_dir / "eval.json"), device=device)
+                     output=str(run_dir / "eval.json"), device=device, progress=progress)
     if spec.is_karpathy:
         cfg.karpathy_json, cfg.image_root, cfg.split = spec.source, spec.root(), spec.split
     else:

@@ -116,6 +116,7 @@ class RunConfig(Config):
     tensorboard: bool = setting(True, "write TensorBoard logs")
     peak_flops: float | None = setting(None, "peak FLOP/s per device, for MFU; default: from the GPU name")
     cpu_threads: int | None = setting(None, "torch intra-op threads; on a shared CPU, 1 beats oversubscription")
+    progress: bool = setting(True, "show a progress bar on a terminal", run=True)
     data: DataConfig = setting(DataConfig(), "tokenisation and loading")
 
     def validate(self) -> None:
@@ -184,6 +185,7 @@ class EvalConfig(Config):
     device: str = setting("auto", "auto, cpu or cuda")
     precision: str = setting("auto", "auto is bf16 on CUDA, fp32 on the CPU", choices=PRECISIONS)
     cpu_threads: int | None = setting(None, "torch intra-op threads")
+    progress: bool = setting(True, "show a progress bar on a terminal", run=True)
     output: str | None = setting(None, "write the metrics JSON here")
     data: DataConfig | None = setting(None, "data settings; default: those stored in the checkpoint, "
                                       "with any --set data.KEY=VALUE applied on top of them")

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
+from lait.log import progress
 from lait.train.batch import Example, collate, round_up
 from lait.train.config import EvalConfig
 
@@ -97,8 +97,10 @@ def load_karpathy_set(path: str, image_root: str, split: str, decoder, limit: in
 class RetrievalScorer:
     """Encodes a retrieval set once, then scores pairs with ITM or embeddings."""
 
-    def __init__(self, model, data: RetrievalSet, special, max_text_len: int, max_regions: int, online, device, autocast, batch_size: int):
+    def __init__(self, model, data: RetrievalSet, special, max_text_len: int, max_regions: int, online, device, autocast, batch_size: int,
+                 show_progress: bool = True):
         self.model, self.device, self.autocast, self.bs = model.eval().to(device), device, autocast, batch_size
+        self.show_progress = show_progress
         g = torch.Generator().manual_seed(0)
         # Regions for all images (collate pads them; the online model fills them on the device).
         feats, locs, valid = [], [], []
@@ -157,7 +159,7 @@ class RetrievalScorer:
         n_img, n_txt = len(self.feats), len(self.ids)
         scores = np.zeros((n_img, n_txt), dtype=np.float32)
         txt = torch.arange(n_txt)
-        for i in tqdm(range(n_img), desc="eval/full", leave=False):
+        for i in progress(range(n_img), desc="eval/full", unit="image", leave=False, disable=not self.show_progress):
             scores[i] = self.itm(txt, torch.full((n_txt,), i)).numpy()
         return scores
 
@@ -206,7 +208,7 @@ def run_eval(cfg: EvalConfig) -> dict:
         data = load_shard_set(urls, decoder, cfg.limit)
     t0 = time.perf_counter()
     scorer = RetrievalScorer(model, data, tok.special, data_cfg.max_text_len, data_cfg.regions.max_regions, regions.online,
-                             rt.device, rt.autocast, cfg.batch_size)
+                             rt.device, rt.autocast, cfg.batch_size, show_progress=cfg.progress)
     if cfg.mode == "full":
         s = scorer.full()
         metrics = recall_at_k(s, s, data.text_to_image)

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
-from tqdm import tqdm
 
 from lait.config import ConfigError
+from lait.log import progress
 from lait.train.batch import Batch
 from lait.train.checkpoint import (
     Position,
@@ -56,13 +56,15 @@ class Trainer:
 
     def __init__(self, task: torch.nn.Module, model: ImageBert, rt: Runtime, out_dir: Path, run_config: dict, *,
                  log_every: int = 10, checkpoint_every: int = 500, keep_checkpoints: int = 2,
-                 tensorboard: bool = True, peak_flops: float | None = None, num_workers: int = 0):
+                 tensorboard: bool = True, peak_flops: float | None = None, num_workers: int = 0,
+                 show_progress: bool = True):
         self.model, self.rt, self.out_dir = model, rt, Path(out_dir)
         self.ckpt_dir = self.out_dir / "checkpoints"
         self.run_config = run_config
         self.log_every, self.checkpoint_every, self.keep = log_every, checkpoint_every, keep_checkpoints
         self.peak = rt.peak_flops(peak_flops)
         self.num_workers = num_workers
+        self.show_progress = show_progress and rt.is_main
         self.base_task = task  # the task itself, also when DDP wraps it below
         task.to(rt.device)
         if rt.distributed:
@@ -81,7 +83,8 @@ class Trainer:
         folder, logging, checkpointing and data-loader settings both share)."""
         return cls(task, model, rt, Path(cfg.output_dir), cfg.to_dict(), log_every=cfg.log_every,
                    checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
-                   tensorboard=cfg.tensorboard, peak_flops=cfg.peak_flops, num_workers=cfg.data.num_workers)
+                   tensorboard=cfg.tensorboard, peak_flops=cfg.peak_flops, num_workers=cfg.data.num_workers,
+                   show_progress=cfg.progress)
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def _all_rng(self) -> list:
@@ -149,7 +152,8 @@ class Trainer:
         opt, sched, stream = self._start_stage(plan, pos, ck)
         params = [p for p in self.task.parameters() if p.requires_grad]
         self.task.train()
-        bar = tqdm(total=plan.steps, initial=pos.step, desc=plan.config.name, disable=not self.rt.is_main, dynamic_ncols=True)
+        bar = progress(total=plan.steps, initial=pos.step, desc=plan.config.name, unit="step",
+                       disable=not self.show_progress)
         window = _Window()
         while pos.step < plan.steps:
             t0 = time.perf_counter()
@@ -217,7 +221,7 @@ class Trainer:
         return grad_norm
 
     def _record(self, plan: StagePlan, pos: Position, sums: dict[str, float], grad_norm: torch.Tensor | None,
-                lr: float, window: "_Window", bar: tqdm) -> "_Window":
+                lr: float, window: "_Window", bar: Any) -> "_Window":
         """Keep the step's record; on a log step, write the window's means and rates and start a
         new window (returned)."""
         record = {"stage": plan.index, "stage_name": plan.config.name, "step": pos.step, "global_step": pos.global_step,

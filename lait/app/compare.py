@@ -185,7 +185,7 @@ def compare(cfg: CompareConfig) -> dict[str, Any]:
             cells = []
             for seed in seeds:
                 cell = train_and_evaluate(str(sel_dir), out / "runs" / label / f"seed-{seed}", seed, spec,
-                                          cfg.budget, cfg.budget_set, eval_digest, cfg.cpu_threads)
+                                          cfg.budget, cfg.budget_set, eval_digest, cfg.cpu_threads, cfg.progress)
                 print(f"compare: {label} seed {seed}: "
                       + (f"trained {cell['steps']} steps in {cell['train_seconds']:.0f} s" if cell["trained"]
                          else "finished earlier, not trained again")

@@ -97,3 +97,14 @@ def test_itc_task_learns_alignment(tmp_path, object_shards, minilm_dir, pretrain
     values = [r["itc"] for r in _records(out)]
     assert all(math.isfinite(v) for v in values)
     assert sum(values[-3:]) / 3 < sum(values[:3]) / 3, values
+
+
+def test_no_progress_silences_the_training_bar(tmp_path, object_shards, minilm_dir, pretrain_args, capfd, monkeypatch):
+    """`lait compare --no-progress` passes `progress: false` to the trainer; a bar forced on
+    (LAIT_PROGRESS=1: stderr is not a terminal here) is drawn only when progress is on."""
+    monkeypatch.setenv("LAIT_PROGRESS", "1")
+    assert main(pretrain_args(tmp_path / "on", object_shards, minilm_dir, steps=4)) == 0
+    assert "s0: 100%" in capfd.readouterr().err
+    assert main(pretrain_args(tmp_path / "off", object_shards, minilm_dir, steps=4,
+                              extra=["--set", "progress=false"])) == 0
+    assert "s0:" not in capfd.readouterr().err
