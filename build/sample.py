@@ -95,35 +95,51 @@ def _candidate(c: dict[str, Any]) -> dict[str, Any]:
             "score": float(c["score"]), "page_url": c["page_url"]}
 
 
+_OPTIONAL = ("error_message", "lang", "license", "image_license", "image_license_from", "pretrained")
+_KEYSET = frozenset(KEYS)
+
+
+def _text(v: Any) -> str:
+    return "" if v is None else v if type(v) is str else str(v)
+
+
+def _int(v: Any) -> int | None:
+    return v if v is None or type(v) is int else int(v)
+
+
 def make_sample(meta: dict[str, Any], **image: Any) -> dict[str, Any]:
     """The sample's record in schema order from the plan's metadata (`build.aggregate.plan_row`)
     and what writing the image decided (`key`, `status`, `width`, ...); raises ValueError when a
-    key is left over or missing, so that the schema cannot drift silently."""
-    values = {**meta, **image}
-    columns = values.pop("extra", None) or {}  # the URL list's extra columns
-    values["uid"] = sample_uid(values["url"], values["caption"])
-    values.setdefault("error_message", None)
-    for name in ("lang", "license", "image_license", "image_license_from", "pretrained"):
-        values.setdefault(name, None)
-    values["candidates"] = [_candidate(c) for c in values["candidates"]]
-    missing, extra = set(KEYS) - set(values), set(values) - set(KEYS)
-    if missing or extra:
-        raise ValueError(f"sample {values.get('key')}: keys missing {sorted(missing)}, unknown {sorted(extra)}")
-    out = {}
-    for name in KEYS:
-        v = values[name]
-        if name in STRINGS:
-            v = "" if v is None else str(v)
-        elif name in INTS and v is not None:
-            v = int(v)
-        elif name in ("score", "punsafe"):
-            v = float(v)
-        elif name == "face_bboxes":
-            v = [[float(x) for x in b] for b in v or ()]
-        out[name] = v
+    key is left over or missing, so that the schema cannot drift silently.
+
+    Called once per sample of every shard: the record is one dict display in schema order (a
+    loop over the keys with a type test each cost as much as decoding the metadata)."""
+    v = {**meta, **image}
+    columns = v.pop("extra", None) or {}  # the URL list's extra columns
+    v["uid"] = sample_uid(v["url"], v["caption"])
+    for name in _OPTIONAL:
+        v.setdefault(name, None)
+    if v.keys() != _KEYSET:
+        missing, extra = _KEYSET - v.keys(), v.keys() - _KEYSET
+        raise ValueError(f"sample {v.get('key')}: keys missing {sorted(missing)}, unknown {sorted(extra)}")
+    out = {
+        "key": _text(v["key"]), "uid": _text(v["uid"]), "url": _text(v["url"]), "caption": _text(v["caption"]),
+        "status": _text(v["status"]), "error_message": v["error_message"],
+        "width": _int(v["width"]), "height": _int(v["height"]),
+        "original_width": _int(v["original_width"]), "original_height": _int(v["original_height"]),
+        "exif": _text(v["exif"]), "sha256": _text(v["sha256"]), "original_format": _text(v["original_format"]),
+        "phash": _text(v["phash"]), "punsafe": float(v["punsafe"]),
+        "face_bboxes": [[float(x) for x in b] for b in v["face_bboxes"] or ()],
+        "page_url": _text(v["page_url"]), "score": float(v["score"]), "source": _text(v["source"]),
+        "lang": _text(v["lang"]), "license": _text(v["license"]), "image_license": _text(v["image_license"]),
+        "image_license_from": _text(v["image_license_from"]), "model": _text(v["model"]),
+        "pretrained": _text(v["pretrained"]), "pages": _int(v["pages"]), "urls": v["urls"],
+        "n_duplicates": _int(v["n_duplicates"]), "candidates": [_candidate(c) for c in v["candidates"]],
+        "n_candidates": _int(v["n_candidates"]),
+    }
     if not out["urls"] or not out["candidates"]:
         raise ValueError(f"sample {out['key']}: urls and candidates must not be empty")
-    return with_extra(out, columns)
+    return with_extra(out, columns) if columns else out
 
 
 def with_extra(record: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -155,7 +171,9 @@ def punsafe_value(value: Any) -> float:
     return NOT_MEASURED if value is None else round(float(value), 6)
 
 
-_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)  # `json.dumps` makes one per call
+# Made once (`json.dumps` makes one per call); a sample holds no container twice, so the check
+# for circular references, which records every list and dict it enters, is left out.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, check_circular=False)
 
 
 def sample_json(sample: dict[str, Any]) -> bytes:
