@@ -108,7 +108,7 @@ def _int(v: Any) -> int | None:
 
 
 def make_sample(meta: dict[str, Any], **image: Any) -> dict[str, Any]:
-    """The sample's record in schema order from the plan's metadata (`build.aggregate.plan_row`)
+    """The sample's record in schema order from the plan's metadata (`build.aggregate.plan_meta`)
     and what writing the image decided (`key`, `status`, `width`, ...); raises ValueError when a
     key is left over or missing, so that the schema cannot drift silently.
 

@@ -89,10 +89,15 @@ def ustar_header(name: str, size: int) -> bytes:
     checksum filled in. Names must be ASCII and under 100 bytes.
     """
     raw = name.encode("ascii")
+    return _header(raw, sum(raw), size)
+
+
+def _header(raw: bytes, raw_sum: int, size: int) -> bytes:
+    """`ustar_header` of the name `raw` (ASCII bytes) whose byte sum is `raw_sum`."""
     if len(raw) >= 100:
-        raise ValueError(f"tar member name too long for a plain ustar header: {name!r}")
+        raise ValueError(f"tar member name too long for a plain ustar header: {raw.decode()!r}")
     size_field = b"%011o\0" % size
-    check = b"%06o\0 " % (_HEADER_SUM + sum(raw) + sum(size_field))
+    check = b"%06o\0 " % (_HEADER_SUM + raw_sum + sum(size_field))
     return b"".join((raw, _HEADER[len(raw):124], size_field, _HEADER[136:148], check, _HEADER[156:]))
 
 
@@ -143,9 +148,13 @@ class TarShardWriter:
 
     def write(self, key: str, sample: dict[str, bytes]) -> None:
         batch = self._batch
+        # The members' names share the key: its bytes and their sum are worked out once.
+        stem = key.encode("ascii") + b"."
+        stem_sum = sum(stem)
         for ext, data in sample.items():
             size = len(data)
-            batch.append(ustar_header(f"{key}.{ext}", size))
+            suffix = ext.encode("ascii")
+            batch.append(_header(stem + suffix, stem_sum + sum(suffix), size))
             batch.append(data)
             pad = -size % 512
             if pad:
