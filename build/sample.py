@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from json.encoder import encode_basestring
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 CANDIDATE = pa.struct([
     pa.field("text", pa.string()),
@@ -227,3 +229,136 @@ def uids_to_array(uids: list[str]) -> np.ndarray:
 
 def array_to_uids(arr: np.ndarray) -> list[str]:
     return [f"{int(hi):016x}{int(lo):016x}" for hi, lo in arr.tolist()]
+
+
+# -- Samples a batch at a time ------------------------------------------------------------------
+# The plan's `meta` (`build.aggregate.plan_meta`) as the columns of a table: what `pyarrow.json`
+# reads it into. A field the plan never leaves null is REQUIRED.
+META = pa.schema([
+    pa.field("candidates", pa.list_(pa.struct([pa.field("lang", pa.string()), pa.field("page_url", pa.string()),
+                                               pa.field("score", pa.float64()), pa.field("source", pa.string()),
+                                               pa.field("text", pa.string())]))),
+    pa.field("caption", pa.string()), pa.field("face_bboxes", pa.list_(pa.list_(pa.float64()))),
+    pa.field("height", pa.int64()), pa.field("image_license", pa.string()),
+    pa.field("image_license_from", pa.string()), pa.field("key", pa.string()), pa.field("lang", pa.string()),
+    pa.field("license", pa.string()), pa.field("model", pa.string()), pa.field("n_candidates", pa.int64()),
+    pa.field("n_duplicates", pa.int64()), pa.field("original_format", pa.string()), pa.field("page_url", pa.string()),
+    pa.field("pages", pa.int64()), pa.field("phash", pa.string()), pa.field("pretrained", pa.string()),
+    pa.field("punsafe", pa.float64()), pa.field("score", pa.float64()), pa.field("sha256", pa.string()),
+    pa.field("source", pa.string()), pa.field("status", pa.string()), pa.field("url", pa.string()),
+    pa.field("urls", pa.list_(pa.string())), pa.field("width", pa.int64()),
+])
+_NULLABLE = {"lang", "license", "image_license", "image_license_from", "pretrained"}
+REQUIRED = [f.name for f in META if f.name not in _NULLABLE]
+_CANDIDATE_REQUIRED = ["page_url", "score", "source", "text"]
+
+
+def read_metas(metas: pa.Array) -> pa.Table | None:
+    """The plan's `meta` texts as a table with the columns of META, parsed by Arrow in one go;
+    None when any of them is not what `plan_meta` writes (a key it does not write, such as a URL
+    list's `extra`, a value of another type, a null where it writes none): those samples are
+    made one by one (`make_sample`), which raises on what it cannot take."""
+    from pyarrow import json as pa_json
+
+    if len(metas) == 0 or metas.null_count:
+        return None
+    text = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(metas)], pa.int32()), metas.cast(pa.string())),
+                          "\n")[0].as_buffer()
+    try:
+        table = pa_json.read_json(pa.BufferReader(text), read_options=pa_json.ReadOptions(
+            use_threads=False, block_size=max(1 << 20, text.size + 1)), parse_options=pa_json.ParseOptions(
+            explicit_schema=META, unexpected_field_behavior="error"))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    table = table.combine_chunks()
+    if table.num_rows != len(metas) or any(table.column(n).null_count for n in REQUIRED):
+        return None
+    cands = table.column("candidates").chunk(0).flatten() if table.num_rows else None
+    if cands is not None and any(cands.field(n).null_count for n in _CANDIDATE_REQUIRED):
+        return None
+    if pc.any(pc.equal(pc.list_value_length(table.column("candidates")), 0)).as_py() \
+            or pc.any(pc.equal(pc.list_value_length(table.column("urls")), 0)).as_py():
+        return None  # make_sample refuses these with its own message
+    if table.column("urls").chunk(0).flatten().null_count or table.column("face_bboxes").chunk(0).flatten().null_count:
+        return None
+    return table
+
+
+class PlannedSamples:
+    """A shard's planned samples by column (the rows of `read_metas`, with their keys), and the
+    parts of each KEY.json that writing the image leaves as they are, made once for the shard.
+
+    `json(i, ...)` puts sample i's record together, byte for byte as `sample_json(make_sample(
+    ...))` writes it; `sidecar(rows, ...)` gives the SIDECAR rows of the samples written."""
+
+    def __init__(self, meta: pa.Table, keys: list[str]):
+        from lait import jsontext as jt
+
+        col = {name: meta.column(name).combine_chunks() for name in meta.column_names}
+        self.col = col
+        self.keys = pa.array(keys, pa.string())
+        self.uids = pa.array([sample_uid(u, c) for u, c in zip(col["url"].to_pylist(), col["caption"].to_pylist())],
+                             pa.string())
+        self.sha256: list[str] = col["sha256"].to_pylist()
+        faces = col["face_bboxes"]
+        n_faces = pc.list_value_length(faces).to_numpy(zero_copy_only=False)
+        self.faces: list[list[list[float]]] = [[] for _ in range(len(meta))] if not n_faces.any() else faces.to_pylist()
+        self.texts = {n: pc.fill_null(col[n], "") for n in _NULLABLE}
+        # Candidates as the sample writes them: text, source, lang ("" for none), score, page_url.
+        cands = col["candidates"]
+        flat = cands.flatten()
+        self.candidates = pa.StructArray.from_arrays(
+            [flat.field("text"), flat.field("source"), pc.fill_null(flat.field("lang"), ""), flat.field("score"),
+             flat.field("page_url")], fields=list(CANDIDATE))
+        self.n_candidates = pc.list_value_length(cands).to_numpy(zero_copy_only=False)
+        c = self.candidates
+        cand_json = jt.concat('{"text": ', jt.strings(c.field("text")), ', "source": ', jt.strings(c.field("source")),
+                              ', "lang": ', jt.strings(c.field("lang")), ', "score": ', jt.floats(c.field("score")),
+                              ', "page_url": ', jt.strings(c.field("page_url")), "}")
+        face_json = jt.lists(jt.lists(jt.floats(faces.flatten().flatten()),
+                                      pc.list_value_length(faces.flatten()).to_numpy(zero_copy_only=False)), n_faces)
+        urls = col["urls"]
+        # Before the image's measures ("width": ...) and after them ("sha256": ...).
+        head = jt.concat('{"key": ', jt.strings(self.keys), ', "uid": ', jt.strings(self.uids), ', "url": ',
+                         jt.strings(col["url"]), ', "caption": ', jt.strings(col["caption"]),
+                         f', "status": "{SUCCESS}", "error_message": null, "width": ')
+        tail = jt.concat(
+            ', "sha256": ', jt.strings(col["sha256"]), ', "original_format": ', jt.strings(col["original_format"]),
+            ', "phash": ', jt.strings(col["phash"]), ', "punsafe": ', jt.floats(col["punsafe"]), ', "face_bboxes": ',
+            face_json, ', "page_url": ', jt.strings(col["page_url"]), ', "score": ', jt.floats(col["score"]),
+            ', "source": ', jt.strings(col["source"]), ', "lang": ', jt.strings(self.texts["lang"]), ', "license": ',
+            jt.strings(self.texts["license"]), ', "image_license": ', jt.strings(self.texts["image_license"]),
+            ', "image_license_from": ', jt.strings(self.texts["image_license_from"]), ', "model": ',
+            jt.strings(col["model"]), ', "pretrained": ', jt.strings(self.texts["pretrained"]), ', "pages": ',
+            jt.ints(col["pages"]), ', "urls": ',
+            jt.lists(jt.strings(urls.flatten()), pc.list_value_length(urls).to_numpy(zero_copy_only=False)),
+            ', "n_duplicates": ', jt.ints(col["n_duplicates"]), ', "candidates": ',
+            jt.lists(cand_json, self.n_candidates), ', "n_candidates": ', jt.ints(col["n_candidates"]), "}")
+        self._head: list[bytes] = head.cast(pa.binary()).to_pylist()
+        self._tail: list[bytes] = tail.cast(pa.binary()).to_pylist()
+
+    def json(self, i: int, width: int, height: int, original_width: int, original_height: int, exif: str) -> bytes:
+        """KEY.json of sample i, a success, with the image's measures and EXIF as written."""
+        return b"".join((self._head[i], (f'{int(width)}, "height": {int(height)}, "original_width": '
+                                         f'{int(original_width)}, "original_height": {int(original_height)}, '
+                                         f'"exif": {encode_basestring(exif)}').encode("utf-8"), self._tail[i]))
+
+    def sidecar(self, rows: list[int], width: list[int], height: list[int], original_width: list[int],
+                original_height: list[int], exif: list[str]) -> pa.Table:
+        """The SIDECAR rows of samples `rows`, successes, with their image's measures and EXIF."""
+        idx = pa.array(rows, pa.int64())
+        col = {name: a.take(idx) for name, a in self.col.items() if name != "candidates"}
+        texts = {name: a.take(idx) for name, a in self.texts.items()}
+        offsets = np.zeros(len(self.n_candidates) + 1, np.int32)
+        np.cumsum(self.n_candidates, out=offsets[1:])
+        candidates = pa.ListArray.from_arrays(pa.array(offsets), self.candidates, type=pa.list_(CANDIDATE)).take(idx)
+        n = len(rows)
+        side = {
+            **col, **texts, "key": self.keys.take(idx), "uid": self.uids.take(idx),
+            "status": pa.array([SUCCESS] * n, pa.string()), "error_message": pa.nulls(n, pa.string()),
+            "width": pa.array(width, pa.int64()), "height": pa.array(height, pa.int64()),
+            "original_width": pa.array(original_width, pa.int64()),
+            "original_height": pa.array(original_height, pa.int64()), "exif": pa.array(exif, pa.string()),
+            "candidates": candidates, REASON: pa.nulls(n, pa.string()),
+        }
+        return pa.table([side[f.name].cast(f.type) for f in SIDECAR], schema=SIDECAR)
