@@ -393,8 +393,9 @@ def pool_table(groups: list[Group], cfg: BuildConfig, book: ListBook | None = No
     names = [f.name for f in POOL]
     columns: dict[str, list[Any]] = {name: [] for name in names}
     (uid, image_url, page_url, caption, source, lang, score, width, height, fmt, sha256, phash, src_file,
-     row_group, row_index, n_candidates, n_duplicates, meta) = (columns[name] for name in names)
-    for g in sorted(groups, key=shard_order):
+     row_group, row_index, n_candidates, n_duplicates, _) = (columns[name] for name in names)
+    ordered = sorted(groups, key=shard_order)
+    for g in ordered:
         best, rep = g.candidates[0], g.rep
         uid.append(sample_uid(rep.url, best.text))
         image_url.append(rep.url)
@@ -413,10 +414,10 @@ def pool_table(groups: list[Group], cfg: BuildConfig, book: ListBook | None = No
         row_index.append(rep.row_index)
         n_candidates.append(len(g.candidates))
         n_duplicates.append(len(g.members) - 1)
-        meta.append(plan_meta("", g, cfg, book.extra_of(rep.url) if book is not None else None))
-    if list(columns) != names:
-        raise AssertionError(f"pool columns {list(columns)} are not {names}")
-    return pa.table({f.name: pa.array(columns[f.name], f.type) for f in POOL})
+    extras = [book.extra_of(g.rep.url) for g in ordered] if book is not None else None
+    arrays = {f.name: pa.array(columns[f.name], f.type) for f in POOL if f.name != "meta"}
+    arrays["meta"] = plan_metas(ordered, cfg, extras)
+    return pa.table({f.name: arrays[f.name] for f in POOL})
 
 
 def write_pool(work: WorkDir, pool: pa.Table) -> list[pa.Table]:
@@ -542,6 +543,89 @@ def image_license(best: Cand, rep: Image) -> dict[str, str | None]:
     if rep.rights:
         return {"image_license": rep.rights, "image_license_from": "file"}
     return {"image_license": None, "image_license_from": None}
+
+
+def plan_metas(groups: list[Group], cfg: BuildConfig, extras: list[dict[str, Any] | None] | None = None
+               ) -> pa.Array:
+    """`plan_meta("", g, cfg, extra)` of every group, the same text, made a column at a time
+    (`lait.jsontext`); a group with a list's extra columns goes through `plan_meta` itself."""
+    from lait import jsontext as jt
+
+    n = len(groups)
+    cand: dict[str, list[Any]] = {k: [] for k in ("lang", "page_url", "score", "source", "text")}
+    n_cands, faces, urls, n_urls = [], [], [], []
+    row: dict[str, list[Any]] = {k: [] for k in ("caption", "height", "image_license", "image_license_from", "lang",
+                                                 "license", "model", "n_candidates", "n_duplicates",
+                                                 "original_format", "page_url", "pages", "phash", "pretrained",
+                                                 "punsafe", "score", "sha256", "source", "url", "width")}
+    (caption, height, lic, lic_from, lang, license_, model, n_candidates, n_duplicates, fmt, page_url, pages, phash,
+     pretrained, punsafe, score, sha256, source, url, width) = row.values()
+    for g in groups:
+        best, rep = g.candidates[0], g.rep
+        shown = g.candidates[:cfg.max_candidates]
+        n_cands.append(len(shown))
+        for c in shown:
+            cand["lang"].append(c.lang)
+            cand["page_url"].append(c.page_url)
+            cand["score"].append(round(float(c.score), 6))
+            cand["source"].append(c.source)
+            cand["text"].append(c.text)
+        caption.append(best.text)
+        faces.append(_FACES_ENCODER.encode([[round(float(v), 4) for v in b] for b in rep.face_bboxes])
+                     if rep.face_bboxes else "[]")
+        height.append(rep.height)
+        il = image_license(best, rep)
+        lic.append(il["image_license"])
+        lic_from.append(il["image_license_from"])
+        lang.append(best.lang)
+        license_.append(best.license)
+        model.append(best.model)
+        n_candidates.append(len(g.candidates))
+        n_duplicates.append(len(g.members) - 1)
+        fmt.append(rep.format)
+        page_url.append(best.page_url)
+        pages.append(g.pages)
+        phash.append(f"{rep.phash:016x}")
+        pretrained.append(best.pretrained)
+        punsafe.append(punsafe_value(rep.punsafe))
+        score.append(round(float(best.score), 6))
+        sha256.append(rep.sha256)
+        source.append(best.source)
+        url.append(rep.url)
+        width.append(rep.width)
+        member_urls = [im.url for im in g.members[:17]]
+        urls += member_urls
+        n_urls.append(len(member_urls))
+
+    def text(values: list[Any]) -> pa.Array:
+        return jt.strings(pa.array(values, pa.string()))
+
+    def ints(values: list[Any]) -> pa.Array:
+        return jt.ints(pa.array(values, pa.int64()))
+
+    cands = jt.concat('{"lang": ', text(cand["lang"]), ', "page_url": ', text(cand["page_url"]), ', "score": ',
+                      jt.floats(cand["score"]), ', "source": ', text(cand["source"]), ', "text": ', text(cand["text"]),
+                      "}")
+    out = jt.concat(
+        '{"candidates": ', jt.lists(cands, np.array(n_cands, np.int64)), ', "caption": ', text(caption),
+        ', "face_bboxes": ', pa.array(faces, pa.string()), ', "height": ', ints(height), ', "image_license": ',
+        text(lic), ', "image_license_from": ', text(lic_from), ', "key": "", "lang": ', text(lang), ', "license": ',
+        text(license_), ', "model": ', text(model), ', "n_candidates": ', ints(n_candidates), ', "n_duplicates": ',
+        ints(n_duplicates), ', "original_format": ', text(fmt), ', "page_url": ', text(page_url), ', "pages": ',
+        ints(pages), ', "phash": ', text(phash), ', "pretrained": ', text(pretrained), ', "punsafe": ',
+        jt.floats(punsafe), ', "score": ', jt.floats(score), ', "sha256": ', text(sha256), ', "source": ',
+        text(source), ', "status": "success", "url": ', text(url), ', "urls": ',
+        jt.lists(text(urls), np.array(n_urls, np.int64)), ', "width": ', ints(width), "}")
+    if extras is not None and any(extras):
+        listed = [i for i in range(n) if extras[i]]
+        mask = np.zeros(n, bool)
+        mask[listed] = True
+        out = pc.replace_with_mask(out, pa.array(mask), pa.array([plan_meta("", groups[i], cfg, extras[i])
+                                                                  for i in listed], pa.string()))
+    return out
+
+
+_FACES_ENCODER = json.JSONEncoder()  # face boxes: lists of floats, the same text as `_META_ENCODER` gives
 
 
 def plan_meta(key: str, g: Group, cfg: BuildConfig, extra: dict[str, Any] | None = None) -> str:

@@ -281,6 +281,10 @@ def read_metas(metas: pa.Array) -> pa.Table | None:
         return None  # make_sample refuses these with its own message
     if table.column("urls").chunk(0).flatten().null_count or table.column("face_bboxes").chunk(0).flatten().null_count:
         return None
+    floats = [table.column("score"), table.column("punsafe"), cands.field("score"),
+              table.column("face_bboxes").chunk(0).flatten().flatten()]
+    if not all(pc.all(pc.is_finite(f)).as_py() in (True, None) for f in floats):
+        return None  # KEY.json has no NaN: make_sample's encoder refuses it
     return table
 
 

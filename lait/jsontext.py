@@ -44,9 +44,17 @@ def ints(values: pa.Array) -> pa.Array:
     return pc.fill_null(values.cast(pa.string()), "null") if values.null_count else values.cast(pa.string())
 
 
-def floats(values: pa.Array) -> pa.Array:
-    """Each float as Python's `repr` (Arrow's own text differs: `1` for 1.0); a null as `null`."""
-    return pa.array(["null" if v is None else float.__repr__(v) for v in values.to_pylist()], pa.string())
+_SPECIAL = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}  # as `json` writes them (allow_nan)
+
+
+def floats(values: pa.Array | list[float | None]) -> pa.Array:
+    """Each float as Python's `repr` (Arrow's own text differs: `1` for 1.0); a null as `null`;
+    NaN and the infinities as `json` writes them when it allows them."""
+    values = values.to_pylist() if isinstance(values, (pa.Array, pa.ChunkedArray)) else values
+    text = ["null" if v is None else float.__repr__(v) for v in values]
+    if any(t in _SPECIAL for t in text):
+        text = [_SPECIAL.get(t, t) for t in text]
+    return pa.array(text, pa.string())
 
 
 def lists(items: pa.Array, lengths: np.ndarray) -> pa.Array:

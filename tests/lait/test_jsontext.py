@@ -30,6 +30,11 @@ def test_floats_are_pythons_repr(values):
     assert jt.floats(pa.array(values, pa.float64())).to_pylist() == [ENCODER.encode(v) for v in values]
 
 
+def test_nan_and_the_infinities_are_what_json_writes_when_it_allows_them():
+    values = [float("nan"), float("inf"), -float("inf"), 0.5]
+    assert jt.floats(pa.array(values, pa.float64())).to_pylist() == [ENCODER.encode(v) for v in values]
+
+
 def test_ints_and_nulls():
     values = [0, -7, 2**40, None]
     assert jt.ints(pa.array(values, pa.int64())).to_pylist() == [ENCODER.encode(v) for v in values]
