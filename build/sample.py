@@ -222,6 +222,14 @@ UID_DTYPE = np.dtype("u8,u8")
 
 def uids_to_array(uids: list[str]) -> np.ndarray:
     """Hex uids as DataComp's subset array: (high, low) u64 pairs in sorted order."""
+    if uids and all(len(u) == 32 for u in uids):
+        # 32 hex digits each (lait's uids): decoded in one piece and sorted as two u64 columns,
+        # not a tuple per uid and a sort of the record array (most of `finish_shard_dir`).
+        pairs = np.frombuffer(bytes.fromhex("".join(uids)), ">u8").astype(np.uint64).reshape(-1, 2)
+        order = np.lexsort((pairs[:, 1], pairs[:, 0]))
+        arr = np.empty(len(uids), UID_DTYPE)
+        arr["f0"], arr["f1"] = pairs[order, 0], pairs[order, 1]
+        return arr
     arr = np.array([(int(u[:16], 16), int(u[16:32], 16)) for u in uids], UID_DTYPE)
     arr.sort()
     return arr

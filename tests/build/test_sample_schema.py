@@ -191,3 +191,15 @@ def test_plan_metadata_is_the_sorted_json_of_its_object(built):
 
     for text in WorkDir(built.parent).read("build_plan").column("meta").to_pylist():
         assert text == json.dumps(json.loads(text), ensure_ascii=False, sort_keys=True)
+
+
+def test_uid_array_is_sorted_by_high_then_low_word_and_reads_back():
+    from lait.build.sample import uids_to_array
+
+    uids = ["f" * 16 + "0" * 16, "0" * 32, "8" + "0" * 31, "0" * 16 + "f" * 16, "0" * 32, "7" + "f" * 31]
+    arr = uids_to_array(uids)
+    assert [(int(hi), int(lo)) for hi, lo in arr.tolist()] == sorted((int(u[:16], 16), int(u[16:], 16)) for u in uids)
+    assert array_to_uids(arr) == sorted(uids)
+    short = ["AB" * 16, "ab" * 15]  # not all 32 digits: parsed one by one, as before
+    assert [(int(hi), int(lo)) for hi, lo in uids_to_array(short).tolist()] == \
+        sorted((int(u[:16], 16), int(u[16:32], 16)) for u in short)
