@@ -386,12 +386,38 @@ def shard_order(g: Group) -> tuple[str, int, int]:
 def pool_table(groups: list[Group], cfg: BuildConfig, book: ListBook | None = None) -> pa.Table:
     """The rows of `pool/` for `groups`, in shard order: each picture's sample as planned (a
     pool row has no key yet: the plan gives it one) and its uid; with URL lists (`book`), the
-    extra columns of the list row that named the picture's URL."""
-    rows = [plan_row("", -1, g, cfg, book.extra_of(g.rep.url) if book is not None else None)
-            for g in sorted(groups, key=shard_order)]
-    columns = {f.name: pa.array([r[f.name] for r in rows], f.type) for f in POOL if f.name != "uid"}
-    columns["uid"] = pa.array([sample_uid(r["image_url"], r["caption"]) for r in rows], pa.string())
-    return pa.table(columns)
+    extra columns of the list row that named the picture's URL.
+
+    Built a column at a time (a list per column, filled in one loop over the groups), not as a
+    dict per row converted back into columns."""
+    names = [f.name for f in POOL]
+    columns: dict[str, list[Any]] = {name: [] for name in names}
+    (uid, image_url, page_url, caption, source, lang, score, width, height, fmt, sha256, phash, src_file,
+     row_group, row_index, n_candidates, n_duplicates, _) = (columns[name] for name in names)
+    ordered = sorted(groups, key=shard_order)
+    for g in ordered:
+        best, rep = g.candidates[0], g.rep
+        uid.append(sample_uid(rep.url, best.text))
+        image_url.append(rep.url)
+        page_url.append(best.page_url)
+        caption.append(best.text)
+        source.append(best.source)
+        lang.append(best.lang)
+        score.append(best.score)
+        width.append(rep.width)
+        height.append(rep.height)
+        fmt.append(rep.format)
+        sha256.append(rep.sha256)
+        phash.append(f"{rep.phash:016x}")
+        src_file.append(rep.src_file)
+        row_group.append(rep.row_group)
+        row_index.append(rep.row_index)
+        n_candidates.append(len(g.candidates))
+        n_duplicates.append(len(g.members) - 1)
+    extras = [book.extra_of(g.rep.url) for g in ordered] if book is not None else None
+    arrays = {f.name: pa.array(columns[f.name], f.type) for f in POOL if f.name != "meta"}
+    arrays["meta"] = plan_metas(ordered, cfg, extras)
+    return pa.table({f.name: arrays[f.name] for f in POOL})
 
 
 def write_pool(work: WorkDir, pool: pa.Table) -> list[pa.Table]:
@@ -503,12 +529,9 @@ def write_failures(work: WorkDir, book: ListBook, kept: set[str], build_rejects:
     return rows
 
 
-def _cand_json(c: Cand) -> dict[str, Any]:
-    return {"text": c.text, "source": c.source, "lang": c.lang,
-            "score": round(float(c.score), 6), "page_url": c.page_url}
-
-
 _META_ENCODER = json.JSONEncoder(ensure_ascii=False, sort_keys=True)  # once, not per row as `json.dumps` would
+# The same text without sorting: for metadata built with its keys in sorted order already.
+_SORTED_META_ENCODER = json.JSONEncoder(ensure_ascii=False, check_circular=False)
 
 
 def image_license(best: Cand, rep: Image) -> dict[str, str | None]:
@@ -522,41 +545,127 @@ def image_license(best: Cand, rep: Image) -> dict[str, str | None]:
     return {"image_license": None, "image_license_from": None}
 
 
-def plan_row(key: str, shard: int, g: Group, cfg: BuildConfig, extra: dict[str, Any] | None = None
-             ) -> dict[str, Any]:
+def plan_metas(groups: list[Group], cfg: BuildConfig, extras: list[dict[str, Any] | None] | None = None
+               ) -> pa.Array:
+    """`plan_meta("", g, cfg, extra)` of every group, the same text, made a column at a time
+    (`lait.jsontext`); a group with a list's extra columns goes through `plan_meta` itself."""
+    from lait import jsontext as jt
+
+    n = len(groups)
+    cand: dict[str, list[Any]] = {k: [] for k in ("lang", "page_url", "score", "source", "text")}
+    n_cands, faces, urls, n_urls = [], [], [], []
+    row: dict[str, list[Any]] = {k: [] for k in ("caption", "height", "image_license", "image_license_from", "lang",
+                                                 "license", "model", "n_candidates", "n_duplicates",
+                                                 "original_format", "page_url", "pages", "phash", "pretrained",
+                                                 "punsafe", "score", "sha256", "source", "url", "width")}
+    (caption, height, lic, lic_from, lang, license_, model, n_candidates, n_duplicates, fmt, page_url, pages, phash,
+     pretrained, punsafe, score, sha256, source, url, width) = row.values()
+    for g in groups:
+        best, rep = g.candidates[0], g.rep
+        shown = g.candidates[:cfg.max_candidates]
+        n_cands.append(len(shown))
+        for c in shown:
+            cand["lang"].append(c.lang)
+            cand["page_url"].append(c.page_url)
+            cand["score"].append(round(float(c.score), 6))
+            cand["source"].append(c.source)
+            cand["text"].append(c.text)
+        caption.append(best.text)
+        faces.append(_FACES_ENCODER.encode([[round(float(v), 4) for v in b] for b in rep.face_bboxes])
+                     if rep.face_bboxes else "[]")
+        height.append(rep.height)
+        il = image_license(best, rep)
+        lic.append(il["image_license"])
+        lic_from.append(il["image_license_from"])
+        lang.append(best.lang)
+        license_.append(best.license)
+        model.append(best.model)
+        n_candidates.append(len(g.candidates))
+        n_duplicates.append(len(g.members) - 1)
+        fmt.append(rep.format)
+        page_url.append(best.page_url)
+        pages.append(g.pages)
+        phash.append(f"{rep.phash:016x}")
+        pretrained.append(best.pretrained)
+        punsafe.append(punsafe_value(rep.punsafe))
+        score.append(round(float(best.score), 6))
+        sha256.append(rep.sha256)
+        source.append(best.source)
+        url.append(rep.url)
+        width.append(rep.width)
+        member_urls = [im.url for im in g.members[:17]]
+        urls += member_urls
+        n_urls.append(len(member_urls))
+
+    def text(values: list[Any]) -> pa.Array:
+        return jt.strings(pa.array(values, pa.string()))
+
+    def ints(values: list[Any]) -> pa.Array:
+        return jt.ints(pa.array(values, pa.int64()))
+
+    cands = jt.concat('{"lang": ', text(cand["lang"]), ', "page_url": ', text(cand["page_url"]), ', "score": ',
+                      jt.floats(cand["score"]), ', "source": ', text(cand["source"]), ', "text": ', text(cand["text"]),
+                      "}")
+    out = jt.concat(
+        '{"candidates": ', jt.lists(cands, np.array(n_cands, np.int64)), ', "caption": ', text(caption),
+        ', "face_bboxes": ', pa.array(faces, pa.string()), ', "height": ', ints(height), ', "image_license": ',
+        text(lic), ', "image_license_from": ', text(lic_from), ', "key": "", "lang": ', text(lang), ', "license": ',
+        text(license_), ', "model": ', text(model), ', "n_candidates": ', ints(n_candidates), ', "n_duplicates": ',
+        ints(n_duplicates), ', "original_format": ', text(fmt), ', "page_url": ', text(page_url), ', "pages": ',
+        ints(pages), ', "phash": ', text(phash), ', "pretrained": ', text(pretrained), ', "punsafe": ',
+        jt.floats(punsafe), ', "score": ', jt.floats(score), ', "sha256": ', text(sha256), ', "source": ',
+        text(source), ', "status": "success", "url": ', text(url), ', "urls": ',
+        jt.lists(text(urls), np.array(n_urls, np.int64)), ', "width": ', ints(width), "}")
+    if extras is not None and any(extras):
+        listed = [i for i in range(n) if extras[i]]
+        mask = np.zeros(n, bool)
+        mask[listed] = True
+        out = pc.replace_with_mask(out, pa.array(mask), pa.array([plan_meta("", groups[i], cfg, extras[i])
+                                                                  for i in listed], pa.string()))
+    return out
+
+
+_FACES_ENCODER = json.JSONEncoder()  # face boxes: lists of floats, the same text as `_META_ENCODER` gives
+
+
+def plan_meta(key: str, g: Group, cfg: BuildConfig, extra: dict[str, Any] | None = None) -> str:
+    """A plan row's `meta`: KEY.json as the global pass decides it (`build.sample.make_sample`
+    completes it), a JSON object with sorted keys.
+
+    The dicts are built with their keys in sorted order and encoded without sorting, which is
+    the same text as `sort_keys` gives; a list's extra columns (any keys, any nesting) go
+    through the sorting encoder."""
     best, rep = g.candidates[0], g.rep
+    lic = image_license(best, rep)
     meta = {
-        "key": key,
-        "url": rep.url,
-        "page_url": best.page_url,
+        "candidates": [{"lang": c.lang, "page_url": c.page_url, "score": round(float(c.score), 6),
+                        "source": c.source, "text": c.text} for c in g.candidates[:cfg.max_candidates]],
         "caption": best.text,
-        "score": round(float(best.score), 6),
-        "source": best.source,
-        "lang": best.lang,
-        "model": best.model,
-        "pretrained": best.pretrained,
-        "license": best.license,
-        **image_license(best, rep),
-        "width": rep.width,
-        "height": rep.height,
-        "original_format": rep.format,
-        "sha256": rep.sha256,
-        "phash": f"{rep.phash:016x}",
-        "punsafe": punsafe_value(rep.punsafe),
         "face_bboxes": [[round(float(v), 4) for v in b] for b in rep.face_bboxes or ()],
-        "pages": g.pages,
-        "urls": [im.url for im in g.members][:17],
-        "n_duplicates": len(g.members) - 1,
-        "candidates": [_cand_json(c) for c in g.candidates[:cfg.max_candidates]],
+        "height": rep.height,
+        "image_license": lic["image_license"],
+        "image_license_from": lic["image_license_from"],
+        "key": key,
+        "lang": best.lang,
+        "license": best.license,
+        "model": best.model,
         "n_candidates": len(g.candidates),
+        "n_duplicates": len(g.members) - 1,
+        "original_format": rep.format,
+        "page_url": best.page_url,
+        "pages": g.pages,
+        "phash": f"{rep.phash:016x}",
+        "pretrained": best.pretrained,
+        "punsafe": punsafe_value(rep.punsafe),
+        "score": round(float(best.score), 6),
+        "sha256": rep.sha256,
+        "source": best.source,
         "status": "success",
+        "url": rep.url,
+        "urls": [im.url for im in g.members[:17]],
+        "width": rep.width,
     }
     if extra:
         meta["extra"] = extra  # the list's columns, after the fixed ones (`build.sample.make_sample`)
-    return {"key": key, "shard": shard, "image_url": rep.url, "page_url": best.page_url,
-            "caption": best.text, "source": best.source, "lang": best.lang,
-            "score": best.score, "width": rep.width, "height": rep.height, "format": rep.format,
-            "sha256": rep.sha256, "phash": f"{rep.phash:016x}", "src_file": rep.src_file,
-            "row_group": rep.row_group, "row_index": rep.row_index,
-            "n_candidates": len(g.candidates), "n_duplicates": len(g.members) - 1,
-            "meta": _META_ENCODER.encode(meta)}
+        return _META_ENCODER.encode(meta)
+    return _SORTED_META_ENCODER.encode(meta)

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from json.encoder import encode_basestring
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 CANDIDATE = pa.struct([
     pa.field("text", pa.string()),
@@ -95,35 +97,51 @@ def _candidate(c: dict[str, Any]) -> dict[str, Any]:
             "score": float(c["score"]), "page_url": c["page_url"]}
 
 
+_OPTIONAL = ("error_message", "lang", "license", "image_license", "image_license_from", "pretrained")
+_KEYSET = frozenset(KEYS)
+
+
+def _text(v: Any) -> str:
+    return "" if v is None else v if type(v) is str else str(v)
+
+
+def _int(v: Any) -> int | None:
+    return v if v is None or type(v) is int else int(v)
+
+
 def make_sample(meta: dict[str, Any], **image: Any) -> dict[str, Any]:
-    """The sample's record in schema order from the plan's metadata (`build.aggregate.plan_row`)
+    """The sample's record in schema order from the plan's metadata (`build.aggregate.plan_meta`)
     and what writing the image decided (`key`, `status`, `width`, ...); raises ValueError when a
-    key is left over or missing, so that the schema cannot drift silently."""
-    values = {**meta, **image}
-    columns = values.pop("extra", None) or {}  # the URL list's extra columns
-    values["uid"] = sample_uid(values["url"], values["caption"])
-    values.setdefault("error_message", None)
-    for name in ("lang", "license", "image_license", "image_license_from", "pretrained"):
-        values.setdefault(name, None)
-    values["candidates"] = [_candidate(c) for c in values["candidates"]]
-    missing, extra = set(KEYS) - set(values), set(values) - set(KEYS)
-    if missing or extra:
-        raise ValueError(f"sample {values.get('key')}: keys missing {sorted(missing)}, unknown {sorted(extra)}")
-    out = {}
-    for name in KEYS:
-        v = values[name]
-        if name in STRINGS:
-            v = "" if v is None else str(v)
-        elif name in INTS and v is not None:
-            v = int(v)
-        elif name in ("score", "punsafe"):
-            v = float(v)
-        elif name == "face_bboxes":
-            v = [[float(x) for x in b] for b in v or ()]
-        out[name] = v
+    key is left over or missing, so that the schema cannot drift silently.
+
+    Called once per sample of every shard: the record is one dict display in schema order (a
+    loop over the keys with a type test each cost as much as decoding the metadata)."""
+    v = {**meta, **image}
+    columns = v.pop("extra", None) or {}  # the URL list's extra columns
+    v["uid"] = sample_uid(v["url"], v["caption"])
+    for name in _OPTIONAL:
+        v.setdefault(name, None)
+    if v.keys() != _KEYSET:
+        missing, extra = _KEYSET - v.keys(), v.keys() - _KEYSET
+        raise ValueError(f"sample {v.get('key')}: keys missing {sorted(missing)}, unknown {sorted(extra)}")
+    out = {
+        "key": _text(v["key"]), "uid": _text(v["uid"]), "url": _text(v["url"]), "caption": _text(v["caption"]),
+        "status": _text(v["status"]), "error_message": v["error_message"],
+        "width": _int(v["width"]), "height": _int(v["height"]),
+        "original_width": _int(v["original_width"]), "original_height": _int(v["original_height"]),
+        "exif": _text(v["exif"]), "sha256": _text(v["sha256"]), "original_format": _text(v["original_format"]),
+        "phash": _text(v["phash"]), "punsafe": float(v["punsafe"]),
+        "face_bboxes": [[float(x) for x in b] for b in v["face_bboxes"] or ()],
+        "page_url": _text(v["page_url"]), "score": float(v["score"]), "source": _text(v["source"]),
+        "lang": _text(v["lang"]), "license": _text(v["license"]), "image_license": _text(v["image_license"]),
+        "image_license_from": _text(v["image_license_from"]), "model": _text(v["model"]),
+        "pretrained": _text(v["pretrained"]), "pages": _int(v["pages"]), "urls": v["urls"],
+        "n_duplicates": _int(v["n_duplicates"]), "candidates": [_candidate(c) for c in v["candidates"]],
+        "n_candidates": _int(v["n_candidates"]),
+    }
     if not out["urls"] or not out["candidates"]:
         raise ValueError(f"sample {out['key']}: urls and candidates must not be empty")
-    return with_extra(out, columns)
+    return with_extra(out, columns) if columns else out
 
 
 def with_extra(record: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -155,7 +173,9 @@ def punsafe_value(value: Any) -> float:
     return NOT_MEASURED if value is None else round(float(value), 6)
 
 
-_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)  # `json.dumps` makes one per call
+# Made once (`json.dumps` makes one per call); a sample holds no container twice, so the check
+# for circular references, which records every list and dict it enters, is left out.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, check_circular=False)
 
 
 def sample_json(sample: dict[str, Any]) -> bytes:
@@ -202,6 +222,14 @@ UID_DTYPE = np.dtype("u8,u8")
 
 def uids_to_array(uids: list[str]) -> np.ndarray:
     """Hex uids as DataComp's subset array: (high, low) u64 pairs in sorted order."""
+    if uids and all(len(u) == 32 for u in uids):
+        # 32 hex digits each (lait's uids): decoded in one piece and sorted as two u64 columns,
+        # not a tuple per uid and a sort of the record array (most of `finish_shard_dir`).
+        pairs = np.frombuffer(bytes.fromhex("".join(uids)), ">u8").astype(np.uint64).reshape(-1, 2)
+        order = np.lexsort((pairs[:, 1], pairs[:, 0]))
+        arr = np.empty(len(uids), UID_DTYPE)
+        arr["f0"], arr["f1"] = pairs[order, 0], pairs[order, 1]
+        return arr
     arr = np.array([(int(u[:16], 16), int(u[16:32], 16)) for u in uids], UID_DTYPE)
     arr.sort()
     return arr
@@ -209,3 +237,140 @@ def uids_to_array(uids: list[str]) -> np.ndarray:
 
 def array_to_uids(arr: np.ndarray) -> list[str]:
     return [f"{int(hi):016x}{int(lo):016x}" for hi, lo in arr.tolist()]
+
+
+# -- Samples a batch at a time ------------------------------------------------------------------
+# The plan's `meta` (`build.aggregate.plan_meta`) as the columns of a table: what `pyarrow.json`
+# reads it into. A field the plan never leaves null is REQUIRED.
+META = pa.schema([
+    pa.field("candidates", pa.list_(pa.struct([pa.field("lang", pa.string()), pa.field("page_url", pa.string()),
+                                               pa.field("score", pa.float64()), pa.field("source", pa.string()),
+                                               pa.field("text", pa.string())]))),
+    pa.field("caption", pa.string()), pa.field("face_bboxes", pa.list_(pa.list_(pa.float64()))),
+    pa.field("height", pa.int64()), pa.field("image_license", pa.string()),
+    pa.field("image_license_from", pa.string()), pa.field("key", pa.string()), pa.field("lang", pa.string()),
+    pa.field("license", pa.string()), pa.field("model", pa.string()), pa.field("n_candidates", pa.int64()),
+    pa.field("n_duplicates", pa.int64()), pa.field("original_format", pa.string()), pa.field("page_url", pa.string()),
+    pa.field("pages", pa.int64()), pa.field("phash", pa.string()), pa.field("pretrained", pa.string()),
+    pa.field("punsafe", pa.float64()), pa.field("score", pa.float64()), pa.field("sha256", pa.string()),
+    pa.field("source", pa.string()), pa.field("status", pa.string()), pa.field("url", pa.string()),
+    pa.field("urls", pa.list_(pa.string())), pa.field("width", pa.int64()),
+])
+_NULLABLE = {"lang", "license", "image_license", "image_license_from", "pretrained"}
+REQUIRED = [f.name for f in META if f.name not in _NULLABLE]
+_CANDIDATE_REQUIRED = ["page_url", "score", "source", "text"]
+
+
+def read_metas(metas: pa.Array) -> pa.Table | None:
+    """The plan's `meta` texts as a table with the columns of META, parsed by Arrow in one go;
+    None when any of them is not what `plan_meta` writes (a key it does not write, such as a URL
+    list's `extra`, a value of another type, a null where it writes none): those samples are
+    made one by one (`make_sample`), which raises on what it cannot take."""
+    from pyarrow import json as pa_json
+
+    if len(metas) == 0 or metas.null_count:
+        return None
+    text = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(metas)], pa.int32()), metas.cast(pa.string())),
+                          "\n")[0].as_buffer()
+    try:
+        table = pa_json.read_json(pa.BufferReader(text), read_options=pa_json.ReadOptions(
+            use_threads=False, block_size=max(1 << 20, text.size + 1)), parse_options=pa_json.ParseOptions(
+            explicit_schema=META, unexpected_field_behavior="error"))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    table = table.combine_chunks()
+    if table.num_rows != len(metas) or any(table.column(n).null_count for n in REQUIRED):
+        return None
+    cands = table.column("candidates").chunk(0).flatten() if table.num_rows else None
+    if cands is not None and any(cands.field(n).null_count for n in _CANDIDATE_REQUIRED):
+        return None
+    if pc.any(pc.equal(pc.list_value_length(table.column("candidates")), 0)).as_py() \
+            or pc.any(pc.equal(pc.list_value_length(table.column("urls")), 0)).as_py():
+        return None  # make_sample refuses these with its own message
+    if table.column("urls").chunk(0).flatten().null_count or table.column("face_bboxes").chunk(0).flatten().null_count:
+        return None
+    floats = [table.column("score"), table.column("punsafe"), cands.field("score"),
+              table.column("face_bboxes").chunk(0).flatten().flatten()]
+    if not all(pc.all(pc.is_finite(f)).as_py() in (True, None) for f in floats):
+        return None  # KEY.json has no NaN: make_sample's encoder refuses it
+    return table
+
+
+class PlannedSamples:
+    """A shard's planned samples by column (the rows of `read_metas`, with their keys), and the
+    parts of each KEY.json that writing the image leaves as they are, made once for the shard.
+
+    `json(i, ...)` puts sample i's record together, byte for byte as `sample_json(make_sample(
+    ...))` writes it; `sidecar(rows, ...)` gives the SIDECAR rows of the samples written."""
+
+    def __init__(self, meta: pa.Table, keys: list[str]):
+        from lait import jsontext as jt
+
+        col = {name: meta.column(name).combine_chunks() for name in meta.column_names}
+        self.col = col
+        self.keys = pa.array(keys, pa.string())
+        self.uids = pa.array([sample_uid(u, c) for u, c in zip(col["url"].to_pylist(), col["caption"].to_pylist())],
+                             pa.string())
+        self.sha256: list[str] = col["sha256"].to_pylist()
+        faces = col["face_bboxes"]
+        n_faces = pc.list_value_length(faces).to_numpy(zero_copy_only=False)
+        self.faces: list[list[list[float]]] = [[] for _ in range(len(meta))] if not n_faces.any() else faces.to_pylist()
+        self.texts = {n: pc.fill_null(col[n], "") for n in _NULLABLE}
+        # Candidates as the sample writes them: text, source, lang ("" for none), score, page_url.
+        cands = col["candidates"]
+        flat = cands.flatten()
+        self.candidates = pa.StructArray.from_arrays(
+            [flat.field("text"), flat.field("source"), pc.fill_null(flat.field("lang"), ""), flat.field("score"),
+             flat.field("page_url")], fields=list(CANDIDATE))
+        self.n_candidates = pc.list_value_length(cands).to_numpy(zero_copy_only=False)
+        c = self.candidates
+        cand_json = jt.concat('{"text": ', jt.strings(c.field("text")), ', "source": ', jt.strings(c.field("source")),
+                              ', "lang": ', jt.strings(c.field("lang")), ', "score": ', jt.floats(c.field("score")),
+                              ', "page_url": ', jt.strings(c.field("page_url")), "}")
+        face_json = jt.lists(jt.lists(jt.floats(faces.flatten().flatten()),
+                                      pc.list_value_length(faces.flatten()).to_numpy(zero_copy_only=False)), n_faces)
+        urls = col["urls"]
+        # Before the image's measures ("width": ...) and after them ("sha256": ...).
+        head = jt.concat('{"key": ', jt.strings(self.keys), ', "uid": ', jt.strings(self.uids), ', "url": ',
+                         jt.strings(col["url"]), ', "caption": ', jt.strings(col["caption"]),
+                         f', "status": "{SUCCESS}", "error_message": null, "width": ')
+        tail = jt.concat(
+            ', "sha256": ', jt.strings(col["sha256"]), ', "original_format": ', jt.strings(col["original_format"]),
+            ', "phash": ', jt.strings(col["phash"]), ', "punsafe": ', jt.floats(col["punsafe"]), ', "face_bboxes": ',
+            face_json, ', "page_url": ', jt.strings(col["page_url"]), ', "score": ', jt.floats(col["score"]),
+            ', "source": ', jt.strings(col["source"]), ', "lang": ', jt.strings(self.texts["lang"]), ', "license": ',
+            jt.strings(self.texts["license"]), ', "image_license": ', jt.strings(self.texts["image_license"]),
+            ', "image_license_from": ', jt.strings(self.texts["image_license_from"]), ', "model": ',
+            jt.strings(col["model"]), ', "pretrained": ', jt.strings(self.texts["pretrained"]), ', "pages": ',
+            jt.ints(col["pages"]), ', "urls": ',
+            jt.lists(jt.strings(urls.flatten()), pc.list_value_length(urls).to_numpy(zero_copy_only=False)),
+            ', "n_duplicates": ', jt.ints(col["n_duplicates"]), ', "candidates": ',
+            jt.lists(cand_json, self.n_candidates), ', "n_candidates": ', jt.ints(col["n_candidates"]), "}")
+        self._head: list[bytes] = head.cast(pa.binary()).to_pylist()
+        self._tail: list[bytes] = tail.cast(pa.binary()).to_pylist()
+
+    def json(self, i: int, width: int, height: int, original_width: int, original_height: int, exif: str) -> bytes:
+        """KEY.json of sample i, a success, with the image's measures and EXIF as written."""
+        return b"".join((self._head[i], (f'{int(width)}, "height": {int(height)}, "original_width": '
+                                         f'{int(original_width)}, "original_height": {int(original_height)}, '
+                                         f'"exif": {encode_basestring(exif)}').encode("utf-8"), self._tail[i]))
+
+    def sidecar(self, rows: list[int], width: list[int], height: list[int], original_width: list[int],
+                original_height: list[int], exif: list[str]) -> pa.Table:
+        """The SIDECAR rows of samples `rows`, successes, with their image's measures and EXIF."""
+        idx = pa.array(rows, pa.int64())
+        col = {name: a.take(idx) for name, a in self.col.items() if name != "candidates"}
+        texts = {name: a.take(idx) for name, a in self.texts.items()}
+        offsets = np.zeros(len(self.n_candidates) + 1, np.int32)
+        np.cumsum(self.n_candidates, out=offsets[1:])
+        candidates = pa.ListArray.from_arrays(pa.array(offsets), self.candidates, type=pa.list_(CANDIDATE)).take(idx)
+        n = len(rows)
+        side = {
+            **col, **texts, "key": self.keys.take(idx), "uid": self.uids.take(idx),
+            "status": pa.array([SUCCESS] * n, pa.string()), "error_message": pa.nulls(n, pa.string()),
+            "width": pa.array(width, pa.int64()), "height": pa.array(height, pa.int64()),
+            "original_width": pa.array(original_width, pa.int64()),
+            "original_height": pa.array(original_height, pa.int64()), "exif": pa.array(exif, pa.string()),
+            "candidates": candidates, REASON: pa.nulls(n, pa.string()),
+        }
+        return pa.table([side[f.name].cast(f.type) for f in SIDECAR], schema=SIDECAR)

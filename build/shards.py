@@ -41,8 +41,10 @@ from lait.build.sample import (
     REASON,
     SIDECAR,
     SUCCESS,
+    PlannedSamples,
     failed_record,
     make_sample,
+    read_metas,
     sample_json,
     uids_to_array,
 )
@@ -89,10 +91,15 @@ def ustar_header(name: str, size: int) -> bytes:
     checksum filled in. Names must be ASCII and under 100 bytes.
     """
     raw = name.encode("ascii")
+    return _header(raw, sum(raw), size)
+
+
+def _header(raw: bytes, raw_sum: int, size: int) -> bytes:
+    """`ustar_header` of the name `raw` (ASCII bytes) whose byte sum is `raw_sum`."""
     if len(raw) >= 100:
-        raise ValueError(f"tar member name too long for a plain ustar header: {name!r}")
+        raise ValueError(f"tar member name too long for a plain ustar header: {raw.decode()!r}")
     size_field = b"%011o\0" % size
-    check = b"%06o\0 " % (_HEADER_SUM + sum(raw) + sum(size_field))
+    check = b"%06o\0 " % (_HEADER_SUM + raw_sum + sum(size_field))
     return b"".join((raw, _HEADER[len(raw):124], size_field, _HEADER[136:148], check, _HEADER[156:]))
 
 
@@ -143,9 +150,13 @@ class TarShardWriter:
 
     def write(self, key: str, sample: dict[str, bytes]) -> None:
         batch = self._batch
+        # The members' names share the key: its bytes and their sum are worked out once.
+        stem = key.encode("ascii") + b"."
+        stem_sum = sum(stem)
         for ext, data in sample.items():
             size = len(data)
-            batch.append(ustar_header(f"{key}.{ext}", size))
+            suffix = ext.encode("ascii")
+            batch.append(_header(stem + suffix, stem_sum + sum(suffix), size))
             batch.append(data)
             pad = -size % 512
             if pad:
@@ -347,20 +358,28 @@ class ShardStage(Stage):
         source = _RowGroupBytes(source_work, groups, rows=rows)
         regions = RegionReader.load(source_work, table.column("image_url").to_pylist()) if self.regions else None
         plan = (r for batch in table.select(PLAN_COLUMNS).to_batches(max_chunksize=512) for r in batch.to_pylist())
+        # The samples' metadata parsed by column, and the parts of their KEY.json that the image
+        # leaves as they are made once for the shard (`PlannedSamples`); a plan that `read_metas`
+        # does not take (a URL list's extra columns) is decoded and encoded sample by sample.
+        metas = read_metas(table.column("meta").combine_chunks()) if table.num_rows else None
+        planned = PlannedSamples(metas, table.column("key").to_pylist()) if metas is not None else None
+        written: list[int] = []  # with `planned`: the rows written into the tar, and their image's measures
+        measures: tuple[list[int], list[int], list[int], list[int], list[str]] = ([], [], [], [], [])
         tar = TarShardWriter(out_dir / f"{name}.tar")
         sidecar: list[dict[str, Any]] = []
         try:
-            for r in plan:
+            for i, r in enumerate(plan):
                 data = source.get(r["src_file"], r["row_group"], r["row_index"])
-                meta = json.loads(r["meta"])
+                meta = json.loads(r["meta"]) if planned is None else None
+                sha256, faces = (meta.get("sha256"), meta.get("face_bboxes")) if planned is None else \
+                    (planned.sha256[i], planned.faces[i])
                 try:
                     if data is None:
                         raise MissingBytes("images_ok row has no bytes")
-                    if meta.get("sha256") and source.sha256(r["row_index"]) != meta["sha256"]:
+                    if sha256 and source.sha256(r["row_index"]) != sha256:
                         raise CorruptImage(f"{r['src_file']} row group {r['row_group']} row {r['row_index']}: "
                                            f"SHA-256 {source.sha256(r['row_index'])}, not the "
-                                           f"{meta['sha256']} stage 2 recorded")
-                    faces = meta.get("face_bboxes")
+                                           f"{sha256} stage 2 recorded")
                     image = prepare(data, r["format"], r["width"], r["height"], self.images, faces)
                 except Exception as exc:  # a broken image is recorded, the shard goes on
                     # Without object addresses, so that reruns write identical sidecars.
@@ -368,9 +387,9 @@ class ShardStage(Stage):
                     ctx.reject("build/corrupt_image" if isinstance(exc, CorruptImage) else "build/unreadable",
                                image_url=r["image_url"], page_url=r["page_url"], text=r["caption"], detail=err)
                     status = FAILED_TO_DOWNLOAD if isinstance(exc, (MissingBytes, CorruptImage)) else FAILED_TO_RESIZE
-                    sidecar.append({**make_sample(meta, key=r["key"], status=status, error_message=err,
-                                                  width=None, height=None, original_width=r["width"],
-                                                  original_height=r["height"], exif="{}"),
+                    sidecar.append({**make_sample(meta or json.loads(r["meta"]), key=r["key"], status=status,
+                                                  error_message=err, width=None, height=None,
+                                                  original_width=r["width"], original_height=r["height"], exif="{}"),
                                     REASON: "build/corrupt_image" if isinstance(exc, CorruptImage)
                                     else "build/unreadable"})
                     continue
@@ -378,14 +397,24 @@ class ShardStage(Stage):
                     ctx.count("build/reencoded")
                 if faces and self.images.blur_faces:
                     ctx.count("build/faces_blurred", len(faces))
-                sample = make_sample(meta, key=r["key"], status=SUCCESS, width=image.width, height=image.height,
-                                     original_width=image.original_width, original_height=image.original_height,
-                                     exif=exif_json(data, r["format"]))
-                members = {image.ext: image.data, "txt": r["caption"].encode("utf-8"), "json": sample_json(sample)}
+                exif = exif_json(data, r["format"])
+                if planned is None:
+                    sample = make_sample(meta, key=r["key"], status=SUCCESS, width=image.width, height=image.height,
+                                         original_width=image.original_width,
+                                         original_height=image.original_height, exif=exif)
+                    sample_bytes = sample_json(sample)
+                    sidecar.append(sample)
+                else:
+                    sample_bytes = planned.json(i, image.width, image.height, image.original_width,
+                                                image.original_height, exif)
+                    written.append(i)
+                    for values, v in zip(measures, (image.width, image.height, image.original_width,
+                                                    image.original_height, exif)):
+                        values.append(v)
+                members = {image.ext: image.data, "txt": r["caption"].encode("utf-8"), "json": sample_bytes}
                 if regions is not None:
                     members.update(regions.arrays(r["image_url"]))
                 tar.write(r["key"], members)
-                sidecar.append(sample)
             for f in ctx.work.read("build_failed", ctx.partition).to_pylist():
                 sidecar.append(failed_record(f["key"], f["status"], f["error_message"], url=f["image_url"],
                                              caption=f["caption"], page_url=f["page_url"],
@@ -393,12 +422,13 @@ class ShardStage(Stage):
                 sidecar[-1][REASON] = f["reason"]
             ctx.count("build/samples", tar.samples)
             ctx.count("build/shard_bytes", tar.bytes)
-            sidecar.sort(key=lambda s: s["key"])
+            side = self.sidecar_table(sidecar, planned.sidecar(written, *measures) if written else None)
             side_bytes = io.BytesIO()
-            pq.write_table(pa.Table.from_pylist(sidecar, schema=self.sidecar_schema(sidecar)), side_bytes,
-                           compression="zstd")
+            pq.write_table(side, side_bytes, compression="zstd")
             atomic_write_bytes(out_dir / f"{name}.parquet", side_bytes.getvalue())
-            atomic_write_json(out_dir / f"{name}_stats.json", shard_stats(sidecar, started))
+            atomic_write_json(out_dir / f"{name}_stats.json", shard_stats(side.column("status").to_pylist(),
+                                                                         side.column("error_message").to_pylist(),
+                                                                         started))
             tar.close()
             ctx.record_file(f"{name}.tar", tar.size, tar.sha256)
         except BaseException:
@@ -407,6 +437,18 @@ class ShardStage(Stage):
         finally:
             source.close()
 
+
+    def sidecar_table(self, rows: list[dict[str, Any]], written: pa.Table | None = None) -> pa.Table:
+        """The shard's sidecar, sorted by key: `rows` (records), and the rows of `written`
+        (SIDECAR, made by column), which hold none of the extra columns (null there)."""
+        schema = self.sidecar_schema(rows)
+        table = pa.Table.from_pylist(sorted(rows, key=lambda s: s["key"]), schema=schema)
+        if written is None:
+            return table
+        for f in schema:
+            if f.name not in written.column_names:
+                written = written.append_column(f, pa.nulls(written.num_rows, f.type))
+        return pa.concat_tables([table, written]).sort_by([("key", "ascending")]).combine_chunks()
 
     def sidecar_schema(self, rows: list[dict[str, Any]]) -> pa.Schema:
         """SIDECAR, then the extra columns: with the build's types, else typed from `rows`."""
@@ -426,13 +468,14 @@ class CorruptImage(ValueError):
     """The bytes of an images_ok row are not those stage 2 hashed: never shipped."""
 
 
-def shard_stats(sidecar: list[dict[str, Any]], started: float) -> dict[str, Any]:
-    """`NNNNN_stats.json` as img2dataset writes it (DataComp's resharder reads `successes`)."""
-    status = Counter(s["status"] for s in sidecar)
-    errors = Counter("success" if s["status"] == SUCCESS else s["error_message"] for s in sidecar)
+def shard_stats(status: list[str], error_message: list[str | None], started: float) -> dict[str, Any]:
+    """`NNNNN_stats.json` as img2dataset writes it (DataComp's resharder reads `successes`), from
+    the sidecar's `status` and `error_message` columns."""
+    counts = Counter(status)
+    errors = Counter("success" if s == SUCCESS else e for s, e in zip(status, error_message))
     ended = time.time()
-    return {"count": len(sidecar), "successes": status[SUCCESS],
-            "failed_to_download": status[FAILED_TO_DOWNLOAD], "failed_to_resize": status[FAILED_TO_RESIZE],
+    return {"count": len(status), "successes": counts[SUCCESS],
+            "failed_to_download": counts[FAILED_TO_DOWNLOAD], "failed_to_resize": counts[FAILED_TO_RESIZE],
             "duration": round(ended - started, 3), "start_time": started, "end_time": ended,
             "status_dict": dict(errors.most_common())}
 

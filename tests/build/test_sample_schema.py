@@ -125,3 +125,81 @@ def test_docs_list_every_key_of_the_schema(repo_root):
     doc = (repo_root / "docs" / "shards.md").read_text()
     missing = [name for name in KEYS if f"| `{name}` |" not in doc]
     assert missing == []
+
+
+# -- Samples made by column (PlannedSamples) are the samples made one by one ---------------------
+NASTY = ['say "hi"', "back\\slash", "tab\tnew\nline", "ctl\x01", "déjà ✓ 😀", "", "\u2028"]
+
+
+def _metas(built: Path) -> list[str]:
+    from lait.parts import WorkDir
+
+    metas = WorkDir(built.parent).read("build_plan").column("meta").to_pylist()
+    out = []
+    for i, text in enumerate(metas * 3):  # as planned, then with the values a plan may hold
+        m = json.loads(text)
+        if i >= len(metas):
+            j = i % len(NASTY)
+            m["caption"] += NASTY[j]
+            m["candidates"][0]["text"] = NASTY[(j + 1) % len(NASTY)]
+            m["candidates"][-1]["lang"] = None
+            m.update(lang=None, license=[None, "cc-by"][i % 2], pretrained=None, punsafe=[-1.0, 1e-05, 0.5][i % 3],
+                     score=[0.1, 1.0, 0.30000000000000004][i % 3], image_license=None, image_license_from=None,
+                     face_bboxes=[[0.1, 0.25, 1.0, 0.5]] * (i % 3), urls=m["urls"] + [NASTY[j]])
+        out.append(json.dumps(m, ensure_ascii=False, sort_keys=True))
+    return out
+
+
+def test_samples_made_by_column_are_byte_identical_to_samples_made_one_by_one(built):
+    import pyarrow as pa
+
+    from lait.build.sample import PlannedSamples, read_metas, sample_json
+
+    metas = _metas(built)
+    n = len(metas)
+    keys = [f"{i:09d}" for i in range(n)]
+    dims = [[17 + i, 5 + 2 * i, 30 + i, 9 + i] for i in range(n)]
+    exif = ["{}" if i % 2 else json.dumps({"Image Make": NASTY[i % len(NASTY)]}, ensure_ascii=False) for i in range(n)]
+    planned = PlannedSamples(read_metas(pa.array(metas)), keys)
+    one_by_one = [make_sample(json.loads(m), key=k, status="success", width=w, height=h, original_width=ow,
+                              original_height=oh, exif=e) for m, k, (w, h, ow, oh), e in zip(metas, keys, dims, exif)]
+    for i in range(n):
+        assert planned.json(i, *dims[i], exif[i]) == sample_json(one_by_one[i]), metas[i]
+    rows = [i for i in range(n) if i % 3]  # a failed sample is not among them
+    table = planned.sidecar(rows, *[[dims[i][k] for i in rows] for k in range(4)], [exif[i] for i in rows])
+    assert table.schema == SIDECAR
+    assert table.to_pylist() == [{**one_by_one[i], "reason": None} for i in rows]
+
+
+@pytest.mark.parametrize("change", [{"extra": {"list_id": 3}}, {"lang": 5}, {"score": None}, {"urls": []},
+                                    {"candidates": []}, {"error_message": "x"}])
+def test_metadata_the_columns_do_not_take_is_left_to_make_sample(built, change):
+    import pyarrow as pa
+
+    from lait.build.sample import read_metas
+
+    metas = _metas(built)[:3]
+    assert read_metas(pa.array(metas)) is not None
+    m = {**json.loads(metas[1]), **change}
+    assert read_metas(pa.array([metas[0], json.dumps(m, sort_keys=True), metas[2]])) is None
+
+
+def test_plan_metadata_is_the_sorted_json_of_its_object(built):
+    """`plan_meta` builds its dicts in sorted key order and encodes them without sorting: the
+    text must be what sorting the keys gives."""
+    from lait.parts import WorkDir
+
+    for text in WorkDir(built.parent).read("build_plan").column("meta").to_pylist():
+        assert text == json.dumps(json.loads(text), ensure_ascii=False, sort_keys=True)
+
+
+def test_uid_array_is_sorted_by_high_then_low_word_and_reads_back():
+    from lait.build.sample import uids_to_array
+
+    uids = ["f" * 16 + "0" * 16, "0" * 32, "8" + "0" * 31, "0" * 16 + "f" * 16, "0" * 32, "7" + "f" * 31]
+    arr = uids_to_array(uids)
+    assert [(int(hi), int(lo)) for hi, lo in arr.tolist()] == sorted((int(u[:16], 16), int(u[16:], 16)) for u in uids)
+    assert array_to_uids(arr) == sorted(uids)
+    short = ["AB" * 16, "ab" * 15]  # not all 32 digits: parsed one by one, as before
+    assert [(int(hi), int(lo)) for hi, lo in uids_to_array(short).tolist()] == \
+        sorted((int(u[:16], 16), int(u[16:32], 16)) for u in short)
