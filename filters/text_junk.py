@@ -108,6 +108,27 @@ _RELATIVE = re.compile(r"\b\d+\s*(?:sec(?:ond)?s?|min(?:ute)?s?|h(?:ou)?rs?|hour
 _UPDATED = re.compile(r"^(?:last\s+)?(?:updated|published|posted|modified)\b.{0,12}"
                       rf"(?:{_MONTH}|\d)", re.I)
 _FILLER = re.compile(r"[\W_]+|\b(?:on|at|the|of|et|and|updated|published|posted|last|date|time)\b", re.I)
+# What decides that a text is more than a date without the two substitutions (most texts are
+# sentences, and the substitutions cost ten times as much as these tests). A date part and a
+# filler word match from one word boundary to another, so each run of letters and digits of the
+# text is either inside one match whole or left over; one that no match can hold is left over.
+# In ASCII, the runs a match holds are these words:
+_DATE_WORD = re.compile(
+    r"[0-9]{1,4}|[0-9]{1,2}(?:st|nd|rd|th)|[0-9]{2}[ap]m?|[ap]m?|m|jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?"
+    r"|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?"
+    r"|(?:mon|tues|wednes|thurs|fri|satur|sun)day|today|yesterday|[a-z]{2,4}t|gmt|utc"
+    r"|on|at|the|of|et|and|updated|published|posted|last|date|time", re.I)
+_ALNUM_RUN = re.compile(r"[A-Za-z0-9]+")
+# Beyond ASCII (where case folding and digits reach further), only the length: no run a match
+# holds is longer than 9 ("september", "wednesday", "yesterday", "published").
+_LONG_RUN = re.compile(r"[^\W_]{10}")
+
+
+def _more_than_a_date(text: str) -> bool:
+    """True when a text surely holds more than date parts and filler words (False: it may not)."""
+    if text.isascii():
+        return any(_DATE_WORD.fullmatch(run) is None for run in _ALNUM_RUN.findall(text))
+    return _LONG_RUN.search(text) is not None
 
 
 class DateFilter(Filter):
@@ -122,6 +143,8 @@ class DateFilter(Filter):
             return False, f"teaser ending {m.group(0)!r}"
         if _UPDATED.match(text) and len(text.split()) <= 10:
             return False, "timestamp"
+        if _more_than_a_date(text):
+            return True
         rest = _FILLER.sub(" ", _DATE_PARTS.sub(" ", text)).strip()
         if not rest and _DATE_PARTS.search(text):
             return False, "only a date"
@@ -196,28 +219,33 @@ class PromoFilter(RegexFilter):
 
 # -- navigation and interface text ----------------------------------------------------------
 
+# Navigation texts as they start (tried at the start of the text only, with `match`) ...
 _NAVIGATION = re.compile(
-    r"^(?:read|see|view|show|load|watch|click|tap|learn|discover|find out|explore|continue|go)\b.{0,10}"
+    r"(?:read|see|view|show|load|watch|click|tap|learn|discover|find out|explore|continue|go)\b.{0,10}"
     r"\b(?:more|also|all|here|original|full|next|previous|gallery|article|story|video|comments?)\b"
-    r"|^(?:read more|see more|see also|related|recommended|you (?:may|might) also like|more from|more on|most "
+    r"|(?:read more|see more|see also|related|recommended|you (?:may|might) also like|more from|more on|most "
     r"(?:read|popular|viewed|shared)|trending|top stories|external links|further reading|references"
     r"|leggi anche|lire aussi|lesen sie auch|ver también|leia também)\b"
-    r"|\[edit\]$|^edit this\b|^tell us what you think|^leave a (?:comment|reply)|^\d+\s+comments?$"
-    r"|^(?:un)?fold all\b|^(?:back to top|skip to content|next|previous|menu|search|home|close|loading|please wait"
+    r"|edit this\b|tell us what you think|leave a (?:comment|reply)|\d+\s+comments?$"
+    r"|(?:un)?fold all\b|(?:back to top|skip to content|next|previous|menu|search|home|close|loading|please wait"
     r"|play video|watch video|click to (?:play|expand|enlarge|zoom)|open (?:gallery|in new (?:tab|window)))$"
-    r"|^test case\b|\btooltip\b"
-    r"|^(?:save|print|download|edit|submit|cancel|reset|zoom in|zoom out|expand|collapse)(?:\s+\w+)?$", re.I)
+    r"|test case\b"
+    r"|(?:save|print|download|edit|submit|cancel|reset|zoom in|zoom out|expand|collapse)(?:\s+\w+)?$", re.I)
+# ... and anywhere in it. Two patterns, not one: in one, every alternative anchored with `^` was
+# tried again at every position of every text. No text matches one of each at its start
+# ("[edit]", "tooltip..."), so the first match is the one the single pattern found.
+_NAVIGATION_ANYWHERE = re.compile(r"\[edit\]$|\btooltip\b", re.I)
 
 
-class NavigationFilter(RegexFilter):
+class NavigationFilter(Filter):
     """Navigation, read-more prompts and interface labels."""
 
     name = "navigation"
-    pattern = _NAVIGATION
-    detail_chars = 40
 
-    def text_of(self, c) -> str:
-        return c.text.strip().rstrip(":.!…?").strip()
+    def keep(self, c) -> KeepResult:
+        text = c.text.strip().rstrip(":.!…?").strip()
+        m = _NAVIGATION.match(text) or _NAVIGATION_ANYWHERE.search(text)
+        return m is None or (False, m.group(0)[:40])
 
 
 # -- markup and placeholder text -------------------------------------------------------------
