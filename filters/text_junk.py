@@ -77,6 +77,22 @@ _SOCIAL_ACTION = re.compile(
 _NETWORK_ONLY = re.compile(rf"^(?:\w+\s+)?(?:{_NETWORK})(?:\s+\w+)?$"
                            rf"|\b(?:{_NETWORK})\b.{{0,12}}\b(?:share|icon|button|logo|page|feed)\b", re.I)
 _SOCIAL_MAX_WORDS = 25
+# Words that every match of the two patterns above holds (a network's name), or starts with.
+_SOCIAL_WORDS = ("facebook", "twitter", "instagram", "pinterest", "linkedin", "whatsapp", "youtube", "tiktok",
+                 "reddit", "tumblr", "snapchat", "telegram", "feedly", "flipboard", "google", "rss", "mail",
+                 "messenger", "vk")
+_SOCIAL_STARTS = ("share", "tweet", "pin it", "print this", "send this", "follow us")
+
+
+def _surely_not(text: str, words: tuple[str, ...], starts: tuple[str, ...] = ()) -> bool:
+    """Whether an ASCII text holds none of `words` and starts with none of `starts` (lower-case
+    words that every match of a rule's patterns holds or starts with): the rule keeps it without
+    its patterns, which cost ten times as much. Beyond ASCII, case folding in a pattern reaches
+    further than `str.lower` (the long s, the Kelvin sign), so the patterns decide."""
+    if not text.isascii():
+        return False
+    low = text.lower()
+    return not low.startswith(starts) and not any(w in low for w in words)
 _NETWORK_MAX_WORDS = 5
 
 
@@ -87,7 +103,7 @@ class SocialFilter(Filter):
 
     def keep(self, c) -> KeepResult:
         text = c.text.strip().rstrip("!.:")
-        if len(text.split()) > _SOCIAL_MAX_WORDS:
+        if len(text.split()) > _SOCIAL_MAX_WORDS or _surely_not(text, _SOCIAL_WORDS, _SOCIAL_STARTS):
             return True
         m = _SOCIAL_ACTION.search(text)
         if m is None and len(text.split()) <= _NETWORK_MAX_WORDS:
@@ -209,12 +225,23 @@ _PROMO = re.compile(
     r"|^get\b.{0,60}\bfor free\b|^get (?:started|the recipe|the app|yours|your free|it now)\b)", re.I)
 
 
+# Words that every match of `_PROMO` holds, one for each of its alternatives.
+_PROMO_WORDS = ("cookie", "newsletter", "sign", "subscri", "delivered", "inbox", "advert", "sponsored", "promoted",
+                "paid", "affiliate", "continue", "commission", "disclosure:", "rights reserved", "may not be",
+                "privacy policy", "terms of", "code", "app store", "google play", "download", "free trial",
+                "buy now", "shop now", "order now", "book now", "deal", "cyber monday", "offer", "upgrade to",
+                "for free", "get ")
+
+
 class PromoFilter(RegexFilter):
     """Cookie notices, newsletter and subscription prompts, advertising and legal lines."""
 
     name = "promo"
     pattern = _PROMO
     detail_chars = 40
+
+    def keep(self, c) -> KeepResult:
+        return _surely_not(c.text, _PROMO_WORDS) or super().keep(c)
 
 
 # -- navigation and interface text ----------------------------------------------------------

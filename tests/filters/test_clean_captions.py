@@ -237,3 +237,22 @@ def test_navigation_texts_are_found_at_their_start_or_anywhere(text, match):
 
     verdict = NavigationFilter().keep(Candidate(text, "alt", "i", "p"))
     assert verdict == (True if match is None else (False, match))
+
+
+@pytest.mark.parametrize("rule, text, match", [
+    ("PromoFilter", "Abonnez-vous à notre newsletter", "newsletter"),  # beyond ASCII: the pattern decides
+    ("PromoFilter", "SIGN UP FOR OUR DAILY BRIEFING", "SIGN UP"),
+    ("PromoFilter", "Story continues below advertisement", "continues below advertisement"),
+    ("PromoFilter", "A man walks past an advertisement for soap", None),
+    ("PromoFilter", "A designer signs the hull of the boat", None),
+    ("SocialFilter", "Follow us on Twitter ✓", "Follow us on Twitter"),  # beyond ASCII
+    ("SocialFilter", "Share this", "Share"),
+    ("SocialFilter", "A woman reads her e-mail on a train", None),
+    ("SocialFilter", "Storm clouds over the harbour", None),
+])
+def test_promo_and_social_rules_drop_what_their_patterns_match(rule, text, match):
+    from lait.filters import text_junk
+    from lait.filters.text_rules import Candidate
+
+    verdict = getattr(text_junk, rule)().keep(Candidate(text, "alt", "i", "p"))
+    assert verdict == (True if match is None else (False, match))
