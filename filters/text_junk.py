@@ -77,6 +77,22 @@ _SOCIAL_ACTION = re.compile(
 _NETWORK_ONLY = re.compile(rf"^(?:\w+\s+)?(?:{_NETWORK})(?:\s+\w+)?$"
                            rf"|\b(?:{_NETWORK})\b.{{0,12}}\b(?:share|icon|button|logo|page|feed)\b", re.I)
 _SOCIAL_MAX_WORDS = 25
+# Words that every match of the two patterns above holds (a network's name), or starts with.
+_SOCIAL_WORDS = ("facebook", "twitter", "instagram", "pinterest", "linkedin", "whatsapp", "youtube", "tiktok",
+                 "reddit", "tumblr", "snapchat", "telegram", "feedly", "flipboard", "google", "rss", "mail",
+                 "messenger", "vk")
+_SOCIAL_STARTS = ("share", "tweet", "pin it", "print this", "send this", "follow us")
+
+
+def _surely_not(text: str, words: tuple[str, ...], starts: tuple[str, ...] = ()) -> bool:
+    """Whether an ASCII text holds none of `words` and starts with none of `starts` (lower-case
+    words that every match of a rule's patterns holds or starts with): the rule keeps it without
+    its patterns, which cost ten times as much. Beyond ASCII, case folding in a pattern reaches
+    further than `str.lower` (the long s, the Kelvin sign), so the patterns decide."""
+    if not text.isascii():
+        return False
+    low = text.lower()
+    return not low.startswith(starts) and not any(w in low for w in words)
 _NETWORK_MAX_WORDS = 5
 
 
@@ -87,7 +103,7 @@ class SocialFilter(Filter):
 
     def keep(self, c) -> KeepResult:
         text = c.text.strip().rstrip("!.:")
-        if len(text.split()) > _SOCIAL_MAX_WORDS:
+        if len(text.split()) > _SOCIAL_MAX_WORDS or _surely_not(text, _SOCIAL_WORDS, _SOCIAL_STARTS):
             return True
         m = _SOCIAL_ACTION.search(text)
         if m is None and len(text.split()) <= _NETWORK_MAX_WORDS:
@@ -108,6 +124,27 @@ _RELATIVE = re.compile(r"\b\d+\s*(?:sec(?:ond)?s?|min(?:ute)?s?|h(?:ou)?rs?|hour
 _UPDATED = re.compile(r"^(?:last\s+)?(?:updated|published|posted|modified)\b.{0,12}"
                       rf"(?:{_MONTH}|\d)", re.I)
 _FILLER = re.compile(r"[\W_]+|\b(?:on|at|the|of|et|and|updated|published|posted|last|date|time)\b", re.I)
+# What decides that a text is more than a date without the two substitutions (most texts are
+# sentences, and the substitutions cost ten times as much as these tests). A date part and a
+# filler word match from one word boundary to another, so each run of letters and digits of the
+# text is either inside one match whole or left over; one that no match can hold is left over.
+# In ASCII, the runs a match holds are these words:
+_DATE_WORD = re.compile(
+    r"[0-9]{1,4}|[0-9]{1,2}(?:st|nd|rd|th)|[0-9]{2}[ap]m?|[ap]m?|m|jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?"
+    r"|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?"
+    r"|(?:mon|tues|wednes|thurs|fri|satur|sun)day|today|yesterday|[a-z]{2,4}t|gmt|utc"
+    r"|on|at|the|of|et|and|updated|published|posted|last|date|time", re.I)
+_ALNUM_RUN = re.compile(r"[A-Za-z0-9]+")
+# Beyond ASCII (where case folding and digits reach further), only the length: no run a match
+# holds is longer than 9 ("september", "wednesday", "yesterday", "published").
+_LONG_RUN = re.compile(r"[^\W_]{10}")
+
+
+def _more_than_a_date(text: str) -> bool:
+    """True when a text surely holds more than date parts and filler words (False: it may not)."""
+    if text.isascii():
+        return any(_DATE_WORD.fullmatch(run) is None for run in _ALNUM_RUN.findall(text))
+    return _LONG_RUN.search(text) is not None
 
 
 class DateFilter(Filter):
@@ -122,6 +159,8 @@ class DateFilter(Filter):
             return False, f"teaser ending {m.group(0)!r}"
         if _UPDATED.match(text) and len(text.split()) <= 10:
             return False, "timestamp"
+        if _more_than_a_date(text):
+            return True
         rest = _FILLER.sub(" ", _DATE_PARTS.sub(" ", text)).strip()
         if not rest and _DATE_PARTS.search(text):
             return False, "only a date"
@@ -186,6 +225,14 @@ _PROMO = re.compile(
     r"|^get\b.{0,60}\bfor free\b|^get (?:started|the recipe|the app|yours|your free|it now)\b)", re.I)
 
 
+# Words that every match of `_PROMO` holds, one for each of its alternatives.
+_PROMO_WORDS = ("cookie", "newsletter", "sign", "subscri", "delivered", "inbox", "advert", "sponsored", "promoted",
+                "paid", "affiliate", "continue", "commission", "disclosure:", "rights reserved", "may not be",
+                "privacy policy", "terms of", "code", "app store", "google play", "download", "free trial",
+                "buy now", "shop now", "order now", "book now", "deal", "cyber monday", "offer", "upgrade to",
+                "for free", "get ")
+
+
 class PromoFilter(RegexFilter):
     """Cookie notices, newsletter and subscription prompts, advertising and legal lines."""
 
@@ -193,31 +240,39 @@ class PromoFilter(RegexFilter):
     pattern = _PROMO
     detail_chars = 40
 
+    def keep(self, c) -> KeepResult:
+        return _surely_not(c.text, _PROMO_WORDS) or super().keep(c)
+
 
 # -- navigation and interface text ----------------------------------------------------------
 
+# Navigation texts as they start (tried at the start of the text only, with `match`) ...
 _NAVIGATION = re.compile(
-    r"^(?:read|see|view|show|load|watch|click|tap|learn|discover|find out|explore|continue|go)\b.{0,10}"
+    r"(?:read|see|view|show|load|watch|click|tap|learn|discover|find out|explore|continue|go)\b.{0,10}"
     r"\b(?:more|also|all|here|original|full|next|previous|gallery|article|story|video|comments?)\b"
-    r"|^(?:read more|see more|see also|related|recommended|you (?:may|might) also like|more from|more on|most "
+    r"|(?:read more|see more|see also|related|recommended|you (?:may|might) also like|more from|more on|most "
     r"(?:read|popular|viewed|shared)|trending|top stories|external links|further reading|references"
     r"|leggi anche|lire aussi|lesen sie auch|ver también|leia também)\b"
-    r"|\[edit\]$|^edit this\b|^tell us what you think|^leave a (?:comment|reply)|^\d+\s+comments?$"
-    r"|^(?:un)?fold all\b|^(?:back to top|skip to content|next|previous|menu|search|home|close|loading|please wait"
+    r"|edit this\b|tell us what you think|leave a (?:comment|reply)|\d+\s+comments?$"
+    r"|(?:un)?fold all\b|(?:back to top|skip to content|next|previous|menu|search|home|close|loading|please wait"
     r"|play video|watch video|click to (?:play|expand|enlarge|zoom)|open (?:gallery|in new (?:tab|window)))$"
-    r"|^test case\b|\btooltip\b"
-    r"|^(?:save|print|download|edit|submit|cancel|reset|zoom in|zoom out|expand|collapse)(?:\s+\w+)?$", re.I)
+    r"|test case\b"
+    r"|(?:save|print|download|edit|submit|cancel|reset|zoom in|zoom out|expand|collapse)(?:\s+\w+)?$", re.I)
+# ... and anywhere in it. Two patterns, not one: in one, every alternative anchored with `^` was
+# tried again at every position of every text. No text matches one of each at its start
+# ("[edit]", "tooltip..."), so the first match is the one the single pattern found.
+_NAVIGATION_ANYWHERE = re.compile(r"\[edit\]$|\btooltip\b", re.I)
 
 
-class NavigationFilter(RegexFilter):
+class NavigationFilter(Filter):
     """Navigation, read-more prompts and interface labels."""
 
     name = "navigation"
-    pattern = _NAVIGATION
-    detail_chars = 40
 
-    def text_of(self, c) -> str:
-        return c.text.strip().rstrip(":.!…?").strip()
+    def keep(self, c) -> KeepResult:
+        text = c.text.strip().rstrip(":.!…?").strip()
+        m = _NAVIGATION.match(text) or _NAVIGATION_ANYWHERE.search(text)
+        return m is None or (False, m.group(0)[:40])
 
 
 # -- markup and placeholder text -------------------------------------------------------------

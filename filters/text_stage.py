@@ -250,13 +250,14 @@ class _MainSentences:
     trafilatura's text), else None; worked out once per text of a page (images side by side
     share their paragraphs)."""
 
-    def __init__(self, main: str):
+    def __init__(self, main: str, split: Callable[[str], list[str]] = split_sentences):
         self.main = main
+        self.split = split
         self._seen: dict[str, list[str] | None] = {}
 
     def __call__(self, text: str) -> list[str] | None:
         if text not in self._seen:
-            self._seen[text] = split_sentences(text) if text[:60] in self.main else None
+            self._seen[text] = self.split(text) if text[:60] in self.main else None
         return self._seen[text]
 
 
@@ -378,7 +379,8 @@ def offered(found: PageTexts) -> set[str]:
 
 class _Mender:
     """Cut texts of a page made whole from the page's own text (`lait.filters.text_rules.uncut`);
-    the page's text is read once, and only for a text that looks cut."""
+    the page's text is read once, and only for a text that looks cut. Reading it takes the
+    scripts and styles out of the tree itself: nothing reads the tree after the mender."""
 
     def __init__(self, tree: Any, prepare: Callable[[str], list[str]]):
         self.tree = tree
@@ -388,7 +390,7 @@ class _Mender:
 
     def page_text(self) -> str:
         if self._text is None:
-            self._text = normalise_space(visible_text(self.tree))
+            self._text = normalise_space(visible_text(self.tree, in_place=True))
         return self._text
 
     def __call__(self, source: str, text: str) -> list[str]:
@@ -425,12 +427,23 @@ def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
     want_context = "context" in cfg.sources
     blocks = _blocks(elements, images, cfg.context_window) if want_context else []
     # No paragraph near any image: `_context` has nothing to take, whatever the main text is.
-    main = _MainSentences(_main_text(tree) if blocks else "")
+    splits: dict[str, list[str]] = {}  # each block text split once, for the count and for the context
+
+    def split(text: str) -> list[str]:
+        if text not in splits:
+            splits[text] = split_sentences(text)
+        return splits[text]
+
+    main = _MainSentences(_main_text(tree) if blocks else "", split)
     counted = {piece for img in images for src, t in img.texts if src in cfg.sources for piece in prepare(t)}
     for _, block in blocks:
-        sentences = split_sentences(block)
+        sentences = split(block)
         n = cfg.context_sentences
         counted.update(piece for sentence in sentences[:n] + sentences[-n:] for piece in prepare(sentence))
+    licenses = {}  # read before the mender, which changes the tree
+    for img in images:
+        if img.figure is not None and (declared := figure_license(img.figure, tree, row["url"])):
+            licenses.update(dict.fromkeys(img.urls, declared))
     found: list[ImageTexts] = []
     shared: list[SharedText] = []
     mend = _Mender(tree, prepare)
@@ -451,10 +464,6 @@ def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
         else:
             found.append(ImageTexts(img.urls, img.position, texts, img.figure))
     per_url, dropped = assign(found, one_owner="page_text" not in cfg.rules_off)
-    licenses = {}
-    for img in images:
-        if img.figure is not None and (declared := figure_license(img.figure, tree, row["url"])):
-            licenses.update(dict.fromkeys(img.urls, declared))
     return PageTexts(per_url, shared + dropped, names, truncated, mend.mended, lang, licenses, frozenset(counted))
 
 

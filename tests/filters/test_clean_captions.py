@@ -199,3 +199,60 @@ def test_with_page_text_off_every_image_keeps_the_texts_the_page_gives_it(make_w
         f"http://site.test/{n}.jpg": [headline] for n in ("1", "2", "3")}
     assert [t["text"] for t in got["http://site.test/og2.jpg"]] == [t["text"] for t in got["http://site.test/og1.jpg"]]
     assert not [r for r in rejected if r["reason"] == "clean/page_text"]
+
+
+@pytest.mark.parametrize("text, dropped", [
+    ("Monday, 10:30 a.m. GMT", True),
+    ("Sept. 12th, 2015 at 10:30pm", True),
+    ("published yesterday", True),
+    ("12/03/2019 — 10:30", True),  # beyond ASCII: the dash
+    ("Wednesday 9 September 2015", True),
+    ("A storm in September 2015", False),
+    ("12 September 2015 — the storm", False),
+    ("Überraschungsparty, 12. Dezember", False),
+])
+def test_a_text_made_only_of_date_parts_is_a_date(text, dropped):
+    from lait.filters.text_junk import DateFilter
+    from lait.filters.text_rules import Candidate
+
+    verdict = DateFilter().keep(Candidate(text, "alt", "i", "p"))
+    assert (verdict == (False, "only a date")) is dropped, verdict
+
+
+@pytest.mark.parametrize("text, match", [
+    ("Read more about the storm", "Read more"),
+    ("Back to top", "Back to top"),
+    ("[edit]", "[edit]"),
+    ("History of the bridge [edit]", "[edit]"),
+    ("Tooltip: drag to rotate", "Tooltip"),
+    ("Hover the tooltip to see the date", "tooltip"),
+    ("12 comments", "12 comments"),
+    ("Print page", "Print page"),
+    ("A reader waves from the back of the boat", None),
+    ("Cars queue at the border, edit this later", None),
+])
+def test_navigation_texts_are_found_at_their_start_or_anywhere(text, match):
+    from lait.filters.text_junk import NavigationFilter
+    from lait.filters.text_rules import Candidate
+
+    verdict = NavigationFilter().keep(Candidate(text, "alt", "i", "p"))
+    assert verdict == (True if match is None else (False, match))
+
+
+@pytest.mark.parametrize("rule, text, match", [
+    ("PromoFilter", "Abonnez-vous à notre newsletter", "newsletter"),  # beyond ASCII: the pattern decides
+    ("PromoFilter", "SIGN UP FOR OUR DAILY BRIEFING", "SIGN UP"),
+    ("PromoFilter", "Story continues below advertisement", "continues below advertisement"),
+    ("PromoFilter", "A man walks past an advertisement for soap", None),
+    ("PromoFilter", "A designer signs the hull of the boat", None),
+    ("SocialFilter", "Follow us on Twitter ✓", "Follow us on Twitter"),  # beyond ASCII
+    ("SocialFilter", "Share this", "Share"),
+    ("SocialFilter", "A woman reads her e-mail on a train", None),
+    ("SocialFilter", "Storm clouds over the harbour", None),
+])
+def test_promo_and_social_rules_drop_what_their_patterns_match(rule, text, match):
+    from lait.filters import text_junk
+    from lait.filters.text_rules import Candidate
+
+    verdict = getattr(text_junk, rule)().keep(Candidate(text, "alt", "i", "p"))
+    assert verdict == (True if match is None else (False, match))

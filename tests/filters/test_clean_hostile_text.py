@@ -51,6 +51,20 @@ def test_visible_text_is_text_content_where_there_is_nothing_to_hide():
     assert visible_text(el) == "One bold word"
 
 
+def test_visible_text_keeps_the_tails_of_hidden_elements_and_nothing_inside_them():
+    tree = lxml_html.document_fromstring(
+        "<html><body><div>Before <noscript>no <script>x()</script>script</noscript> after "
+        "<style>p {}</style><template><p>t</p></template>end</div>"
+        "<noscript><p>Fallback <script>y()</script>text</p></noscript></body></html>")
+    div = next(tree.iter("div"))
+    assert visible_text(div) == "Before  after end"
+    # A paragraph inside a <noscript> is hidden as a whole, as its page shows none of it.
+    fallback = [el for el in tree.iter("p") if el.text == "Fallback "]
+    assert len(fallback) == 1 and visible_text(fallback[0]) == ""
+    assert visible_text(tree) == "Before  after end"
+    assert "x()" in div.text_content()  # the tree itself is left as it was
+
+
 def test_bidi_controls_are_removed_where_texts_are_normalised():
     assert repair(f"A red{BIDI} bus\u202e gnp.exe\u202c") == "A red bus gnp.exe"
     assert not set(BIDI) & set(repair("\u2067مرحبا\u2069 world\u200f"))
