@@ -16,6 +16,9 @@ from urllib.parse import urlsplit
 # or `java\nscript:` must not pass as anything but what they are), then `//` and a host.
 _HTTP_URL_RE = re.compile(r"https?://[^/?#\\]", re.I)
 _URL_CONTROLS_RE = re.compile(r"[\x00-\x20\x7f]")
+# Most URLs: a host of letters, digits, dots, hyphens and underscores, an optional port, then the
+# path, query, fragment or the end. urlsplit would find that host and accept it; it is not asked.
+_PLAIN_HOST_RE = re.compile(r"https?://[A-Za-z0-9._-]+(?::[0-9]*)?(?:[/?#]|\Z)", re.I)
 
 
 def is_http_url(url: object) -> bool:
@@ -26,6 +29,8 @@ def is_http_url(url: object) -> bool:
     reinterpret those, so what they open would not be what was checked) is not one."""
     if not isinstance(url, str) or not _HTTP_URL_RE.match(url) or _URL_CONTROLS_RE.search(url):
         return False
+    if _PLAIN_HOST_RE.match(url):
+        return True
     try:
         parts = urlsplit(url)
         return parts.scheme.lower() in ("http", "https") and bool(parts.hostname)

@@ -27,6 +27,35 @@ def test_everything_else_is_refused(url):
     assert not is_http_url(url)
 
 
+def _by_urlsplit(url: str) -> bool:
+    """The rule's definition without its shortcut for plain hosts."""
+    from urllib.parse import urlsplit
+
+    from lait.urls import _HTTP_URL_RE, _URL_CONTROLS_RE
+
+    if not _HTTP_URL_RE.match(url) or _URL_CONTROLS_RE.search(url):
+        return False
+    try:
+        parts = urlsplit(url)
+        return parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+    except ValueError:
+        return False
+
+
+def test_the_shortcut_for_plain_hosts_answers_as_urlsplit_does():
+    import random
+
+    rng = random.Random(0)
+    pieces = ["http://", "https://", "HTTPS://", "a", "B", "0", ".", "-", "_", ":", "80", "/", "?", "#", "@",
+              "[", "]", "::1", "\\", "%41", "x.jpg", "user:pw@", ":99999", "", "é"]
+    urls = [rng.choice(pieces[:3]) + "".join(rng.choice(pieces) for _ in range(rng.randint(0, 6)))
+            for _ in range(20000)]
+    urls += ["http://a", "http://a:", "http://a:80", "http://a:8x/", "http://.", "http://-/x", "http://a_b/?q#f",
+             "http://a.b:80?q", "http://a.b#f", "http://:80/", "http://a@b/", "http://[::1]/", "http://a\\b"]
+    wrong = [u for u in urls if is_http_url(u) != _by_urlsplit(u)]
+    assert not wrong, wrong[:10]
+
+
 def test_the_page_reader_takes_no_other_scheme_from_a_page():
     page = "https://news.example.org/story.html"
     html = ('<html><head><meta property="og:image" content="JaVaScRiPt:alert(1)"></head><body>'
