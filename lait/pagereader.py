@@ -160,11 +160,10 @@ class Resolver:
         if not raw or raw[:11].lower().startswith(_SKIP_PREFIXES):
             return None
         url = None
-        if "/." not in raw and "\\" not in raw:
-            if raw.startswith(("http://", "https://")):
-                url = fast_absolute(raw)
-            elif self.origin and raw[0] == "/" and not raw.startswith("//"):
-                url = _as_is(self.origin + raw)
+        if raw.startswith(("http://", "https://")):
+            url = fast_absolute(raw)
+        elif self.origin and raw[0] == "/" and not raw.startswith("//") and "/." not in raw and "\\" not in raw:
+            url = _as_is(self.origin + raw)
         return self._resolve_slow(raw) if url is None else url
 
     def _resolve_slow(self, raw: str) -> str | None:
