@@ -240,8 +240,8 @@ class PromoFilter(RegexFilter):
     pattern = _PROMO
     detail_chars = 40
 
-    def keep(self, c) -> KeepResult:
-        return _surely_not(c.text, _PROMO_WORDS) or super().keep(c)
+    def surely_kept(self, text: str) -> bool:
+        return _surely_not(text, _PROMO_WORDS)
 
 
 # -- navigation and interface text ----------------------------------------------------------

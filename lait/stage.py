@@ -61,8 +61,16 @@ class RegexFilter(Filter):
     def text_of(self, record: Any) -> str:
         return record.text
 
+    def surely_kept(self, text: str) -> bool:
+        """Whether `text` cannot match, known without the pattern (a cheaper pre-check a rule
+        may define; by default the pattern always decides)."""
+        return False
+
     def keep(self, record: Any) -> KeepResult:
-        m = self.pattern.search(self.text_of(record))
+        text = self.text_of(record)
+        if self.surely_kept(text):
+            return True
+        m = self.pattern.search(text)
         return m is None or (False, m.group(0)[: self.detail_chars])
 
 
