@@ -131,12 +131,6 @@ def rgb_pixels(im) -> np.ndarray:
     return np.asarray(im, np.uint8)
 
 
-def decode_rgb(data) -> np.ndarray:
-    """RGB uint8 pixels of image bytes (`decode_pixels`, in RGB order)."""
-    pixels, bgr = decode_pixels(data)
-    return to_rgb(pixels) if bgr else pixels
-
-
 def decode_pixels(data) -> tuple[np.ndarray, bool]:
     """(uint8 pixels, whether their channels are in OpenCV's B, G, R order) of image bytes. A
     colour or grey JPEG is decoded by OpenCV (libjpeg-turbo, as Pillow's: the same pixels,
@@ -157,7 +151,7 @@ def decode_pixels(data) -> tuple[np.ndarray, bool]:
         return rgb_pixels(im), False
 
 
-def to_rgb(bgr: np.ndarray) -> np.ndarray:
+def _bgr_to_rgb(bgr: np.ndarray) -> np.ndarray:
     import cv2
 
     return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
@@ -202,12 +196,12 @@ def prepare(data: bytes, fmt: str, width: int, height: int, opts: ImageOptions,
     if blur:
         from lait.faceblur import blur_faces
 
-        pixels, _ = blur_faces(to_rgb(pixels) if bgr else pixels, faces)
+        pixels, _ = blur_faces(_bgr_to_rgb(pixels) if bgr else pixels, faces)
         bgr = False
     resized = transform(pixels, opts)
     out = pixels if resized is None else resized
     if bgr:  # the channels swapped on the resized pixels: the same pixels, fewer of them
-        out = to_rgb(out)
+        out = _bgr_to_rgb(out)
     return ShardImage(encode(out, opts), opts.encode_format, out.shape[1], out.shape[0],
                       original_width, original_height, True)
 
