@@ -12,7 +12,7 @@ from PIL import Image
 
 from lait.build.config import BuildConfig
 from lait.build.pipeline import build
-from lait.build.resize import ImageOptions, exif_json, prepare, resample, target_size
+from lait.build.resize import ImageOptions, encode, exif_json, prepare, resample, target_size
 from lait.config import ConfigError
 from lait.testkit import build_data as data  # noqa: E402
 
@@ -73,6 +73,19 @@ def test_webp_and_transparency_on_white():
     im = decode(out.data)
     assert out.ext == "webp" and im.format == "WEBP" and im.size == (150, 150)
     assert np.asarray(im.convert("RGB")).min() > 240  # fully transparent blue shows as white
+
+
+@pytest.mark.parametrize("fmt, pil, qualities", [("jpg", "JPEG", (1, 30, 95, 100)), ("webp", "WEBP", (1, 80, 95, 100))])
+def test_opencv_encoder_gives_pillows_bytes(fmt, pil, qualities):
+    # JPEG and WebP are encoded by OpenCV (faster, and no channel swap for pixels it decoded); the
+    # module promises Pillow's bytes, so that the encoder change left every shard as it was.
+    rgb = np.asarray(decode(data.photo(3)).convert("RGB").resize((301, 199)))
+    for quality in qualities:
+        opts = ImageOptions("keep_ratio", 256, encode_format=fmt, encode_quality=quality)
+        buf = io.BytesIO()
+        Image.fromarray(rgb).save(buf, pil, quality=quality)
+        assert encode(rgb, opts) == buf.getvalue(), quality
+        assert encode(np.ascontiguousarray(rgb[..., ::-1]), opts, bgr=True) == buf.getvalue(), quality
 
 
 def test_options_are_checked():
