@@ -152,6 +152,16 @@ def decode_pixels(data) -> tuple[np.ndarray, bool]:
         return rgb_pixels(im), False
 
 
+def _one_opencv_thread() -> None:
+    """OpenCV on one thread in this process, as img2dataset's resizer sets it: the build's
+    parallelism is its worker processes (one per core by default), and OpenCV's own pool in each
+    of them would put cores x workers threads on the cores."""
+    import cv2
+
+    if cv2.getNumThreads() != 1:
+        cv2.setNumThreads(1)
+
+
 def _bgr_to_rgb(bgr: np.ndarray) -> np.ndarray:
     import cv2
 
@@ -206,6 +216,7 @@ def prepare(data: bytes, fmt: str, width: int, height: int, opts: ImageOptions,
     blur = bool(faces) and opts.blur_faces
     if not blur and opts.resize_mode == "no" and fmt.upper() in SAME_FORMAT[opts.encode_format]:
         return ShardImage(data, opts.encode_format, width, height, width, height, False)
+    _one_opencv_thread()
     pixels, bgr = decode_pixels(data)
     original_height, original_width = pixels.shape[:2]
     if blur:

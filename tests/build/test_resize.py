@@ -88,6 +88,21 @@ def test_opencv_encoder_gives_pillows_bytes(fmt, pil, qualities):
         assert encode(np.ascontiguousarray(rgb[..., ::-1]), opts, bgr=True) == buf.getvalue(), quality
 
 
+def test_resizing_keeps_opencv_on_one_thread():
+    # One core per shard worker, as img2dataset: OpenCV's own pool in every worker process would
+    # oversubscribe the cores the workers already fill (and makes "1 core" benches unfair).
+    import cv2
+
+    cv2.setNumThreads(2)
+    try:
+        prepare(data.photo(1), "JPEG", 400, 320, ImageOptions())  # copied: OpenCV not involved
+        assert cv2.getNumThreads() == 2
+        prepare(data.photo(1), "JPEG", 400, 320, ImageOptions("keep_ratio", 32))
+        assert cv2.getNumThreads() == 1
+    finally:
+        cv2.setNumThreads(1)
+
+
 def test_options_are_checked():
     for bad in (dict(resize_mode="stretch"), dict(encode_format="gif"), dict(encode_format="png", encode_quality=95),
                 dict(encode_quality=0), dict(image_size=0)):
