@@ -8,7 +8,8 @@ encode, as a shard writer does for a resized image. lait runs in this process; i
 runs in its own environment (it pins old webdataset and pandas; built once under
 ~/.cache/lait/bench-img2dataset, as bench/download's), one child process per round that loads the
 photos and times the same loop itself, so its interpreter start and imports are not counted.
-Rounds alternate which side goes first. Rate: images per second, one core.
+Rounds alternate which side goes first. Rate: images per second, one core: both sides
+run OpenCV on one thread (img2dataset's `Resizer` and lait's `prepare` each set it).
 
     .venv/bin/python bench/build/bench_resize.py [--rounds 5] [--img2dataset-python PATH]
 
