@@ -28,7 +28,6 @@ import numpy as np
 
 RESIZE_MODES = ("no", "keep_ratio", "center_crop", "border", "keep_ratio_largest")
 ENCODE_FORMATS = ("jpg", "png", "webp")
-PIL_FORMATS = {"jpg": "JPEG", "png": "PNG", "webp": "WEBP"}
 # Formats a fetched image may be in that are already `encode_format` (MPO is a JPEG with extras).
 SAME_FORMAT = {"jpg": {"JPEG", "MPO"}, "png": {"PNG"}, "webp": {"WEBP"}}
 
@@ -169,9 +168,9 @@ def _bgr_to_rgb(bgr: np.ndarray) -> np.ndarray:
 
 
 # Encoders whose bytes OpenCV gives the same as Pillow (libjpeg-turbo and libwebp with the same
-# defaults: measured byte-identical at every quality on the shared photos) and faster, with no
-# channel swap for pixels OpenCV decoded. PNG stays Pillow's: OpenCV's zlib settings give other
-# bytes (the same pixels).
+# defaults: byte-identical at every quality tried, on the shared photos and in the tests) and
+# faster, with no channel swap for pixels OpenCV decoded. PNG stays Pillow's: OpenCV's zlib
+# settings give other bytes (the same pixels).
 _CV_PARAMS = {"jpg": (".jpg", "IMWRITE_JPEG_QUALITY"), "webp": (".webp", "IMWRITE_WEBP_QUALITY")}
 
 
