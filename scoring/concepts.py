@@ -79,12 +79,16 @@ class ConceptScorer:
         p = torch.softmax(logits.float() / TEMPERATURE, dim=-1)
         return F.normalize(p @ self.prompts - self.prompt_mean, dim=-1)
 
-    def encode_images(self, pixels: np.ndarray, *, tokens: bool = False):
-        """Unit-length concept embeddings of uint8 (N, H, W, 3) pixels; with `tokens`, also the
-        feature map cells (N, h * w, 1280), row-major."""
+    def encode_images(self, pixels, *, tokens: bool = False):
+        """Unit-length concept embeddings of uint8 pixels, host (N, H, W, 3) or device (N, 3, H, W)
+        as `ClipScorer.to_input` takes them; with `tokens`, also the feature map cells
+        (N, h * w, 1280), row-major."""
         import torch
 
-        x = torch.from_numpy(pixels).to(self.device).permute(0, 3, 1, 2).float().div_(255.0)
+        if isinstance(pixels, torch.Tensor):
+            x = pixels.to(self.device).float().div_(255.0)
+        else:
+            x = torch.from_numpy(pixels).to(self.device).permute(0, 3, 1, 2).float().div_(255.0)
         with torch.inference_mode():
             fmap = self.classifier.feature_map(self.classifier.normalise(x))
             emb = self.concept_embeddings(self.classifier.classify(fmap.mean((2, 3)))).cpu().numpy()
@@ -92,6 +96,12 @@ class ConceptScorer:
                 cells = fmap.flatten(2).transpose(1, 2).float().cpu().numpy()
                 return emb, cells
         return emb
+
+    def encode_images_async(self, pixels, *, tokens: bool = False):
+        from lait.scoring.model import PendingImages
+
+        out = self.encode_images(pixels, tokens=tokens)
+        return PendingImages(out if tokens else (out,))
 
 
 def load_concept_scorer(device: str) -> ConceptScorer:

@@ -33,9 +33,14 @@ class ScoreConfig(StageConfig):
     threads: int = setting(0, "CPU threads of each scoring process (0: the machine's cores divided by "
                            "--workers); fixed, so that scores do not depend on the executor, whose "
                            "workers would otherwise start with different thread counts", run=True)
-    loader_workers: int = setting(2, "processes decoding and resizing images beside the model (0: inline)", run=True)
-    fast_decode: bool = setting(True, "let JPEG decoding downscale by 2/4/8 when the image is much larger "
-                                "than the model input (faster; pixels differ slightly from a full decode)")
+    loader_workers: int = setting(-1, "processes decoding and resizing images beside the model (0: inline; "
+                                  "-1: 2 on the CPU, every core but one per scoring process on CUDA)", run=True)
+    fast_decode: bool = setting(True, "decode JPEGs with OpenCV (at 1/2, 1/4 or 1/8 scale when still twice "
+                                "the model input) and nvJPEG on CUDA, resized with the eval transform's own "
+                                "filter, instead of open_clip's Pillow transform (faster; pixels differ slightly)")
+    gpu_decode: bool = setting(True, "on CUDA, decode and resize JPEGs on the GPU (nvJPEG) beside the CPU "
+                               "workers; the scores then depend on which of the two decoded an image, by "
+                               "a little (docs/performance.md)")
     regions: bool = setting(False, "also store the visual tower's patch features as region tokens, with "
                             "boxes and codebook labels (ImageBERT's region inputs and MOC targets)")
     max_regions: int = setting(100, "most region tokens per image (patch grids are pooled down to fit)")
@@ -67,9 +72,23 @@ class ScoreConfig(StageConfig):
             raise ConfigError("max_regions must be >= 1")
         if self.threads < 0:
             raise ConfigError("threads must be >= 0")
-        if self.batch_size < 1 or self.text_batch_size < 1 or self.loader_workers < 0:
-            raise ConfigError("batch sizes must be >= 1 and loader_workers >= 0")
+        if self.batch_size < 1 or self.text_batch_size < 1 or self.loader_workers < -1:
+            raise ConfigError("batch sizes must be >= 1 and loader_workers >= 0 (or -1: automatic)")
         if self.codebook_k < 1 or self.near_dup_k < 1:
             raise ConfigError("codebook_k and near_dup_k must be >= 1")
         if not -1.0 <= self.near_dup_threshold <= 1.0:
             raise ConfigError("near_dup_threshold is a cosine in [-1, 1]")
+
+
+def loader_workers(cfg: ScoreConfig, device: str) -> int:
+    """Decode processes of one scoring process: as set, or automatic (-1): 2 beside a model on
+    the CPU (which needs the cores itself), every core but one on CUDA, shared between the
+    scoring processes."""
+    import os
+
+    if cfg.loader_workers >= 0:
+        return cfg.loader_workers
+    if not str(device).startswith("cuda"):
+        return 2
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, (cores - 1) // max(1, cfg.workers))

@@ -155,24 +155,42 @@ class ClipScorer:
             return int(proj.shape[-1] if not hasattr(proj, "out_features") else proj.out_features)
         return int(self.model.visual.output_dim)
 
-    def to_input(self, pixels: np.ndarray):
-        """uint8 (N, H, W, 3) pixels -> the normalised float batch on the device."""
+    def to_input(self, pixels):
+        """uint8 pixels -> the normalised float batch on the device: host (N, H, W, 3) arrays
+        (the CPU decoder's) are copied over from pinned memory; device (N, 3, H, W) tensors (the
+        GPU decoder's) are used where they are."""
         import torch
 
-        mean = torch.tensor(self.preprocess_cfg["mean"], device=self.device).view(1, 3, 1, 1)
-        std = torch.tensor(self.preprocess_cfg["std"], device=self.device).view(1, 3, 1, 1)
-        x = torch.from_numpy(pixels)
-        if self.device.startswith("cuda"):
-            x = x.pin_memory().to(self.device, non_blocking=True)
-        x = x.permute(0, 3, 1, 2).float().div_(255.0)
-        x = (x - mean) / std
-        if self.device.startswith("cuda"):
+        cuda = self.device.startswith("cuda")
+        if isinstance(pixels, torch.Tensor):  # (N, 3, H, W), from the GPU decoder
+            x = pixels.to(self.device, non_blocking=True)
+        else:
+            x = torch.from_numpy(np.ascontiguousarray(pixels))
+            if cuda:
+                x = x.pin_memory().to(self.device, non_blocking=True)
+            x = x.permute(0, 3, 1, 2)
+        mean, std = self._mean_std()
+        x = x.float().div_(255.0).sub_(mean).div_(std)  # ToTensor, then Normalize, as open_clip
+        if cuda:
             x = x.contiguous(memory_format=torch.channels_last)
         return x
 
-    def encode_images(self, pixels: np.ndarray, *, tokens: bool = False):
-        """L2-normalised fp32 image embeddings of uint8 (N, H, W, 3) pixels; with `tokens`,
+    def _mean_std(self):
+        import torch
+
+        if getattr(self, "_norm", None) is None:
+            self._norm = tuple(torch.tensor(self.preprocess_cfg[k], device=self.device).view(1, 3, 1, 1)
+                               for k in ("mean", "std"))
+        return self._norm
+
+    def encode_images(self, pixels, *, tokens: bool = False):
+        """L2-normalised fp32 image embeddings of uint8 pixels (see `to_input`); with `tokens`,
         also the patch tokens (N, grid_h * grid_w, width) of the visual tower."""
+        return self.encode_images_async(pixels, tokens=tokens).result()
+
+    def encode_images_async(self, pixels, *, tokens: bool = False) -> "PendingImages":
+        """`encode_images` queued on the device: the result's copy to the host runs behind the
+        model's work, so the caller can queue the next batch before it waits for this one."""
         import torch
         import torch.nn.functional as F
 
@@ -185,8 +203,8 @@ class ClipScorer:
                     pooled, toks = visual(x)
                 finally:
                     visual.output_tokens = False
-                return F.normalize(pooled.float(), dim=-1).cpu().numpy(), toks.float().cpu().numpy()
-            return F.normalize(self.model.encode_image(x).float(), dim=-1).cpu().numpy()
+                return PendingImages.of(F.normalize(pooled.float(), dim=-1), toks.float())
+            return PendingImages.of(F.normalize(self.model.encode_image(x).float(), dim=-1))
 
     @property
     def patch_grid(self) -> tuple[int, int]:
@@ -235,6 +253,32 @@ def load_scorer(cfg: ScoreConfig):
     log.info("score: model %s (%s) on %s%s", name, label or "random init", device, " bf16" if autocast else "")
     return ClipScorer(model, tokenizer, pp, name if cfg.model != "demo" else "demo", label or "random-init",
                       device, autocast)
+
+
+class PendingImages:
+    """Image embeddings (and tokens) on their way to the host: `result()` waits for them."""
+
+    def __init__(self, tensors: tuple, event=None):
+        self.tensors, self.event = tensors, event
+
+    @classmethod
+    def of(cls, *device_tensors) -> "PendingImages":
+        import torch
+
+        if device_tensors[0].device.type != "cuda":
+            return cls(tuple(t.numpy() for t in device_tensors))
+        host = tuple(torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t, non_blocking=True)
+                     for t in device_tensors)
+        event = torch.cuda.Event()
+        event.record()
+        return cls(host, event)
+
+    def result(self):
+        if self.event is not None:
+            self.event.synchronize()
+            self.tensors = tuple(t.numpy() for t in self.tensors)
+            self.event = None
+        return self.tensors[0] if len(self.tensors) == 1 else self.tensors
 
 
 _CACHE: dict[str, object] = {}

@@ -21,6 +21,7 @@ from lait.fingerprint import global_fingerprint
 from lait.lock import locked
 from lait.parts import WorkDir
 from lait.scoring.config import ScoreConfig
+from lait.scoring.decode import keeping_pools
 from lait.scoring.model import get_scorer, load_scorer, pick_device
 from lait.scoring.neardup import write_near_dups
 from lait.scoring.regions import CODEBOOK_DIR, CODEBOOK_STEP_NAME, RegionLabelStage, train_codebook
@@ -33,10 +34,15 @@ NEAR_DUPS_STEP = "score_near_dups"
 CODEBOOK_STEP = CODEBOOK_STEP_NAME
 
 
+def runs_inline(cfg: ScoreConfig) -> bool:
+    """Whether the partitions run in this process (one local worker)."""
+    return cfg.executor == "local" and (cfg.workers or os.cpu_count() or 1) == 1
+
+
 def preflight(cfg: ScoreConfig) -> None:
     """Load the model once here so that missing weights fail before any output exists."""
-    if pick_device(cfg.device) == "cpu":
-        get_scorer(cfg)  # cached: the inline executor and forked workers reuse it
+    if pick_device(cfg.device) == "cpu" or runs_inline(cfg):
+        get_scorer(cfg)  # cached: the inline executor (and forked workers) reuse it
     else:
         # CUDA must not be initialised before the executor forks its workers.
         load_scorer(cfg.replace(device="cpu"))
@@ -55,7 +61,8 @@ def score_work(cfg: ScoreConfig) -> RunReport:
     work = open_work_dir(cfg.work, initialized=True)
     preflight(cfg)
     with locked(work, "lait score"):
-        report = make_stage_executor(cfg).run(ScoreStage(cfg), work)
+        with keeping_pools():  # one decode pool for all the partitions this process scores
+            report = make_stage_executor(cfg).run(ScoreStage(cfg), work)
         reports = [report]
         if report.ok:
             near_dups_step(work, cfg, report)

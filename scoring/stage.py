@@ -19,15 +19,50 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
-from lait.arrays import to_bytes
-from lait.scoring.config import ScoreConfig
-from lait.scoring.decode import ImageDecoder, decode_stream
+from lait.scoring.config import ScoreConfig, loader_workers
+from lait.scoring.decode import (
+    DeviceJpegDecoder,
+    ImageDecoder,
+    decode_stream,
+    hybrid_stream,
+    release_pools,
+    shared_pool,
+)
 from lait.scoring.model import get_scorer
 from lait.scoring.regions import pool_tokens
 from lait.stage import PartContext, Stage
 
 log = logging.getLogger(__name__)
+
+SCORE_SLICE = 65_536  # pairs scored and written per Arrow table
+
+
+def _binary_rows(a: np.ndarray, dtype: str) -> pa.Array:
+    """Each row of a 2-d array as one little-endian binary value (as `lait.arrays.to_bytes`),
+    without a Python object per row."""
+    flat = np.ascontiguousarray(a, dtype=np.dtype(dtype).newbyteorder("<"))
+    n = flat.shape[0]
+    row = flat[0].nbytes if n else 0
+    offsets = np.arange(n + 1, dtype=np.int32) * row
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(flat.reshape(-1))])
+
+
+def emb_table(keys: list[str], shas: list | None, embs: np.ndarray, key: str = "image_url") -> pa.Table:
+    """`image_embs/` (or, with key="text", `text_embs/`) rows of fp16 embeddings."""
+    cols = {key: keys, "dim": np.full(len(keys), embs.shape[1], np.int32), "emb": _binary_rows(embs, "f2")}
+    if shas is not None:
+        cols["sha256"] = shas
+    return pa.table(cols)
+
+
+def region_table(keys: list[str], feats: np.ndarray, boxes: np.ndarray) -> pa.Table:
+    """`regions/` rows: each image's fp16 (n, dim) region features and the grid's fp32 boxes."""
+    n, r, d = feats.shape
+    box = np.ascontiguousarray(boxes, "<f4").tobytes()
+    return pa.table({"image_url": keys, "n": np.full(n, r, np.int32), "dim": np.full(n, d, np.int32),
+                     "features": _binary_rows(feats.reshape(n, r * d), "f2"), "boxes": pa.array([box] * n, pa.binary())})
 
 
 def set_threads(cfg: ScoreConfig) -> None:
@@ -67,8 +102,11 @@ class ScoreStage(Stage):
         if not pairs_by_image:
             return
         text_embs = self._encode_texts(ctx, scorer, list(text_ids))
-        image_embs, failed = self._encode_images(ctx, scorer, pairs_by_image)
-        self._write_scores(ctx, scorer, pairs_by_image, text_ids, text_embs, image_embs, failed)
+        try:
+            refs, image_embs, failed = self._encode_images(ctx, scorer, pairs_by_image)
+        finally:
+            release_pools()
+        self._write_scores(ctx, scorer, pairs_by_image, text_ids, text_embs, refs, image_embs, failed)
 
     def _pairs(self, ctx: PartContext) -> tuple[dict[str, list[tuple[str, dict, str | None]]], dict[str, int]]:
         """(image URL -> [(page URL, text entry, (page licence, image licence))], text -> id) of the
@@ -92,61 +130,105 @@ class ScoreStage(Stage):
     def _encode_texts(self, ctx: PartContext, scorer, texts: list[str]) -> np.ndarray:
         """Each distinct text encoded once, written to `text_embs/`."""
         text_embs = scorer.encode_texts(texts, self.cfg.text_batch_size)
-        for text, emb in zip(texts, text_embs):
-            ctx.write("text_embs", {"text": text, "dim": emb.shape[0], "emb": to_bytes(emb, "f2")})
+        if texts:
+            ctx.write_table("text_embs", emb_table(texts, None, text_embs, key="text"))
         return text_embs
 
     def _encode_images(self, ctx: PartContext, scorer, pairs_by_image: dict
-                       ) -> tuple[dict[str, tuple[int, np.ndarray]], dict[str, str]]:
-        """Images decoded in worker processes while the model encodes earlier batches; writes
-        `image_embs/` (and `regions/`). Returns (URL -> (ref, embedding), URL -> decode error)."""
+                       ) -> tuple[dict[str, int], np.ndarray, dict[str, str]]:
+        """Images decoded beside the model (worker processes, and on CUDA the GPU's JPEG decoder
+        too), each model batch queued before the previous one's result is waited for; writes
+        `image_embs/` (and `regions/`) a batch at a time. Returns (URL -> ref, the embeddings in
+        ref order, URL -> decode error)."""
         cfg = self.cfg
-        image_embs: dict[str, tuple[int, np.ndarray]] = {}
+        refs: dict[str, int] = {}
+        chunks: list[np.ndarray] = []
         failed: dict[str, str] = {}
-        decoder = ImageDecoder(scorer.preprocess_cfg, cfg.fast_decode)
         grid = scorer.patch_grid if cfg.regions else None
-        sha = {}
-        for batch in decode_stream(decoder, self._image_bytes(ctx, pairs_by_image, sha), cfg.batch_size,
-                                   cfg.loader_workers):
+        sha: dict[str, str | None] = {}
+        stream = self._decoded(ctx, scorer, pairs_by_image, sha)
+
+        def finish(keys: list[str], pending) -> None:
+            out = pending.result()
+            embs, toks = (out if grid is not None else (out, None))
+            if toks is not None:
+                feats, boxes = pool_tokens(toks, grid, cfg.max_regions)
+                ctx.write_table("regions", region_table(keys, feats, boxes))
+            for url in keys:
+                refs[url] = len(refs)
+            chunks.append(embs)
+            ctx.write_table("image_embs", emb_table(keys, [sha.get(u) for u in keys], embs))
+            ctx.count("images", len(keys))
+
+        queued = None
+        for batch in stream:
             failed.update(batch.errors)
             if not batch.keys:
                 continue
-            if grid is not None:
-                embs, toks = scorer.encode_images(batch.pixels, tokens=True)
-                feats, boxes = pool_tokens(toks, grid, cfg.max_regions)
-                box_bytes = to_bytes(boxes, "f4")
-                for url, f in zip(batch.keys, feats):
-                    ctx.write("regions", {"image_url": url, "n": f.shape[0], "dim": f.shape[1],
-                                          "features": to_bytes(f, "f2"), "boxes": box_bytes})
+            pending = scorer.encode_images_async(batch.pixels, tokens=grid is not None)
+            if queued is not None:
+                finish(*queued)
+            queued = (batch.keys, pending)
+        if queued is not None:
+            finish(*queued)
+        dim = chunks[0].shape[1] if chunks else scorer.embed_dim
+        return refs, (np.concatenate(chunks) if chunks else np.zeros((0, dim), np.float32)), failed
+
+    def _decoded(self, ctx: PartContext, scorer, pairs_by_image: dict, sha: dict):
+        """Batches of decoded images: on CUDA from the GPU's JPEG decoder and the CPU workers
+        side by side (`hybrid_stream`), otherwise from the CPU workers (`decode_stream`)."""
+        cfg = self.cfg
+        decoder = ImageDecoder(scorer.preprocess_cfg, cfg.fast_decode)
+        workers = loader_workers(cfg, scorer.device)
+        pool = shared_pool(workers) if workers > 0 else None
+        items = self._image_bytes(ctx, pairs_by_image, sha)
+        device = getattr(scorer, "device", "cpu")
+        if cfg.gpu_decode and cfg.fast_decode and decoder.geometry.fast and str(device).startswith("cuda"):
+            try:
+                device_decoder = DeviceJpegDecoder(decoder, device)
+            except Exception as exc:  # no nvJPEG in this torchvision build: the CPU decodes all
+                log.warning("score: JPEG decoding on %s is not available (%s); decoding on the CPU", device, exc)
             else:
-                embs = scorer.encode_images(batch.pixels)
-            for url, emb in zip(batch.keys, embs):
-                image_embs[url] = (len(image_embs), emb)
-                ctx.write("image_embs", {"image_url": url, "sha256": sha.get(url), "dim": emb.shape[0],
-                                         "emb": to_bytes(emb, "f2")})
-            ctx.count("images", len(batch.keys))
-        return image_embs, failed
+                return hybrid_stream(device_decoder, decoder, items, cfg.batch_size, pool)
+        return decode_stream(decoder, items, cfg.batch_size, workers, pool=pool)
 
     def _write_scores(self, ctx: PartContext, scorer, pairs_by_image: dict, text_ids: dict[str, int],
-                      text_embs: np.ndarray, image_embs: dict, failed: dict[str, str]) -> None:
-        """One `scored/` row per pair; the pairs of an image that did not decode are rejected."""
+                      text_embs: np.ndarray, refs: dict[str, int], image_embs: np.ndarray,
+                      failed: dict[str, str]) -> None:
+        """One `scored/` row per pair, in candidate order; the pairs of an image that did not
+        decode are rejected. Scores are computed and written by column, a slice of pairs at a time."""
+        cols: dict[str, list] = {k: [] for k in ("image_url", "page_url", "text", "source", "lang", "license",
+                                                 "image_license")}
+        irefs: list[int] = []
+        tids: list[int] = []
         for url, pairs in pairs_by_image.items():
             if url in failed:
                 for page_url, t, _ in pairs:
                     ctx.reject("decode_error", image_url=url, page_url=page_url, text=t["text"], detail=failed[url])
                 continue
-            if url not in image_embs:
+            ref = refs.get(url)
+            if ref is None:
                 ctx.count("no_image", len(pairs))
                 continue
-            ref, emb = image_embs[url]
             for page_url, t, (license_, image_license) in pairs:
-                tid = text_ids[t["text"]]
-                ctx.write("scored", {
-                    "image_url": url, "page_url": page_url, "text": t["text"], "source": t["source"],
-                    "lang": t.get("lang"), "score": float(np.dot(emb, text_embs[tid])),
-                    "model": scorer.name, "pretrained": scorer.pretrained,
-                    "image_emb_ref": ref, "text_emb_ref": tid, "license": license_,
-                    "image_license": image_license})
+                cols["image_url"].append(url)
+                cols["page_url"].append(page_url)
+                cols["text"].append(t["text"])
+                cols["source"].append(t["source"])
+                cols["lang"].append(t.get("lang"))
+                cols["license"].append(license_)
+                cols["image_license"].append(image_license)
+                irefs.append(ref)
+                tids.append(text_ids[t["text"]])
+        n = len(irefs)
+        ia, ta = np.asarray(irefs, np.int64), np.asarray(tids, np.int64)
+        for start in range(0, n, SCORE_SLICE):
+            sl = slice(start, min(n, start + SCORE_SLICE))
+            scores = np.einsum("ij,ij->i", image_embs[ia[sl]], text_embs[ta[sl]], dtype=np.float32)
+            table = {k: v[sl] for k, v in cols.items()}
+            table.update(score=scores, image_emb_ref=ia[sl], text_emb_ref=ta[sl],
+                         model=[scorer.name] * (sl.stop - sl.start), pretrained=[scorer.pretrained] * (sl.stop - sl.start))
+            ctx.write_table("scored", pa.table(table))
 
     def _image_bytes(self, ctx: PartContext, wanted: dict, sha: dict) -> Iterator[tuple[str, bytes]]:
         """(image_url, bytes) of the partition's images that have candidates, each once."""
