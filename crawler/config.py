@@ -18,7 +18,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from lait.config import Config, ConfigError, setting
-from lait.crawler.dns import parse_resolve
 from lait.urls import is_http_url
 
 
@@ -74,6 +73,8 @@ class FetchConfig(Config):
             if "=" not in item:
                 raise ConfigError(f"scrapy_settings: expected NAME=VALUE, got {item!r}")
         try:
+            from lait.crawler.dns import parse_resolve  # here: the module needs Twisted, `--help` must not
+
             parse_resolve(self.resolve)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None

@@ -46,6 +46,12 @@ class Batch:
     moc_labels: torch.Tensor | None = None  # [B,R] long (IGNORE) or [B,R,C] soft
     images: torch.Tensor | None = None  # [B,3,S,S]
     image_index: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
+    # Flat positions of what the losses read, found on the host by `collate` (None: the losses
+    # find them from the masks, which waits for the device): MLM's labelled tokens in [B*T],
+    # the masked regions (MRFR) and those of them with a class (MOC) in [B*R].
+    mlm_index: torch.Tensor | None = None
+    region_index: torch.Tensor | None = None
+    moc_index: torch.Tensor | None = None
 
     def to(self, device: torch.device | str, non_blocking: bool = True) -> "Batch":
         def move(v):
@@ -100,6 +106,7 @@ def collate(
     region_mask_prob: float = 0.15,
     itm_negative_prob: float = 0.0,
     itm_negative: str = "image",
+    trim_regions: bool = False,
 ) -> Batch:
     """Pad, pair (ITM negatives by in-batch swaps), and mask tokens; regions are masked too when
     their features are already known (shard or pixel sources)."""
@@ -119,13 +126,28 @@ def collate(
         region_draws=torch.rand(b, r, 2, generator=generator),
         image_index=image_index,
     )
+    batch.mlm_index = flat_index(mlm_labels != IGNORE)
     sides = [examples[int(i)] for i in image_index]
     if sides[0].image is not None:
         batch.images = torch.stack([s.image for s in sides])
     if sides[0].regions is not None:
-        feats, locs, valid, labels = pad_regions(sides, r)
+        # With `trim_regions`, padded to the batch's most regions (rounded up) rather than to
+        # max_regions: padding is compute that counts for nothing. The masking draws are the
+        # same either way; dropout's are not (they follow the tensor's shape).
+        width = min(r, round_up(max(min(len(s.regions), r) for s in sides))) if trim_regions else r
+        feats, locs, valid, labels = pad_regions(sides, width)
         set_regions(batch, feats, locs, valid, labels, region_mask_prob)
+        batch.region_index = flat_index(batch.region_masked)
+        if labels is not None and labels.dim() == 2:
+            batch.moc_index = flat_index(batch.region_masked & (labels != IGNORE))
+        elif labels is not None:
+            batch.moc_index = batch.region_index
     return batch
+
+
+def flat_index(mask: torch.Tensor) -> torch.Tensor:
+    """Positions of the True entries of a mask, flattened row-major (the order of `x[mask]`)."""
+    return torch.nonzero(mask.reshape(-1), as_tuple=True)[0]
 
 
 def itm_pairs(b: int, generator: torch.Generator, negative_prob: float,
@@ -175,9 +197,11 @@ def mask_tokens(ids: torch.Tensor, text_mask: torch.Tensor, itm: torch.Tensor, s
 
 
 def pad_regions(sides: list[Example], r: int):
-    """Stack per-sample region arrays, truncated to the first ``r`` (detectors sort by score)."""
+    """Stack per-sample region arrays, truncated to the first ``r`` (detectors sort by score).
+    Features keep the shards' fp16 when every sample has it (half the bytes to the device)."""
     b, d = len(sides), sides[0].regions.shape[1]
-    feats = torch.zeros(b, r, d)
+    half = all(np.asarray(s.regions).dtype == np.float16 for s in sides)
+    feats = torch.zeros(b, r, d, dtype=torch.float16 if half else torch.float32)
     locs = torch.zeros(b, r, 5)
     valid = torch.zeros(b, r, dtype=torch.bool)
     soft = sides[0].labels is not None and sides[0].labels.ndim == 2
@@ -186,7 +210,7 @@ def pad_regions(sides: list[Example], r: int):
         labels = torch.zeros(b, r, sides[0].labels.shape[1]) if soft else torch.full((b, r), IGNORE, dtype=torch.long)
     for i, s in enumerate(sides):
         n = min(r, len(s.regions))
-        feats[i, :n] = torch.from_numpy(np.asarray(s.regions[:n], dtype=np.float32))
+        feats[i, :n] = torch.from_numpy(np.asarray(s.regions[:n], dtype=np.float16 if half else np.float32))
         locs[i, :n] = box_locations(torch.from_numpy(np.asarray(s.boxes[:n], dtype=np.float32)))
         valid[i, :n] = True
         if labels is not None and s.labels is not None:
@@ -208,4 +232,5 @@ def set_regions(batch: Batch, feats, locs, valid, labels, region_mask_prob: floa
     batch.region_valid = valid
     batch.region_masked = masked
     batch.moc_labels = labels
+    batch.region_index = batch.moc_index = None  # found again by whoever set new masks
     return batch

@@ -49,6 +49,9 @@ class DataConfig(Config):
     regions: RegionConfig = setting(RegionConfig(), "where region features come from")
     num_workers: int = setting(2, "data loader worker processes")
     shuffle_buffer: int = setting(1000, "samples in the shuffle buffer")
+    length_buckets: int = setting(0, "sort each pool of this many batches' samples by caption and region count "
+                                  "before cutting batches, and pad each batch to its own longest (less padding "
+                                  "computed; 0: off, every batch padded to max_regions)")
 
 
 @dataclass
@@ -116,6 +119,8 @@ class RunConfig(Config):
     tensorboard: bool = setting(True, "write TensorBoard logs")
     peak_flops: float | None = setting(None, "peak FLOP/s per device, for MFU; default: from the GPU name")
     cpu_threads: int | None = setting(None, "torch intra-op threads; on a shared CPU, 1 beats oversubscription")
+    compile: str = setting("auto", "torch.compile the encoder: auto (on CUDA), on or off; the first steps "
+                           "then take a minute to compile", choices=["auto", "on", "off"])
     progress: bool = setting(True, "show a progress bar on a terminal", run=True)
     data: DataConfig = setting(DataConfig(), "tokenisation and loading")
 

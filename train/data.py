@@ -313,10 +313,12 @@ class ShardStream(torch.utils.data.IterableDataset):
         shuffle_buffer: int = 1000,
         skip_batches: int = 0,
         loop: bool = True,
+        length_buckets: int = 0,
     ):
         self.urls, self.decoder, self.batch_size, self.seed = list(urls), decoder, batch_size, seed
         self.collate_kwargs, self.rank, self.world_size = collate_kwargs, rank, world_size
         self.shuffle_buffer, self.skip_batches, self.loop = shuffle_buffer, skip_batches, loop
+        self.length_buckets = length_buckets
 
     def _raw_samples(self, worker: int, num_workers: int) -> Iterator[dict]:
         for epoch in itertools.count() if self.loop else [0]:
@@ -339,7 +341,10 @@ class ShardStream(torch.utils.data.IterableDataset):
         info = torch.utils.data.get_worker_info()
         worker, num_workers = (info.id, info.num_workers) if info else (0, 1)
         raw = self._raw_samples(worker, num_workers)
-        failed_in_a_row = 0
+        self._failed_in_a_row = 0
+        if self.length_buckets > 1:
+            yield from self._bucketed(raw, worker, num_workers)
+            return
         for k in itertools.count():
             group = list(itertools.islice(raw, self.batch_size))
             if not group:
@@ -347,20 +352,52 @@ class ShardStream(torch.utils.data.IterableDataset):
             index = k * num_workers + worker  # the DataLoader yields worker batches round-robin
             if index < self.skip_batches:
                 continue  # resume: skipped before decoding, so fast-forwarding is cheap
-            examples = []
-            for s in group:
-                try:
-                    examples.append(self.decoder(s))
-                    failed_in_a_row = 0
-                except Exception as e:  # a bad sample costs one sample, not the run
-                    log.warning("data/decode_error %s: %s", s.get("__key__"), e)
-                    failed_in_a_row += 1
-                    if failed_in_a_row >= MAX_FAILED_IN_A_ROW:  # not bad samples: bad settings
-                        raise RuntimeError(f"data: {failed_in_a_row} samples in a row failed to decode; "
-                                           f"the last: {s.get('__key__')}: {e}") from None
+            examples = self._decode(group)
             if examples:
-                g = torch.Generator().manual_seed(_seed(self.seed, self.rank, index, 7))
-                yield collate(examples, generator=g, **self.collate_kwargs)
+                yield self._collate(examples, index)
+
+    def _bucketed(self, raw: Iterator[dict], worker: int, num_workers: int) -> Iterator[Batch]:
+        """Batches of samples of like length: each pool of `length_buckets` batches' samples is
+        sorted by caption and region count, cut into batches, and those go out in a seeded
+        random order. A pool takes the batch numbers its raw samples would have had, so resume
+        skips whole pools undecoded and the rest exactly as the run it continues."""
+        k = 0
+        for pool_no in itertools.count():
+            group = list(itertools.islice(raw, self.batch_size * self.length_buckets))
+            if not group:
+                return
+            n = -(-len(group) // self.batch_size)
+            first, k = k, k + n
+            if (k - 1) * num_workers + worker < self.skip_batches:
+                continue
+            examples = self._decode(group)
+            max_text = self.collate_kwargs.get("max_text_len", 10**9)
+            examples.sort(key=lambda e: (min(len(e.token_ids) + 2, max_text) + 7) // 8 * 1000
+                          + (0 if e.regions is None else len(e.regions)))
+            batches = [examples[i: i + self.batch_size] for i in range(0, len(examples), self.batch_size)]
+            random.Random(_seed(self.seed, self.rank, worker, pool_no, 11)).shuffle(batches)
+            for j, chunk in enumerate(batches):
+                index = (first + j) * num_workers + worker
+                if index >= self.skip_batches:
+                    yield self._collate(chunk, index, trim_regions=True)
+
+    def _decode(self, group: list[dict]) -> list[Example]:
+        examples = []
+        for s in group:
+            try:
+                examples.append(self.decoder(s))
+                self._failed_in_a_row = 0
+            except Exception as e:  # a bad sample costs one sample, not the run
+                log.warning("data/decode_error %s: %s", s.get("__key__"), e)
+                self._failed_in_a_row += 1
+                if self._failed_in_a_row >= MAX_FAILED_IN_A_ROW:  # not bad samples: bad settings
+                    raise RuntimeError(f"data: {self._failed_in_a_row} samples in a row failed to decode; "
+                                       f"the last: {s.get('__key__')}: {e}") from None
+        return examples
+
+    def _collate(self, examples: list[Example], index: int, **kwargs: Any) -> Batch:
+        g = torch.Generator().manual_seed(_seed(self.seed, self.rank, index, 7))
+        return collate(examples, generator=g, **self.collate_kwargs, **kwargs)
 
 
 def make_loader(dataset: ShardStream, num_workers: int, pin_memory: bool) -> torch.utils.data.DataLoader:

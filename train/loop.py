@@ -57,7 +57,7 @@ class Trainer:
     def __init__(self, task: torch.nn.Module, model: ImageBert, rt: Runtime, out_dir: Path, run_config: dict, *,
                  log_every: int = 10, checkpoint_every: int = 500, keep_checkpoints: int = 2,
                  tensorboard: bool = True, peak_flops: float | None = None, num_workers: int = 0,
-                 show_progress: bool = True):
+                 show_progress: bool = True, compile_model: bool = False):
         self.model, self.rt, self.out_dir = model, rt, Path(out_dir)
         self.ckpt_dir = self.out_dir / "checkpoints"
         self.run_config = run_config
@@ -67,6 +67,11 @@ class Trainer:
         self.show_progress = show_progress and rt.is_main
         self.base_task = task  # the task itself, also when DDP wraps it below
         task.to(rt.device)
+        if compile_model:
+            # The encoder only: its shapes change with each batch's lengths (dynamic after the
+            # second), the losses select rows by mask and stay eager. In place, so the state
+            # dict's names do not change.
+            model.compile()
         if rt.distributed:
             # Some heads sit idle in some runs (MOC without labels, the embedding head while
             # pretraining), so DDP must look for unused parameters.
@@ -84,7 +89,8 @@ class Trainer:
         return cls(task, model, rt, Path(cfg.output_dir), cfg.to_dict(), log_every=cfg.log_every,
                    checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
                    tensorboard=cfg.tensorboard, peak_flops=cfg.peak_flops, num_workers=cfg.data.num_workers,
-                   show_progress=cfg.progress)
+                   show_progress=cfg.progress,
+                   compile_model=cfg.compile == "on" or (cfg.compile == "auto" and rt.device.type == "cuda"))
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def _all_rng(self) -> list:
@@ -148,13 +154,18 @@ class Trainer:
         return self.history
 
     def run_stage(self, plan: StagePlan, pos: Position, ck: dict | None) -> Position:
-        """Train one stage from ``pos`` (restoring ``ck``'s optimiser state and RNG when given)."""
+        """Train one stage from ``pos`` (restoring ``ck``'s optimiser state and RNG when given).
+
+        A step's losses are read back from the device while the next step runs (one step late),
+        so that the host never waits for the device inside the loop; before a checkpoint and at
+        the stage's end the last step is read at once."""
         opt, sched, stream = self._start_stage(plan, pos, ck)
         params = [p for p in self.task.parameters() if p.requires_grad]
         self.task.train()
         bar = progress(total=plan.steps, initial=pos.step, desc=plan.config.name, unit="step",
                        disable=not self.show_progress)
         window = _Window()
+        unread: tuple | None = None
         while pos.step < plan.steps:
             t0 = time.perf_counter()
             sums = self._accumulate(plan, stream, pos, window)
@@ -164,11 +175,15 @@ class Trainer:
             window.time += time.perf_counter() - t0
             window.steps += 1
             bar.update(1)
-            window = self._record(plan, pos, sums, grad_norm, sched.get_last_lr()[0], window, bar)
-            if not math.isfinite(sums["loss"]):
-                raise FloatingPointError(f"non-finite loss at stage {plan.config.name} step {pos.step}: {sums}")
+            if unread is not None:
+                window = self._record(plan, *unread, window, bar)
+            unread = (Position(**asdict(pos)), sums, grad_norm, sched.get_last_lr()[0])
             if self.checkpoint_every and pos.step % self.checkpoint_every == 0 and pos.step < plan.steps:
+                window = self._record(plan, *unread, window, bar)
+                unread = None
                 self.save(pos, opt, sched)
+        if unread is not None:
+            self._record(plan, *unread, window, bar)
         bar.close()
         return pos
 
@@ -187,16 +202,17 @@ class Trainer:
             set_rng_state(ck["rng"][self.rt.rank])
         return opt, sched, stream
 
-    def _accumulate(self, plan: StagePlan, stream: Iterator[Batch], pos: Position, window: "_Window") -> dict[str, float]:
+    def _accumulate(self, plan: StagePlan, stream: Iterator[Batch], pos: Position, window: "_Window") -> dict[str, Any]:
         """Forward and backward over one optimiser step's micro-batches; their mean losses and
-        report values (DDP syncs gradients on the last micro-batch only)."""
+        report values, as device tensors or floats (DDP syncs gradients on the last micro-batch only)."""
         accum = max(1, plan.config.optim.accum_steps)
-        sums: dict[str, float] = {}
+        sums: dict[str, Any] = {}
         for micro in range(accum):
             t_wait = time.perf_counter()
             batch = next(stream)
             window.wait += time.perf_counter() - t_wait
             pos.batches += 1
+            window.count(batch)  # on the host copy: counting on the device would wait for it
             batch = plan.prepare(batch.to(self.rt.device))
             sync = micro == accum - 1 or not self.rt.distributed
             with contextlib.nullcontext() if sync else self.task.no_sync():
@@ -204,11 +220,10 @@ class Trainer:
                     loss, losses, report = self.task(batch)
                 (loss / accum).backward()
             for k, v in losses.items():
-                sums[k] = sums.get(k, 0.0) + float(v.detach()) / accum
+                sums[k] = sums.get(k, 0.0) + v.detach() / accum
             for k, v in report.items():
                 sums[k] = sums.get(k, 0.0) + v / accum
-            sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) / accum
-            window.count(batch)
+            sums["loss"] = sums.get("loss", 0.0) + loss.detach() / accum
         return sums
 
     @staticmethod
@@ -220,12 +235,15 @@ class Trainer:
         opt.zero_grad(set_to_none=True)
         return grad_norm
 
-    def _record(self, plan: StagePlan, pos: Position, sums: dict[str, float], grad_norm: torch.Tensor | None,
+    def _record(self, plan: StagePlan, pos: Position, sums: dict[str, Any], grad_norm: torch.Tensor | None,
                 lr: float, window: "_Window", bar: Any) -> "_Window":
-        """Keep the step's record; on a log step, write the window's means and rates and start a
-        new window (returned)."""
+        """Keep the step's record (its values read from the device now); on a log step, write the
+        window's means and rates and start a new window (returned)."""
+        values = {k: float(v) for k, v in sums.items()}
+        if not math.isfinite(values["loss"]):
+            raise FloatingPointError(f"non-finite loss at stage {plan.config.name} step {pos.step}: {values}")
         record = {"stage": plan.index, "stage_name": plan.config.name, "step": pos.step, "global_step": pos.global_step,
-                  "lr": lr, **sums}
+                  "lr": lr, **values}
         if grad_norm is not None:
             record["grad_norm"] = float(grad_norm)
         self.history.append(record)

@@ -69,6 +69,8 @@ class RegionEmbeddings(nn.Module):
         self.location_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
 
     def forward(self, features: torch.Tensor, locations: torch.Tensor) -> torch.Tensor:
+        if features.dtype != self.feature_proj.weight.dtype and not torch.is_autocast_enabled(features.device.type):
+            features = features.to(self.feature_proj.weight.dtype)  # fp16 from the shards, fp32 weights
         # Each projection is normalised (as UNITER does) so that detector/CLIP/pixel features of
         # any scale neither drown the 5-d location nor are drowned by it.
         return self.feature_norm(self.feature_proj(features)) + self.location_norm(self.location_proj(locations))
@@ -198,7 +200,12 @@ class ImageBert(nn.Module):
         x = self.embeddings(input_ids, region_features, region_locations)
         keep = [m for m in (text_mask, region_valid) if m is not None]
         key_mask = keep[0] if len(keep) == 1 else torch.cat(keep, dim=1)
-        attn_mask = None if bool(key_mask.all()) else key_mask[:, None, None, :]
+        # No mask when nothing is padded; on a GPU the mask goes in regardless, as asking would
+        # make the host wait for the device.
+        if key_mask.device.type == "cpu" and bool(key_mask.all()):
+            attn_mask = None
+        else:
+            attn_mask = key_mask[:, None, None, :]
         for layer in self.layers:
             x = layer(x, attn_mask)
         return x

@@ -22,43 +22,62 @@ def _mean_over(total: torch.Tensor, n: int) -> torch.Tensor:
     return total / max(n, 1)
 
 
-def mlm_loss(model: ImageBert, text_hidden: torch.Tensor, labels: torch.Tensor):
-    sel = labels != IGNORE
-    logits = model.mlm_logits(text_hidden[sel]).float()
-    target = labels[sel]
-    loss = _mean_over(F.cross_entropy(logits, target, reduction="sum"), target.numel())
-    acc = (logits.argmax(-1) == target).float().mean().item() if target.numel() else float("nan")
-    return loss, {"mlm_acc": acc, "mlm_tokens": float(target.numel())}
+def _select(x: torch.Tensor, mask: torch.Tensor, index: torch.Tensor | None) -> tuple[torch.Tensor, int]:
+    """The rows of `x` ([B, N, ...]) where `mask` ([B, N]) is set, and how many: by `index` (their
+    flat positions, found on the host by `collate`) without waiting for the device, else by the
+    mask (which asks the device how many there are)."""
+    if index is not None:
+        return x.reshape(-1, *x.shape[2:]).index_select(0, index), index.numel()
+    rows = x[mask]
+    return rows, rows.shape[0]
 
 
-def moc_loss(model: ImageBert, region_hidden: torch.Tensor, masked: torch.Tensor, labels: torch.Tensor):
+def _accuracy(logits: torch.Tensor, target: torch.Tensor, n: int) -> torch.Tensor | float:
+    """Share of rows whose arg-max is the target, as a tensor on the device (read at log time)."""
+    return (logits.argmax(-1) == target).float().mean().detach() if n else float("nan")
+
+
+def mlm_loss(model: ImageBert, text_hidden: torch.Tensor, labels: torch.Tensor, index: torch.Tensor | None = None):
+    sel = labels != IGNORE if index is None else None
+    hidden, n = _select(text_hidden, sel, index)
+    target, _ = _select(labels, sel, index)
+    logits = model.mlm_logits(hidden).float()
+    loss = _mean_over(F.cross_entropy(logits, target, reduction="sum"), n)
+    return loss, {"mlm_acc": _accuracy(logits, target, n), "mlm_tokens": float(n)}
+
+
+def moc_loss(model: ImageBert, region_hidden: torch.Tensor, masked: torch.Tensor, labels: torch.Tensor,
+             index: torch.Tensor | None = None):
     """Masked object classification: CE on hard labels, or KL(target || prediction) on soft ones."""
     if labels.dim() == 3:  # soft labels [B,R,C]
-        sel = masked
-        logp = F.log_softmax(model.moc_head(region_hidden[sel]).float(), -1)
-        n = int(sel.sum())
-        return _mean_over(F.kl_div(logp, labels[sel].float(), reduction="sum"), n), {"moc_regions": float(n)}
-    sel = masked & (labels != IGNORE)
-    logits = model.moc_head(region_hidden[sel]).float()
-    n = int(sel.sum())
-    loss = _mean_over(F.cross_entropy(logits, labels[sel], reduction="sum"), n)
-    acc = (logits.argmax(-1) == labels[sel]).float().mean().item() if n else float("nan")
-    return loss, {"moc_acc": acc, "moc_regions": float(n)}
+        hidden, n = _select(region_hidden, masked if index is None else None, index)
+        target, _ = _select(labels, masked if index is None else None, index)
+        logp = F.log_softmax(model.moc_head(hidden).float(), -1)
+        return _mean_over(F.kl_div(logp, target.float(), reduction="sum"), n), {"moc_regions": float(n)}
+    sel = masked & (labels != IGNORE) if index is None else None
+    hidden, n = _select(region_hidden, sel, index)
+    target, _ = _select(labels, sel, index)
+    logits = model.moc_head(hidden).float()
+    loss = _mean_over(F.cross_entropy(logits, target, reduction="sum"), n)
+    return loss, {"moc_acc": _accuracy(logits, target, n), "moc_regions": float(n)}
 
 
-def mrfr_loss(model: ImageBert, region_hidden: torch.Tensor, masked: torch.Tensor, targets: torch.Tensor):
+def mrfr_loss(model: ImageBert, region_hidden: torch.Tensor, masked: torch.Tensor, targets: torch.Tensor,
+              index: torch.Tensor | None = None):
     """Masked region feature regression: L2 to the input feature, averaged over its dimensions so
     that the loss scale does not depend on the feature width (2048 for detectors, 768 for CLIP)."""
-    pred = model.mrfr_head(region_hidden[masked]).float()
-    n = int(masked.sum())
-    sq = (pred - targets[masked].float()).pow(2).mean(-1)
+    sel = masked if index is None else None
+    hidden, n = _select(region_hidden, sel, index)
+    target, _ = _select(targets, sel, index)
+    pred = model.mrfr_head(hidden).float()
+    sq = (pred - target.float()).pow(2).mean(-1)
     return _mean_over(sq.sum(), n), {"mrfr_regions": float(n)}
 
 
 def itm_loss(model: ImageBert, cls_hidden: torch.Tensor, labels: torch.Tensor):
     logits = model.itm_logits(cls_hidden).float()
     loss = F.cross_entropy(logits, labels)
-    return loss, {"itm_acc": (logits.argmax(-1) == labels).float().mean().item()}
+    return loss, {"itm_acc": _accuracy(logits, labels, 1)}
 
 
 def itc_loss(model: ImageBert, batch: Batch, temperature: float):
@@ -81,7 +100,7 @@ def itc_loss(model: ImageBert, batch: Batch, temperature: float):
     sim = t @ i.t() / temperature
     target = torch.arange(n, device=sim.device)
     loss = (F.cross_entropy(sim, target) + F.cross_entropy(sim.t(), target)) / 2
-    return loss, {"itc_acc": (sim.argmax(1) == target).float().mean().item()}
+    return loss, {"itc_acc": _accuracy(sim, target, n)}
 
 
 class PretrainTask(nn.Module):
@@ -105,13 +124,13 @@ class PretrainTask(nn.Module):
         losses: dict[str, torch.Tensor] = {}
         report: dict[str, float] = {}
         if w.mlm:
-            losses["mlm"], r = mlm_loss(m, text_h, batch.mlm_labels)
+            losses["mlm"], r = mlm_loss(m, text_h, batch.mlm_labels, batch.mlm_index)
             report.update(r)
         if w.moc and batch.moc_labels is not None:
-            losses["moc"], r = moc_loss(m, region_h, batch.region_masked, batch.moc_labels)
+            losses["moc"], r = moc_loss(m, region_h, batch.region_masked, batch.moc_labels, batch.moc_index)
             report.update(r)
         if w.mrfr:
-            losses["mrfr"], r = mrfr_loss(m, region_h, batch.region_masked, batch.region_targets)
+            losses["mrfr"], r = mrfr_loss(m, region_h, batch.region_masked, batch.region_targets, batch.region_index)
             report.update(r)
         if w.itm:
             losses["itm"], r = itm_loss(m, hidden[:, 0], batch.itm_labels)

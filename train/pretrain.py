@@ -97,7 +97,8 @@ def make_prepare(model: ImageBert, regions: RegionSetup, region_mask_prob: float
 def stream_factory(urls: list[str], decoder: Decoder, batch_size: int, seed: int, collate_kwargs: dict,
                    rt: Runtime, data: DataConfig) -> Callable[[int], object]:
     def open_stream(skip: int):
-        ds = ShardStream(urls, decoder, batch_size, seed, collate_kwargs, rt.rank, rt.world_size, data.shuffle_buffer, skip)
+        ds = ShardStream(urls, decoder, batch_size, seed, collate_kwargs, rt.rank, rt.world_size, data.shuffle_buffer, skip,
+                         length_buckets=data.length_buckets)
         return make_loader(ds, data.num_workers, rt.device.type == "cuda")
 
     return open_stream

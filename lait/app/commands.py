@@ -85,6 +85,25 @@ def add_config_command(sub: argparse._SubParsersAction, name: str, config_cls: t
     return parser
 
 
+def add_unavailable_command(sub: argparse._SubParsersAction, name: str, missing: ImportError, *,
+                            help: str) -> argparse.ArgumentParser:
+    """A sub-command whose packages are not installed here (a GPU image without the crawler's,
+    say): listed, and when run or asked for --help, one line naming what is missing; the other
+    commands still work."""
+    what = getattr(missing, "name", None) or str(missing)
+    note = f"unavailable here: it needs the package {what!r}, which is not installed (pip install lait)"
+    parser = sub.add_parser(name, help=f"{help} [{note}]", description=f"{help}\n\n{note}",
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+    def run(_args: Any) -> int:
+        print(f"lait {name}: {note}", file=sys.stderr)
+        return 2
+
+    parser.set_defaults(func=run)
+    return parser
+
+
 def report_exit_code(report: RunReport) -> int:
     print(report.summary(), file=sys.stderr)
     return 0 if report.ok else 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from lait.app.commands import add_config_command, report_exit_code
+from lait.app.commands import add_config_command, add_unavailable_command, report_exit_code
 from lait.drivers import run_stage
 from lait.reasons import reasons_help
 
@@ -45,9 +45,13 @@ def _run_clean(cfg) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     from lait.filters.image_stage import FilterConfig
-    from lait.filters.text_stage import CleanConfig
 
     add_config_command(sub, "filter", FilterConfig, _run_filter, epilog=FILTER_EPILOG,
                        help="stage 2: image content filtering (size, aspect, format, duplicates)")
-    add_config_command(sub, "clean", CleanConfig, _run_clean, epilog=CLEAN_EPILOG,
-                       help="stage 3: candidate texts per image, sentence detection and cleaning")
+    clean_help = "stage 3: candidate texts per image, sentence detection and cleaning"
+    try:  # stage 3 reads pages with the crawler's packages, which a GPU image may lack
+        from lait.filters.text_stage import CleanConfig
+    except ImportError as exc:
+        add_unavailable_command(sub, "clean", exc, help=clean_help)
+    else:
+        add_config_command(sub, "clean", CleanConfig, _run_clean, epilog=CLEAN_EPILOG, help=clean_help)

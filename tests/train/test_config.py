@@ -35,7 +35,7 @@ def _fail(capsys, argv) -> str:
 
 @pytest.mark.parametrize("command, text, expected", [
     ("pretrain", "data:\n  tokenizr: x\n",
-     "data: unknown settings ['tokenizr']; known: ['max_text_len', 'num_workers', 'regions', 'shuffle_buffer', 'tokenizer']"),
+     "data: unknown settings ['tokenizr']; known: ['length_buckets', 'max_text_len', 'num_workers', 'regions', 'shuffle_buffer', 'tokenizer']"),
     ("pretrain", "stages:\n  - {shards: d/, optim: {lr: fast}}\n", "stages.0.optim.lr: expected float, got 'fast'"),
     ("pretrain", "stages:\n  - {shards: d/, steps: 1.5}\n", "stages.0.steps: expected an integer, got 1.5"),
     ("pretrain", "stages:\n  - {shards: d/, optim: {schedule: cosin}}\n",
