@@ -372,6 +372,11 @@ class DeviceJpegDecoder:
         out.index_copy_(0, idx, x.contiguous())
 
 
+def _sendable(chunk: list[tuple[str, Any]]) -> list[tuple[str, bytes]]:
+    """A chunk as it can be pickled to a worker process: memoryviews (rows read as views) copied."""
+    return [(k, d if isinstance(d, bytes) else bytes(d)) for k, d in chunk]
+
+
 def _chunks(items: Iterable[tuple[str, bytes]], size: int) -> Iterator[list[tuple[str, bytes]]]:
     chunk: list[tuple[str, bytes]] = []
     for item in items:
@@ -536,7 +541,7 @@ def decode_stream(decoder: ImageDecoder, items: Iterable[tuple[str, bytes]], bat
     batcher = _Batcher(batch_size)
     try:
         for part in _chunks(items, min(chunk, batch_size)):
-            pending.append(pool.submit(decoder, part))
+            pending.append(pool.submit(decoder, _sendable(part)))
             if len(pending) >= window:
                 yield from batcher.add(pending.popleft().result())
         while pending:
@@ -611,7 +616,7 @@ class hybrid_stream:
                     self.inflight[lane] += 1
                     self.lanes[lane] += 1
                 fut = (self.lane.submit(self.device_decoder, part) if lane == "device"
-                       else self.pool.submit(self.cpu_decoder, part))
+                       else self.pool.submit(self.cpu_decoder, _sendable(part)))
                 fut.add_done_callback(self._done(lane))
                 with self.cond:
                     self.futures[n] = fut

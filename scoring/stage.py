@@ -233,8 +233,10 @@ class ScoreStage(Stage):
     def _image_bytes(self, ctx: PartContext, wanted: dict, sha: dict) -> Iterator[tuple[str, bytes]]:
         """(image_url, bytes) of the partition's images that have candidates, each once."""
         seen = set()
+        # Views into the row groups, read ahead without the GIL: no copy of the bytes on the way to
+        # the GPU's decoder (what goes to the worker processes is copied when it is sent).
         for row in ctx.work.iter_rows("images_ok", ctx.partition, columns=["image_url", "bytes", "sha256"],
-                                      batch_size=64):
+                                      batch_size=64, views=True, read_ahead=4):
             url = row["image_url"]
             if url in wanted and url not in seen:
                 seen.add(url)

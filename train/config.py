@@ -119,14 +119,18 @@ class RunConfig(Config):
     tensorboard: bool = setting(True, "write TensorBoard logs")
     peak_flops: float | None = setting(None, "peak FLOP/s per device, for MFU; default: from the GPU name")
     cpu_threads: int | None = setting(None, "torch intra-op threads; on a shared CPU, 1 beats oversubscription")
-    compile: str = setting("auto", "torch.compile the encoder: auto (on CUDA), on or off; the first steps "
-                           "then take a minute to compile", choices=["auto", "on", "off"])
+    compile: bool | str = setting("auto", "torch.compile the encoder: auto (on CUDA), on or off (true, false); "
+                                  "the first steps then take a minute to compile")
     progress: bool = setting(True, "show a progress bar on a terminal", run=True)
     data: DataConfig = setting(DataConfig(), "tokenisation and loading")
 
     def validate(self) -> None:
         self.check_choices()
         _require(self.log_every > 0, f"log_every: must be at least 1, got {self.log_every}")
+        if isinstance(self.compile, bool):  # YAML reads a bare on/off as a boolean
+            self.compile = "on" if self.compile else "off"
+        self.compile = str(self.compile).lower()
+        _require(self.compile in ("auto", "on", "off"), f"compile: expected auto, on or off, got {self.compile!r}")
 
 
 def _validate_stage(stage: TrainStageConfig, path: str) -> None:

@@ -68,10 +68,10 @@ class Trainer:
         self.base_task = task  # the task itself, also when DDP wraps it below
         task.to(rt.device)
         if compile_model:
-            # The encoder only: its shapes change with each batch's lengths (dynamic after the
-            # second), the losses select rows by mask and stay eager. In place, so the state
-            # dict's names do not change.
-            model.compile()
+            # The encoder only, for any batch size and length (one compile, dynamic shapes); the
+            # losses select rows by position and stay eager. In place, so the state dict's names
+            # do not change.
+            model.compile(dynamic=True)
         if rt.distributed:
             # Some heads sit idle in some runs (MOC without labels, the embedding head while
             # pretraining), so DDP must look for unused parameters.
