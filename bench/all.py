@@ -37,6 +37,7 @@ BENCHES = [
     ("bench/filter/bench_filter.py", ("filter",)),
     ("bench/clean/bench_clean.py", ("clean", "clean_judge")),
     ("bench/score/bench_score.py", ("score",)),
+    ("bench/score/bench_decode.py", ("decode",)),
     ("bench/build/bench_resize.py", ("resize",)),
     ("bench/build/bench_shards.py", ("build", "shards")),
 ]

@@ -6,12 +6,14 @@ Data: the 640 px COCO photos of ../shared/data/photos/coco_train (each decoded `
 Both sides make ViT-B-32's 224 px input on one core (one OpenCV and one torch thread):
 
 - lait now: `ImageDecoder(fast_decode=True)`: OpenCV decode (DCT-scaled only while still twice
-  the input), the eval transform's antialiased bicubic resize by torch's uint8 kernel, crop;
+  the input), the eval transform's antialiased bicubic resize by torch's uint8 kernel, crop,
+  the planes interleaved by OpenCV;
 - before (main at 9aefb50): Pillow's `draft` to twice the input, then open_clip's eval
   transform (torchvision on Pillow), as `ImageDecoder.decode_one` did.
 
 Prints images per CPU-second of each, their ratio (target >= 2.0, issue 46), and how close the
 two outputs are (mean absolute pixel difference; both are open_clip's transform up to filters).
+`pairs()` yields the same for `bench/all.py` (row `decode`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,11 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from contextlib import contextmanager  # noqa: E402
+
+from pairs import Pair  # noqa: E402
 
 from lait.scoring.decode import ImageDecoder  # noqa: E402
 
@@ -56,20 +63,40 @@ def rate(decoder: ImageDecoder, data: list[bytes]) -> float:
     return len(data) / (time.process_time() - start)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--copies", type=int, default=3)
-    args = ap.parse_args()
+def photos_or_exit(copies: int) -> list[bytes]:
     photos = REPO.parent / "shared" / "data" / "photos" / "coco_train"
     if not photos.is_dir():
         sys.exit(f"skipped: {photos} is not present (a fresh clone has no ../shared)")
+    return [p.read_bytes() for p in sorted(photos.glob("*.jpg"))] * copies
+
+
+def one_thread() -> None:
     import cv2
     import torch
 
     cv2.setNumThreads(1)
     torch.set_num_threads(1)
-    data = [p.read_bytes() for p in sorted(photos.glob("*.jpg"))] * args.copies
+
+
+@contextmanager
+def pairs(quick: bool = False):
+    """lait's CPU decoder beside the one it replaced, one core each (both in this process)."""
+    one_thread()
+    data = photos_or_exit(1)[: 16 if quick else None]
+    now, before = ImageDecoder(CFG), PreviousDecoder(CFG)
+    rate(now, data[:4]), rate(before, data[:4])
+    yield [Pair("decode", f"stage 4's CPU decoder to 224 px, one core, {len(data)} COCO photos",
+                "the decoder before issue 46 (Pillow draft + open_clip's transform)", "img/CPU-s", TARGET,
+                lambda: rate(now, data), lambda: rate(before, data))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--copies", type=int, default=3)
+    args = ap.parse_args()
+    data = photos_or_exit(args.copies)
+    one_thread()
     now, before = ImageDecoder(CFG), PreviousDecoder(CFG)
     rate(now, data[:8]), rate(before, data[:8])  # warm-up: imports, the transform
     ours, theirs = [], []
