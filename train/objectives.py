@@ -37,13 +37,19 @@ def _accuracy(logits: torch.Tensor, target: torch.Tensor, n: int) -> torch.Tenso
     return (logits.argmax(-1) == target).float().mean().detach() if n else float("nan")
 
 
+def _cross_entropy(head, hidden: torch.Tensor, labels: torch.Tensor, sel: torch.Tensor | None,
+                   index: torch.Tensor | None):
+    """Cross-entropy of `head` on the selected rows: (mean loss, accuracy, rows)."""
+    rows, n = _select(hidden, sel, index)
+    target, _ = _select(labels, sel, index)
+    logits = head(rows).float()
+    return _mean_over(F.cross_entropy(logits, target, reduction="sum"), n), _accuracy(logits, target, n), n
+
+
 def mlm_loss(model: ImageBert, text_hidden: torch.Tensor, labels: torch.Tensor, index: torch.Tensor | None = None):
     sel = labels != IGNORE if index is None else None
-    hidden, n = _select(text_hidden, sel, index)
-    target, _ = _select(labels, sel, index)
-    logits = model.mlm_logits(hidden).float()
-    loss = _mean_over(F.cross_entropy(logits, target, reduction="sum"), n)
-    return loss, {"mlm_acc": _accuracy(logits, target, n), "mlm_tokens": float(n)}
+    loss, acc, n = _cross_entropy(model.mlm_logits, text_hidden, labels, sel, index)
+    return loss, {"mlm_acc": acc, "mlm_tokens": float(n)}
 
 
 def moc_loss(model: ImageBert, region_hidden: torch.Tensor, masked: torch.Tensor, labels: torch.Tensor,
@@ -55,11 +61,8 @@ def moc_loss(model: ImageBert, region_hidden: torch.Tensor, masked: torch.Tensor
         logp = F.log_softmax(model.moc_head(hidden).float(), -1)
         return _mean_over(F.kl_div(logp, target.float(), reduction="sum"), n), {"moc_regions": float(n)}
     sel = masked & (labels != IGNORE) if index is None else None
-    hidden, n = _select(region_hidden, sel, index)
-    target, _ = _select(labels, sel, index)
-    logits = model.moc_head(hidden).float()
-    loss = _mean_over(F.cross_entropy(logits, target, reduction="sum"), n)
-    return loss, {"moc_acc": _accuracy(logits, target, n), "moc_regions": float(n)}
+    loss, acc, n = _cross_entropy(model.moc_head, region_hidden, labels, sel, index)
+    return loss, {"moc_acc": acc, "moc_regions": float(n)}
 
 
 def mrfr_loss(model: ImageBert, region_hidden: torch.Tensor, masked: torch.Tensor, targets: torch.Tensor,
