@@ -208,13 +208,15 @@ def pad_regions(sides: list[Example], r: int):
     labels = None
     if sides[0].labels is not None:
         labels = torch.zeros(b, r, sides[0].labels.shape[1]) if soft else torch.full((b, r), IGNORE, dtype=torch.long)
+    # Filled through numpy views: the shards' arrays may be read-only views on the tar's bytes.
+    feats_np, labels_np = feats.numpy(), None if labels is None else labels.numpy()
     for i, s in enumerate(sides):
         n = min(r, len(s.regions))
-        feats[i, :n] = torch.from_numpy(np.asarray(s.regions[:n], dtype=np.float16 if half else np.float32))
-        locs[i, :n] = box_locations(torch.from_numpy(np.asarray(s.boxes[:n], dtype=np.float32)))
+        feats_np[i, :n] = s.regions[:n]
+        locs[i, :n] = box_locations(torch.from_numpy(np.array(s.boxes[:n], dtype=np.float32)))
         valid[i, :n] = True
-        if labels is not None and s.labels is not None:
-            labels[i, :n] = torch.from_numpy(np.asarray(s.labels[:n]))
+        if labels_np is not None and s.labels is not None:
+            labels_np[i, :n] = s.labels[:n]
     return feats, locs, valid, labels
 
 
