@@ -98,7 +98,7 @@ class ConceptScorer:
         return emb
 
     def encode_images_async(self, pixels, *, tokens: bool = False):
-        from lait.scoring.model import PendingImages
+        from lait.scoring.pending import PendingImages
 
         out = self.encode_images(pixels, tokens=tokens)
         return PendingImages(out if tokens else (out,))

@@ -21,6 +21,7 @@ import numpy as np
 
 from lait.config import ConfigError
 from lait.scoring.config import ScoreConfig
+from lait.scoring.pending import PendingImages
 
 log = logging.getLogger(__name__)
 
@@ -253,32 +254,6 @@ def load_scorer(cfg: ScoreConfig):
     log.info("score: model %s (%s) on %s%s", name, label or "random init", device, " bf16" if autocast else "")
     return ClipScorer(model, tokenizer, pp, name if cfg.model != "demo" else "demo", label or "random-init",
                       device, autocast)
-
-
-class PendingImages:
-    """Image embeddings (and tokens) on their way to the host: `result()` waits for them."""
-
-    def __init__(self, tensors: tuple, event=None):
-        self.tensors, self.event = tensors, event
-
-    @classmethod
-    def of(cls, *device_tensors) -> "PendingImages":
-        import torch
-
-        if device_tensors[0].device.type != "cuda":
-            return cls(tuple(t.numpy() for t in device_tensors))
-        host = tuple(torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t, non_blocking=True)
-                     for t in device_tensors)
-        event = torch.cuda.Event()
-        event.record()
-        return cls(host, event)
-
-    def result(self):
-        if self.event is not None:
-            self.event.synchronize()
-            self.tensors = tuple(t.numpy() for t in self.tensors)
-            self.event = None
-        return self.tensors[0] if len(self.tensors) == 1 else self.tensors
 
 
 _CACHE: dict[str, object] = {}
