@@ -122,6 +122,16 @@ def python() -> str:
 
 
 @pytest.fixture(scope="session")
+def demo_scorer():
+    """The offline demo scorer (`lait score --model demo`): found in `$LAIT_CACHE`, or built there
+    once per machine (about two minutes). Its file lock makes a second process, such as another
+    xdist worker, wait for the one build instead of starting its own."""
+    from lait.testkit.demo_scorer import ensure_demo_model
+
+    return ensure_demo_model()
+
+
+@pytest.fixture(scope="session")
 def demo_run(tmp_path_factory):
     """`lait demo` run once per session, as a user runs it (a subprocess): (out folder, the
     finished process). 60 pages in shards of 50 samples (several shards) and a min_score, so
