@@ -7,13 +7,27 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def running(pid: int) -> bool:
-    """Whether `pid` runs (a zombie, dead but not yet reaped by its new parent, does not)."""
+def _task_alive(stat_file: Path) -> bool:
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = stat_file.read_text()
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, dead but not yet reaped by its new parent, does not).
+
+    A killed process's main thread shows as a zombie while its other threads are still being torn
+    down, and its files (a lock among them) close only when the last of them is gone: so the
+    process runs while any of its threads does."""
+    if _task_alive(Path(f"/proc/{pid}/stat")):
+        return True
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").glob("*/stat"))
+    except OSError:
+        return False
+    return any(_task_alive(t) for t in tasks)
 
 
 def descendants(pid: int) -> set[int]:
