@@ -20,16 +20,21 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/lait demo --out demo/
 
-## test: lint (ruff: import order, common bugs), then the test suite (what CI runs)
+# The suite runs in one worker process per core (pytest-xdist); tests that share an expensive
+# set-up or start Ray clusters run in groups, one group on one worker (tests/conftest.py,
+# docs/testing.md). `--durations=15` prints the slowest tests of every run.
+PARALLEL := -n auto --dist loadgroup --durations=15
+
+## test: lint (ruff: import order, common bugs), then the whole test suite (what CI runs)
 test: $(STAMP)
 	bash scripts/system-deps.sh
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PARALLEL)
 
 ## test-fast: the suite without the tests marked slow
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" $(PARALLEL)
 
 ## bench: every stage bench beside its peer, alternating rounds, one table (bench/all.py)
 bench: $(STAMP)

@@ -73,6 +73,9 @@ def pytest_sessionstart(session):
 
 
 def pytest_unconfigure(config):
+    groups_file = config.stash.get(_STATE, {}).get(_GROUPS_FILE)
+    if groups_file:
+        Path(groups_file).unlink(missing_ok=True)
     before = config.stash.get(_BEFORE, None)
     if before is None:
         return
@@ -87,6 +90,114 @@ def pytest_unconfigure(config):
 
 
 _BEFORE = pytest.StashKey[set]()
+
+
+# -- running on every core (pytest-xdist, `make test`) ----------------------------------------
+# `make test` runs the suite in one worker process per core with `--dist loadgroup`: a test
+# without a group goes to whichever worker is free, the tests of one group run one after the
+# other on one worker. The groups (docs/testing.md):
+#   demo      the tests that read the session's demo run (`demo_run`): it is made once, on the
+#             worker that runs them all, instead of once on each worker; likewise
+#   demo40    the tests that read tests/build's 40-page demo (`demo40`);
+#   ray       the modules that start Ray clusters (local or of separate nodes): one cluster at a
+#             time on the machine, so no two clusters compete for Ray's fixed agent ports or the
+#             cores that a test gave its cluster;
+#   a module  the tests of a module that share a module- or class-scoped fixture (a crawl, a
+#             server, a pipeline run): made once on one worker instead of once on each.
+# Within that, the work units with many tests go first (xdist's own order), then the slow tests,
+# so that a long test does not start last while the other worker has nothing left to do.
+#
+# The groups travel from the workers (which collect) to the controller (which schedules) in a
+# JSON file of node id -> group, read by the scheduler below. xdist's own `loadgroup` sends
+# them as a suffix it writes into each node id, which pytest 9.2's structured node ids ignore:
+# every group was silently spread over all workers (pytest-dev/pytest-xdist#1386).
+SHARED_RUNS = {"demo_run": "demo", "demo40": "demo40"}  # session fixture -> its group
+
+
+def _group_of(item: pytest.Item, ray_modules: set[str]) -> str | None:
+    module = item.nodeid.split("::", 1)[0]
+    for fixture, group in SHARED_RUNS.items():
+        if fixture in item.fixturenames:
+            return group
+    if module in ray_modules:
+        return "ray"
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in (info.name2fixturedefs.values() if info else ()):
+        if any(d.scope in ("module", "class", "package") for d in defs):
+            return module
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups from the marks
+def pytest_collection_modifyitems(config, items):
+    ray_modules = {item.nodeid.split("::", 1)[0] for item in items
+                   if "ray_temp_dir" in item.fixturenames or "_ray" in item.nodeid.split("::", 1)[0]}
+    for item in items:
+        group = _group_of(item, ray_modules)
+        if group and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(group))
+    if hasattr(config, "workerinput"):  # an xdist worker: every worker sorts alike
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+_GROUPS_FILE = "lait_xdist_groups"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """The controller names the file its workers write the groups to."""
+    import tempfile
+
+    if _GROUPS_FILE not in node.config.stash.get(_STATE, {}):
+        fd, path = tempfile.mkstemp(prefix="lait-xdist-groups-", suffix=".json")
+        os.close(fd)
+        node.config.stash[_STATE] = {_GROUPS_FILE: path}
+    node.workerinput[_GROUPS_FILE] = node.config.stash[_STATE][_GROUPS_FILE]
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own tells the controller that collection is done
+def pytest_collection_finish(session):
+    """A worker writes the group of every test it collected (all workers collect alike)."""
+    path = getattr(session.config, "workerinput", {}).get(_GROUPS_FILE)
+    if path is None:
+        return
+    import json
+
+    groups = {}
+    for item in session.items:
+        mark = item.get_closest_marker("xdist_group")
+        if mark is not None:
+            groups[item.nodeid] = str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+    tmp = f"{path}.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(groups, f)
+    os.replace(tmp, path)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup`: xdist's scope scheduler with a test's scope being its group (from the
+    workers' file), or the test alone."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    import json
+
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:  # first asked once every worker has collected
+                path = config.stash.get(_STATE, {}).get(_GROUPS_FILE)
+                self.groups = json.loads(Path(path).read_text() or "{}") if path else {}
+            group = self.groups.get(nodeid)
+            return f"group:{group}" if group else nodeid
+
+    return GroupScheduling(config, log)
+
+
+_STATE = pytest.StashKey[dict]()
 
 
 @pytest.fixture(scope="session")
@@ -119,6 +230,16 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def python() -> str:
     return sys.executable
+
+
+@pytest.fixture(scope="session")
+def demo_scorer():
+    """The offline demo scorer (`lait score --model demo`): found in `$LAIT_CACHE`, or built there
+    once per machine (about two minutes). Its file lock makes a second process, such as another
+    xdist worker, wait for the one build instead of starting its own."""
+    from lait.testkit.demo_scorer import ensure_demo_model
+
+    return ensure_demo_model()
 
 
 @pytest.fixture(scope="session")

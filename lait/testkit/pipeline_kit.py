@@ -17,15 +17,25 @@ TABLES = ("pages", "images", "images_ok", "candidates", "scored", "rejected", "i
           "regions", "region_labels", "build_images", "build_plan")
 
 
+# Stage 2's two model gates off: the unsafe-image classifier (open_nsfw) and the face detector
+# (MTCNN) cost ~25 s of a filter run that takes ~1 s without them on the 30-page crawl, and a test
+# of how runs resume, compare or fail is not about them. tests/filters/test_unsafe.py and
+# test_faces.py test the gates; `lait demo` (the session's demo run) runs stage 2 with them.
+NO_GATES = ("--unsafe-model", "none", "--face-model", "none")
+NO_GATES_CONFIG = {"unsafe_model": "none", "face_model": "none"}  # the same as a `filter:` section
+
+
 def stage_commands(work: str, model: Path, extra: list[str], *, regions: bool = True,
-                   filter_args: tuple[str, ...] = ()) -> list[list[str]]:
-    """`lait filter/clean/score/build` on `work`, with region features unless told otherwise."""
+                   filter_args: tuple[str, ...] = (), gates: bool = False) -> list[list[str]]:
+    """`lait filter/clean/score/build` on `work`, with region features unless told otherwise,
+    and without stage 2's model gates (NO_GATES) unless `gates`."""
     score = ["score", work, "--model", "tiny-clip", "--model-config", str(model), "--allow-random-init",
              "--batch-size", "16"]
     if regions:
         score += ["--regions", "--max-regions", "4", "--codebook-k", "4"]
     return [argv + extra for argv in (
-        ["filter", work, *filter_args], ["clean", work, "--languages", "en", "de", "fr"], score,
+        ["filter", work, *(() if gates else NO_GATES), *filter_args], ["clean", work, "--languages", "en", "de", "fr"],
+        score,
         # A random-init model maps every image to nearly one point: no embedding near-dups.
         ["build", work, "--samples-per-shard", "40", "--no-use-embedding-dups"])]
 

@@ -102,3 +102,21 @@ def img2dataset_resize(img2dataset_python, tmp_path_factory) -> Callable[..., di
             return {k: z[k] for k in z.files}
 
     return resize
+
+
+@pytest.fixture(scope="session")
+def demo40(tmp_path_factory) -> tuple[Path, str]:
+    """`lait demo` with its defaults on a 40-page local web, run once per session in this process:
+    (its output folder, what it printed). Read by test_build_demo_e2e (against the ground truth,
+    then a second run that must reuse everything) and test_shards_ecosystem (the shards' readers),
+    which ran a demo each before; tests/conftest.py puts them on one xdist worker ("demo40")."""
+    import contextlib
+    import io
+
+    from lait.app.demo import DemoConfig, run_demo
+
+    out = tmp_path_factory.mktemp("demo40") / "demo"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert run_demo(DemoConfig(out=str(out), pages=40, workers=2, port=0, progress=False)) == 0
+    return out, printed.getvalue()

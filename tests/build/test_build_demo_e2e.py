@@ -18,11 +18,9 @@ from lait.testkit.groundtruth import evaluate_files  # noqa: E402
 
 
 @pytest.mark.slow
-def test_demo_matches_ground_truth_and_resumes(tmp_path, capsys):
-    out = tmp_path / "demo"
+def test_demo_matches_ground_truth_and_resumes(demo40, capsys):
+    out, printed = demo40  # the session's 40-page demo, which test_shards_ecosystem reads too
     cfg = DemoConfig(out=str(out), pages=40, workers=2, port=0, progress=False)
-    assert run_demo(cfg) == 0
-    printed = capsys.readouterr().out
     assert f"report: {out / 'report.html'}" in printed
     res = evaluate_files(out / "work" / "shards", out / "ground_truth.json")
     assert res["precision"] >= 0.95, res["wrong_captions"]

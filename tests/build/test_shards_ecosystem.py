@@ -43,16 +43,16 @@ from lait.build.sample import array_to_uids, check_sample  # noqa: E402
 from lait.build.select import select  # noqa: E402
 from lait.parts import WorkDir  # noqa: E402
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs the whole module, beside test_build_demo_e2e: its tests reach the
+# session's 40-page demo and the module's real-web run through `request.getfixturevalue`,
+# which tests/conftest.py's grouping by fixtures cannot see.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("demo40")]
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory) -> Path:
-    from lait.app.demo import DemoConfig, run_demo
-
-    out = tmp_path_factory.mktemp("demo")
-    assert run_demo(DemoConfig(out=str(out), pages=40, workers=2, port=0, progress=False)) == 0
-    return out / "work"
+def demo(demo40) -> Path:
+    """The session's 40-page demo with its defaults (tests/build/conftest.py): read only here."""
+    return demo40[0] / "work"
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +65,11 @@ def realweb(tmp_path_factory, shared_data) -> Path:
     work = tmp_path_factory.mktemp("realweb") / "work"
     site = RealWebSite(shared_data, max_pages=60)
     site.ground_truth()  # builds every page now: built on the first request, they outlast its timeout
+    # Every page is one hop from the index: max_depth 1 leaves out the real pages' own links,
+    # thousands of them, all answered 404 (no image, no sample).
     with SiteServer(site, port=0) as srv:
         stats = crawl(CrawlConfig(seeds=[srv.url + "/"], out=str(work), allow_loopback=True, autothrottle=False,
-                                  concurrency=16, per_domain=16, log_level="WARNING"), quiet=True)
+                                  concurrency=16, per_domain=16, log_level="WARNING", max_depth=1), quiet=True)
     assert stats.get("finish_reason") == "finished", stats.get("finish_reason")
     # Stages 2-5 in a process of their own: workers forked from this process while one of the
     # server's handler threads held lxml's lock would wait for it forever.

@@ -15,7 +15,7 @@ import pytest
 
 from lait.app.cli import main as lait
 from lait.parts import WorkDir
-from lait.testkit.pipeline_kit import crawl_site, part_bytes, shard_members, stage_commands, tables
+from lait.testkit.pipeline_kit import NO_GATES, crawl_site, part_bytes, shard_members, stage_commands, tables
 
 QUIET = ["--no-progress", "--workers", "2"]
 
@@ -69,7 +69,7 @@ def test_changed_setting_redoes_what_it_affects_and_equals_a_fresh_run(crawled, 
     assert "min_side 300 -> 200: redoing 4 of 4 partitions" in last_filter
 
     # --force redoes everything, with the same result.
-    log = run([["filter", work, "--min-side", "200", "--force", *QUIET]], capsys)
+    log = run([["filter", work, *NO_GATES, "--min-side", "200", "--force", *QUIET]], capsys)
     assert "filter: --force: redoing 4 of 4 partitions" in log
 
 
@@ -85,7 +85,8 @@ def test_status_shows_stale_stages_and_why(crawled, model, tmp_path, capsys):
     assert "images_ok" in out and "scored" in out
 
     pipeline = tmp_path / "pipeline.yaml"
-    pipeline.write_text("filter: {min_side: 200}\nclean: {languages: [en, de, fr]}\n"
+    pipeline.write_text("filter: {min_side: 200, unsafe_model: none, face_model: none}\n"
+                        "clean: {languages: [en, de, fr]}\n"
                         f"score: {{model: tiny-clip, model_config: {model}, allow_random_init: true, batch_size: 16}}\n"
                         "build: {samples_per_shard: 40, use_embedding_dups: false}\n")
     assert lait(["status", work, "--config", str(pipeline)]) == 0
@@ -100,13 +101,13 @@ def test_status_shows_stale_stages_and_why(crawled, model, tmp_path, capsys):
 def test_grown_input_is_processed(tmp_path, capsys):
     work = tmp_path / "grown"
     crawl_site(work, pages=60, max_pages=12)
-    assert lait(["filter", str(work), *QUIET]) == 0
+    assert lait(["filter", str(work), *NO_GATES, *QUIET]) == 0
     small = WorkDir(work).count("images")
     crawl_site(work, pages=60)  # the crawl resumed: more pages, more images, new parts
     w = WorkDir(work)
     assert w.count("images") > small
     capsys.readouterr()
-    assert lait(["filter", str(work), *QUIET]) == 0
+    assert lait(["filter", str(work), *NO_GATES, *QUIET]) == 0
     log = capsys.readouterr().err
     assert "have new input: redoing" in log or "has new input: redoing" in log
     rejected = {r["image_url"] for r in w.read("rejected").to_pylist() if r["reason"].startswith("filter/")}
@@ -178,10 +179,12 @@ def _concurrent(argv: list[str], env: dict | None = None) -> list[subprocess.Com
 def test_two_concurrent_runs_one_exits_2_and_the_other_is_undisturbed(crawled, model, tmp_path, capsys, command):
     work = copy(crawled, tmp_path / "twice")
     alone = copy(crawled, tmp_path / "alone")
-    commands = stage_commands(work, model, ["--no-progress"], regions=False)
+    # Two filter runs at once keep the model gates on: their ~25 s make sure the runs overlap.
+    gates = command == "filter"
+    commands = stage_commands(work, model, ["--no-progress"], regions=False, gates=gates)
     upto = [c[0] for c in commands].index(command)
     run(commands[:upto], capsys)
-    run(stage_commands(alone, model, ["--no-progress"], regions=False)[:upto + 1], capsys)
+    run(stage_commands(alone, model, ["--no-progress"], regions=False, gates=gates)[:upto + 1], capsys)
     env = {k: v for k, v in os.environ.items() if k != "LAIT_WORK_LOCK"}
     results = _concurrent(commands[upto][:1] + commands[upto][1:], env)
     codes = sorted(r.returncode for r in results)

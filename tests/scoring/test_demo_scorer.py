@@ -55,11 +55,12 @@ def site_candidates(n_pages: int, seed: int):
     return images, cands, truth
 
 
-def test_demo_scorer_separates_true_captions_from_junk(tmp_path):
+def test_demo_scorer_separates_true_captions_from_junk(tmp_path, demo_scorer):
     images, cands, truth = site_candidates(n_pages=60, seed=7)
     assert len(truth) >= 40
     work = write_work(tmp_path / "work", images, cands)
-    report = score_work(ScoreConfig(work=str(work.root), model="demo", progress=False, batch_size=64))
+    report = score_work(ScoreConfig(work=str(work.root), model="demo", demo_dir=str(demo_scorer.root),
+                                        progress=False, batch_size=64))
     assert report.ok, report.summary()
     rows = work.read("scored").to_pylist()
     assert {r["model"] for r in rows} == {"demo"}

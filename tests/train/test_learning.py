@@ -9,6 +9,13 @@ contrastive task (``tasks.itc``): without it the ITM cross-encoder stays at chan
 run; with it ITM starts learning once the unimodal states are aligned. Asserted in the evaluator's
 ``shortlist`` mode (top 5 by embedding similarity, ITM re-ranking); ``full`` mode (every pair
 through the ITM cross-encoder) is printed beside it.
+
+The budget (issue 48): pretraining sees 16,000 samples in 250 steps of 64 (as many as the 500
+steps of 32 before; 250 steps of 32 reached only 0.26 / 0.26: the larger batch gives ITC more
+negatives), finetuning 1,600 in 100 steps of 16, each with 2 hard negatives per side (a quarter
+of the 200 steps of 32 before). Shortlist R@1 measured with it: 0.45 / 0.43 (i2t / t2i); with
+160 pretraining steps it fell to 0.23 / 0.24; finetuning 100 steps of 32 gave 0.51 / 0.50 for
+twice the finetuning time.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ REGIONS = ["--set", "data.regions.source=patches", "--set", "data.regions.patch_
            "--set", "data.regions.image_size=96", "--set", "data.max_text_len=32"]
 
 
-def learn(tmp_path, n_train=2000, pre_steps=500, ft_steps=200, batch=32, workers=1):
+def learn(tmp_path, n_train=2000, pre_steps=250, ft_steps=100, batch=64, ft_batch=16, workers=1):
     from lait.testkit.synthetic_shards import scene_samples, write_shards
 
     t0 = time.perf_counter()
@@ -60,7 +67,7 @@ def learn(tmp_path, n_train=2000, pre_steps=500, ft_steps=200, batch=32, workers
              f" optim: {{lr: 1.0e-3, warmup_steps: 25, schedule: linear}}, tasks: {{moc: 0.0, itc: 1.0}}}}]")
     assert main(["pretrain", "--output-dir", str(tmp_path / "pre"), *common, "--set", f"stages={stage}"]) == 0
     t1 = time.perf_counter()
-    ft_stage = (f"{{name: ft, shards: '{tmp_path / 'train'}', steps: {ft_steps}, batch_size: {batch},"
+    ft_stage = (f"{{name: ft, shards: '{tmp_path / 'train'}', steps: {ft_steps}, batch_size: {ft_batch},"
                 f" optim: {{lr: 1.0e-3, warmup_steps: 25, schedule: linear}}}}")
     assert main(["finetune", "--output-dir", str(tmp_path / "ft"), *common, "--set", f"stage={ft_stage}",
                  "--init-from", str(tmp_path / "pre" / "checkpoints" / "stage-0-scenes.pt"),
@@ -85,7 +92,7 @@ def test_pretrain_finetune_retrieves_held_out_scenes(tmp_path):
     print(json.dumps(results, indent=2))
     # Asserted in the evaluator's shortlist mode (top 5 of 100 by embedding similarity, then ITM
     # re-ranking), as the evaluator reports it. Full cross-encoder scoring of all 10,000 pairs is
-    # printed beside it: within this CPU budget it lands between 0.26 and 0.50 from run to run.
+    # printed beside it (R@1 0.24 / 0.31, R@10 0.80 / 0.92 measured with this budget).
     result = results["shortlist@5"]
     assert result["images"] == 100
     assert result["i2t_r1"] >= 0.3, results

@@ -34,7 +34,7 @@ def test_pretraining_on_real_photos_retrieves_far_above_chance(shared_data, mini
     config = Path(__file__).resolve().parents[2] / REPO_CONFIGS / "pretrain-flickr8k.yaml"
     pre = tmp_path / "pre"
     assert main(["pretrain", "--config", str(config), "--set", f"output_dir={pre}",
-                 "--set", f"stages.0.shards={tmp_path / 'shards'}", "--set", "stages.0.steps=40",
+                 "--set", f"stages.0.shards={tmp_path / 'shards'}", "--set", "stages.0.steps=20",
                  "--set", "stages.0.batch_size=32", "--set", "stages.0.optim.warmup_steps=5",
                  "--set", f"stages.1.shards={tmp_path / 'shards'}", "--set", "stages.1.steps=15",
                  "--set", "stages.1.batch_size=64", "--set", "stages.1.optim.warmup_steps=2",
@@ -51,5 +51,6 @@ def test_pretraining_on_real_photos_retrieves_far_above_chance(shared_data, mini
     r = json.loads(out.read_text())
     assert (r["images"], r["texts"]) == (60, 300)
     # Chance among 60 photos: text->image R@5 = 5/60 = 8 %; image->text R@5 (5 right captions
-    # among 300) about 8 % too. Measured here: 0.38 and 0.35.
+    # among 300) about 8 % too. Measured here: 0.32 and 0.30 (0.38 and 0.35 with 40 steps of the
+    # first stage instead of 20; 10 steps fall short: 0.25 and 0.17).
     assert r["t2i_r5"] > 0.25 and r["i2t_r5"] > 0.2, r
