@@ -282,9 +282,10 @@ class Config:
         return data
 
     @classmethod
-    def from_args(cls: type[C], args: argparse.Namespace) -> C:
-        """Defaults, then the `--config` YAML file, then the flags, then the `--set` overrides."""
-        data: dict[str, Any] = {}
+    def from_args(cls: type[C], args: argparse.Namespace, base: dict[str, Any] | None = None) -> C:
+        """Defaults, then `base` (settings a command continues with), then the `--config` YAML
+        file, then the flags, then the `--set` overrides."""
+        data: dict[str, Any] = dict(base or {})
         path = getattr(args, "config", None)
         if path:
             data.update(cls.load_yaml(path))

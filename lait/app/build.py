@@ -53,4 +53,4 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     add_config_command(sub, "build", BuildConfig, run_build,
                        help="stage 5: aggregate scored pairs into WebDataset shards",
-                       description=BUILD_DESCRIPTION, epilog=BUILD_EPILOG)
+                       description=BUILD_DESCRIPTION, epilog=BUILD_EPILOG, continues=True)

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from lait.config import Config
 from lait.stage import RunReport
+
+NEGATIVE_NUMBER = re.compile(r"^-(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?$|^-(?:inf|infinity|nan)$", re.IGNORECASE)
 
 
 class Parser(argparse.ArgumentParser):
@@ -20,6 +23,10 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
+        # A value that starts with '-' is taken for an option unless it looks like a negative
+        # number; argparse's own test knows only `-5` and `-.5`, so `--min-score -inf` failed
+        # with "expected one argument". Here -inf, -nan and -1e-3 are numbers too.
+        self._negative_number_matcher = NEGATIVE_NUMBER
 
     def error(self, message: str):  # type: ignore[override]
         """One line, exit status 2: what is wrong and where the options are listed (argparse
@@ -76,13 +83,44 @@ def add_global_flags(parser: argparse.ArgumentParser, default: object = 0) -> No
 
 def add_config_command(sub: argparse._SubParsersAction, name: str, config_cls: type[Config],
                        run: Callable[[Any], int], *, help: str, description: str | None = None,
-                       epilog: str | None = None) -> argparse.ArgumentParser:
-    """A sub-command whose flags are the fields of `config_cls`; `run(config)` does the work."""
+                       epilog: str | None = None, continues: bool = False) -> argparse.ArgumentParser:
+    """A sub-command whose flags are the fields of `config_cls`; `run(config)` does the work.
+
+    `continues`: the command is a stage of a work directory; without --config it continues with
+    the settings the directory's data was last made with by it (`WORK/_configs/NAME.yaml`), as
+    `lait run` does, so that rerunning one stage does not silently redo it with the defaults.
+    Flags override those settings one by one; the redone partitions say why."""
     parser = sub.add_parser(name, help=help, description=description or help, epilog=epilog,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     config_cls.add_arguments(parser)
-    parser.set_defaults(func=lambda args: run(config_cls.from_args(args)))
+
+    def func(args: argparse.Namespace) -> int:
+        base = continued_settings(name, config_cls, args) if continues else None
+        return run(config_cls.from_args(args, base))
+
+    parser.set_defaults(func=func)
     return parser
+
+
+def continued_settings(name: str, config_cls: type[Config], args: argparse.Namespace) -> dict[str, Any]:
+    """The recorded settings `lait NAME WORK` continues with (see `add_config_command`), saying
+    so on stderr; none when --config is given or the directory has none."""
+    from lait.app.steps import recorded_settings
+
+    work = getattr(args, "work", None)
+    if getattr(args, "config", None) or not work:
+        return {}
+    try:
+        data, path = recorded_settings(work, name, config_cls)
+    except (ImportError, OSError):  # no s3fs, no bucket: the stage says so when it opens WORK
+        return {}
+    if path is None:
+        return {}
+    given = sorted(k for k in data if getattr(args, k, None) is not None)
+    changed = f"; given here: {', '.join('--' + k.replace('_', '-') for k in given)}" if given else ""
+    print(f"lait {name}: continuing with the settings {work} was last made with ({path}){changed}; "
+          "--config FILE starts from that file and the defaults instead", file=sys.stderr, flush=True)
+    return data
 
 
 def add_unavailable_command(sub: argparse._SubParsersAction, name: str, missing: ImportError, *,

@@ -135,33 +135,17 @@ status` first.
 
 def last_settings(work: str) -> tuple[dict[str, dict], list[str]]:
     """The sections of the settings each stage of `work` last completed with
-    (`WORK/_configs/STAGE.yaml`), what they write only (not workers, progress, force), and the
-    files read; empty when the directory has none."""
-    import yaml
+    (`WORK/_configs/STAGE.yaml`, `steps.recorded_settings`), and the files read; empty when the
+    directory has none."""
+    from lait.app.steps import STEPS, recorded_settings
 
-    from lait import storage
-    from lait.app.steps import STEPS
-    from lait.parts import WorkDir
-
-    try:
-        root = WorkDir(work).root
-    except ValueError:
-        return {}, []
     sections: dict[str, dict] = {}
     used: list[str] = []
     for step in STEPS:
-        path = root / "_configs" / f"{step.name}.yaml"
-        if not storage.exists(path):
-            continue
-        try:
-            data = yaml.safe_load(storage.read_text(path)) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML ({exc}); give --config") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: expected a mapping of settings; give --config")
-        written = {f.name for f, _ in step.config_class()._fields() if not f.metadata.get("run")}
-        sections[step.name] = {k: v for k, v in data.items() if k in written}
-        used.append(f"{step.name}.yaml")
+        data, path = recorded_settings(work, step.name, step.config_class())
+        if path is not None:
+            sections[step.name] = data
+            used.append(f"{step.name}.yaml")
     return sections, used
 
 

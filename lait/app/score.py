@@ -58,6 +58,7 @@ def run(cfg: ScoreConfig) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    add_config_command(sub, "score", ScoreConfig, run, help="stage 4: score image-text pairs with open_clip",
+    add_config_command(sub, "score", ScoreConfig, run, continues=True,
+                       help="stage 4: score image-text pairs with open_clip",
                        description=DESCRIPTION, epilog=EPILOG)
 

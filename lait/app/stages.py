@@ -46,7 +46,7 @@ def _run_clean(cfg) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     from lait.filters.image_stage import FilterConfig
 
-    add_config_command(sub, "filter", FilterConfig, _run_filter, epilog=FILTER_EPILOG,
+    add_config_command(sub, "filter", FilterConfig, _run_filter, epilog=FILTER_EPILOG, continues=True,
                        help="stage 2: image content filtering (size, aspect, format, duplicates)")
     clean_help = "stage 3: candidate texts per image, sentence detection and cleaning"
     try:  # stage 3 reads pages with the crawler's packages, which a GPU image may lack
@@ -54,4 +54,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     except ImportError as exc:
         add_unavailable_command(sub, "clean", exc, help=clean_help)
     else:
-        add_config_command(sub, "clean", CleanConfig, _run_clean, epilog=CLEAN_EPILOG, help=clean_help)
+        add_config_command(sub, "clean", CleanConfig, _run_clean, epilog=CLEAN_EPILOG, help=clean_help,
+                           continues=True)

@@ -33,6 +33,31 @@ STEPS = (
 STEP_NAMES = [s.name for s in STEPS]
 
 
+def recorded_settings(work: str, name: str, cls: type[Config]) -> tuple[dict, str | None]:
+    """The settings command `name` (a stage) last completed with in `work`
+    (`WORK/_configs/NAME.yaml`), those that change what it writes only (not workers, progress,
+    force), and the file they come from; ({}, None) when it has none."""
+    import yaml
+
+    from lait import storage
+    from lait.parts import WorkDir
+
+    try:
+        path = WorkDir(work).root / "_configs" / f"{name}.yaml"
+    except ValueError:
+        return {}, None
+    if not storage.exists(path):
+        return {}, None
+    try:
+        data = yaml.safe_load(storage.read_text(path)) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc}); give --config") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings; give --config")
+    written = {f.name for f, _ in cls._fields() if not f.metadata.get("run")}
+    return {k: v for k, v in data.items() if k in written and k != "work"}, str(path)
+
+
 def load_pipeline_yaml(path: str | None) -> dict[str, dict]:
     """The sections of a pipeline YAML (an empty mapping without a file)."""
     if not path:

@@ -217,6 +217,35 @@ def test_run_without_config_on_the_demo_redoes_nothing(demo_run, tmp_path):
     assert listing(work / "shards") == shards
 
 
+@pytest.mark.slow
+def test_a_stage_command_without_flags_continues_with_the_demos_settings(demo_run, tmp_path):
+    """Issue 52: `lait build WORK` after `lait demo` took the defaults (10,000 samples a shard)
+    and turned the demo's shards into one; `lait filter WORK` would have redone stage 2 likewise.
+    Without flags a stage continues with the settings the directory was made with and redoes
+    nothing; a flag overrides one setting and says what it redoes."""
+    import shutil
+
+    out, _ = demo_run
+    work = tmp_path / "work"
+    shutil.copytree(out / "work", work)
+    before = {name: listing(work / name) for name in ("shards", "images_ok", "rejected")}
+    for stage, steps in (("build", ("build_pick", "build_plan", "build_shards")), ("filter", ("filter",))):
+        again = lait(stage, str(work), "--no-progress", timeout=600)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert f"lait {stage}: continuing with the settings {work} was last made with" in again.stderr
+        assert "redoing" not in again.stderr, again.stderr[-3000:]
+        for step in steps:
+            assert re.search(rf"^{step}: 0 done, [1-9]\d* up to date, 0 failed", again.stderr, re.M), again.stderr[-3000:]
+    assert {name: listing(work / name) for name in before} == before
+
+    smaller = lait("build", str(work), "--samples-per-shard", "20", "--no-progress", timeout=600)
+    assert smaller.returncode == 0, smaller.stderr[-3000:]
+    assert "given here: --samples-per-shard" in smaller.stderr
+    assert re.search(r"samples_per_shard 50 -> 20.*redoing", smaller.stderr), smaller.stderr[-3000:]
+    tars = sorted(p for p in listing(work / "shards") if p.endswith(".tar"))
+    assert len(tars) > len([p for p in before["shards"] if p.endswith(".tar")])
+
+
 # -- waiting on another process ----------------------------------------------------------------------
 
 def test_score_waiting_for_another_process_building_the_demo_scorer_says_so(tmp_path):

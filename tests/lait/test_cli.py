@@ -86,3 +86,16 @@ def test_demo_help_speaks_to_a_user_not_of_internal_modules():
     text = demo.format_help()
     assert "report.html" in text and "offline" in text
     assert not re.findall(r"\blait\.\w+", text), re.findall(r"\blait\.\w+", text)
+
+
+@pytest.mark.parametrize("value,expected", [("-inf", float("-inf")), ("-Infinity", float("-inf")), ("-0.5", -0.5),
+                                            ("-1e-3", -0.001), ("-5", -5.0), (".5", 0.5)])
+def test_a_negative_number_is_a_value_not_a_flag(value, expected):
+    """Issue 52: `--min-score -inf` was read as a flag ("expected one argument")."""
+    assert build_parser().parse_args(["build", "work", "--min-score", value]).min_score == expected
+
+
+def test_a_flag_after_an_option_is_still_a_flag(capsys):
+    with pytest.raises(SystemExit) as stop:
+        build_parser().parse_args(["build", "work", "--min-score", "-x"])
+    assert stop.value.code == 2 and "--min-score: expected one argument" in capsys.readouterr().err
