@@ -31,13 +31,14 @@ import glob
 import gzip
 import hashlib
 import io
+import itertools
 import json
 import logging
 import lzma
 import re
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -153,15 +154,17 @@ class RawRow:
     problem: str | None = None
 
 
-def read_rows(path: str, fmt: str, columns: list[str]) -> Iterator[RawRow]:
-    """The rows of a list, streaming; ConfigError when a wanted column is missing."""
+def read_rows(path: str, fmt: str, columns: list[str], typed: Sequence[str] = ()) -> Iterator[RawRow]:
+    """The rows of a list, streaming; ConfigError when a wanted column is missing. `typed`: the
+    columns whose CSV or TSV text becomes the numbers and booleans pyarrow's CSV reader makes of
+    it (`csv_types`), as img2dataset reads such lists; Parquet and JSON carry their own types."""
     loc = storage.location(path)
     if fmt == "parquet":
         yield from _parquet_rows(loc, path, columns)
     elif fmt == "jsonl":
         yield from _jsonl_rows(loc, path, columns)
     elif fmt in ("csv", "tsv"):
-        yield from _csv_rows(loc, path, columns, "\t" if fmt == "tsv" else ",")
+        yield from _csv_rows(loc, path, columns, "\t" if fmt == "tsv" else ",", typed)
     elif fmt == "txt":
         if columns[1:]:
             raise ConfigError(f"list {path}: a txt list holds URLs only, one a line; it has no "
@@ -198,10 +201,71 @@ def _missing(path: str, wanted: list[str], have: list[str]) -> ConfigError:
                        "--page-col, --save-additional-columns; --caption-col '' for no captions)")
 
 
-def _csv_rows(loc: Location, path: str, columns: list[str], delimiter: str) -> Iterator[RawRow]:
+# How much of a CSV list its column types are inferred from: pyarrow's CSV reader infers them
+# from its first block, a mebibyte by default.
+TYPE_SAMPLE_BYTES = 1 << 20
+
+
+def csv_types(sample: list[str], delimiter: str, typed: Sequence[str]) -> dict[str, Callable[[str], Any]]:
+    """For each column of `typed` that pyarrow's CSV reader reads as integers, floats, booleans
+    or nulls from `sample` (the header and the first lines), how a text value becomes that type;
+    a value that does not fit stays text. Columns read as text (or a sample pyarrow cannot
+    parse) are left out: their values stay as they are."""
+    if not typed:
+        return {}
+    import pyarrow as pa
+    from pyarrow import csv as pacsv
+
+    defaults = pacsv.ConvertOptions()
+    nulls, trues, falses = set(defaults.null_values), set(defaults.true_values), set(defaults.false_values)
+    try:
+        table = pacsv.read_csv(
+            io.BytesIO("".join(sample).encode("utf-8", "surrogatepass")),
+            read_options=pacsv.ReadOptions(use_threads=False),
+            parse_options=pacsv.ParseOptions(delimiter=delimiter, newlines_in_values=True,
+                                              invalid_row_handler=lambda _row: "skip"),
+            convert_options=pacsv.ConvertOptions(include_columns=list(typed)))
+    except (pa.ArrowException, ValueError):
+        return {}
+
+    def number(kind: type) -> Callable[[str], Any]:
+        def convert(text: str) -> Any:
+            if text in nulls:
+                return None
+            try:
+                return kind(text)
+            except ValueError:
+                return text
+        return convert
+
+    def boolean(text: str) -> Any:
+        return True if text in trues else False if text in falses else None if text in nulls else text
+
+    out: dict[str, Callable[[str], Any]] = {}
+    for f in table.schema:
+        if pa.types.is_integer(f.type):
+            out[f.name] = number(int)
+        elif pa.types.is_floating(f.type):
+            out[f.name] = number(float)
+        elif pa.types.is_boolean(f.type):
+            out[f.name] = boolean
+        elif pa.types.is_null(f.type):
+            out[f.name] = lambda text: None if text in nulls else text
+    return out
+
+
+def _csv_rows(loc: Location, path: str, columns: list[str], delimiter: str,
+              typed: Sequence[str] = ()) -> Iterator[RawRow]:
     csv.field_size_limit(1 << 24)
     with _open_text(loc, path) as f:
-        reader = csv.reader(f, delimiter=delimiter)
+        sample: list[str] = []
+        size = 0
+        for line in f:
+            sample.append(line)
+            size += len(line)
+            if size >= TYPE_SAMPLE_BYTES:
+                break
+        reader = csv.reader(itertools.chain(sample, f), delimiter=delimiter)
         header = next(reader, None)
         if header is None:
             return
@@ -209,6 +273,7 @@ def _csv_rows(loc: Location, path: str, columns: list[str], delimiter: str) -> I
         if any(c not in header for c in columns):
             raise _missing(path, columns, header)
         index = {c: header.index(c) for c in columns}
+        types = csv_types(sample, delimiter, [c for c in typed if c in index])
         n = 0
         while True:
             n += 1
@@ -225,7 +290,10 @@ def _csv_rows(loc: Location, path: str, columns: list[str], delimiter: str) -> I
             if len(row) != len(header):
                 yield RawRow(n, problem=f"{len(row)} fields where the header has {len(header)}")
                 continue
-            yield RawRow(n, {c: row[i] for c, i in index.items()})
+            values = {c: row[i] for c, i in index.items()}
+            for c, convert in types.items():
+                values[c] = convert(values[c])
+            yield RawRow(n, values)
 
 
 def _jsonl_rows(loc: Location, path: str, columns: list[str]) -> Iterator[RawRow]:
@@ -380,7 +448,7 @@ def _read_list(path: str, fmt: str, work: WorkDir, opts: ListOptions, seen: _Url
         rejected[f"{STAGE}/{rule}"] += 1
 
     try:
-        for raw in read_rows(path, fmt, opts.columns()):
+        for raw in read_rows(path, fmt, opts.columns(), typed=opts.extra_cols):
             report.rows += 1
             bar.update(1)
             where = f"row {raw.number}"

@@ -2,10 +2,14 @@
 list of 30 real photos and three broken rows (a 404, a page that is not an image, a port where
 nothing listens) with extra columns: the same samples under the same keys, the same sidecar rows
 (successes and failures, with the same statuses), the same `_stats.json` counts, the extra
-columns with their types in both. Skips when img2dataset's environment cannot be made."""
+columns with their types in both. Skips when img2dataset's environment cannot be made.
+
+Issue 52: the same with the list as CSV and as TSV text, where both tools type the integer and
+float columns (img2dataset reads such lists with pyarrow's CSV reader)."""
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import os
@@ -49,9 +53,22 @@ def read_shards(folder: Path) -> tuple[dict[str, dict], dict[str, dict], dict[st
     return samples, sidecar, stats
 
 
-@pytest.fixture
-def photo_list(shared_data, tmp_path):
-    """The list (Parquet, typed extra columns) and its rows; its photos served from two hosts."""
+def write_list(rows: list[dict], path: Path) -> None:
+    """The rows as a Parquet list (typed columns), or as CSV or TSV text (by the suffix)."""
+    if path.suffix == ".parquet":
+        pq.write_table(pa.Table.from_pylist(rows), path)
+        return
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]), delimiter="\t" if path.suffix == ".tsv" else ",")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+@pytest.fixture(params=["parquet", "csv", "tsv"])
+def photo_list(shared_data, tmp_path, request):
+    """The list (Parquet with typed extra columns, or the same rows as CSV or TSV text, whose
+    integer and float columns both tools must type) and its rows; its photos served from two
+    hosts."""
     coco = [(p, c) for p, c in coco_photos(shared_data / "photos" / "coco_train")
             if min(Image.open(p).size) >= 300][:30]  # every one passes stage 2's 300 px rule
     assert len(coco) == 30
@@ -65,15 +82,15 @@ def photo_list(shared_data, tmp_path):
         rows.insert(at, row)
     for i, r in enumerate(rows):
         r.update(id=1000 + i, weight=i / 8, tag=f"row-{i}")
-    listing = tmp_path / "photos.parquet"
-    pq.write_table(pa.Table.from_pylist(rows), listing)
+    listing = tmp_path / f"photos.{request.param}"
+    write_list(rows, listing)
     yield listing, rows
     for s in servers:
         s.close()
 
 
 def run_img2dataset(python: str, listing: Path, out: Path) -> None:
-    cmd = [str(Path(python).parent / "img2dataset"), "--url_list", str(listing), "--input_format", "parquet",
+    cmd = [str(Path(python).parent / "img2dataset"), "--url_list", str(listing), "--input_format", listing.suffix[1:],
            "--url_col", "url", "--caption_col", "caption", "--save_additional_columns", json.dumps(EXTRA),
            "--output_format", "webdataset", "--output_folder", str(out), "--processes_count", "1",
            "--thread_count", "8", "--resize_mode", "no", "--skip_reencode", "True", "--distributor",
@@ -128,8 +145,8 @@ def test_lait_keeps_img2datasets_books(img2dataset_python, photo_list, tmp_path)
         {s: {c: v[c] for c in counts} for s, v in t_stats.items()}
     # the extra columns, with the list's types, in every sample and sidecar row of both
     for samples, side in ((t_samples, t_side), (o_samples, o_side)):
-        for k, s in samples.items():
-            assert {c: s[c] for c in EXTRA} == {c: rows[int(k)][c] for c in EXTRA}
+        for k, s in samples.items():  # with their JSON types: 1.0 is not 1 here
+            assert {c: (type(s[c]), s[c]) for c in EXTRA} == {c: (type(rows[int(k)][c]), rows[int(k)][c]) for c in EXTRA}
         for k, r in side.items():
             assert {c: r[c] for c in EXTRA} == {c: rows[int(k)][c] for c in EXTRA}
     for folder in (tmp_path / "i2d", tmp_path / "W" / "shards"):

@@ -78,6 +78,42 @@ def test_every_format_gives_the_same_rows(tmp_path, name):
     assert extras == {1: {"nsfw": "UNLIKELY"}, 2: {"nsfw": "UNLIKELY"}, 6: {"nsfw": "NSFW"}}
 
 
+@pytest.mark.parametrize("delimiter", [",", "\t"])
+def test_csv_extra_columns_get_the_types_pyarrow_infers(tmp_path, delimiter):
+    """Issue 52: `"coco_id": "139"` where img2dataset (pyarrow's CSV reader) writes 139. Types are
+    pyarrow's, inferred from the first block; a later value that does not fit stays text, a
+    null marker is null, and the caption stays text even when it looks like a number."""
+    from pyarrow import csv as pacsv
+
+    rows = [{"url": f"http://a.test/{i}.jpg", "caption": "2019" if i == 1 else f"photo {i}", "id": str(100 + i),
+             "w": ["0.5", "1", "2.25"][i % 3], "ok": ["true", "False"][i % 2], "tag": f"t{i}",
+             "none": "", "mix": ["1", "2", "x"][i % 3]} for i in range(6)]
+    path = write_csv(tmp_path / ("list.csv" if delimiter == "," else "list.tsv"), rows, delimiter=delimiter)
+    extra = ["id", "w", "ok", "tag", "none", "mix"]
+    work, _ = read(tmp_path / "W", [path], extra_cols=extra)
+    got = {r["row"]: (r["caption"], json.loads(r["extra"])) for r in work.iter_rows("url_list")}
+    table = pacsv.read_csv(path, parse_options=pacsv.ParseOptions(delimiter=delimiter)).to_pylist()
+    for n, (caption, values) in got.items():
+        theirs = {c: table[n - 1][c] for c in extra}
+        assert {c: (type(v), v) for c, v in values.items()} == {c: (type(v), v) for c, v in theirs.items()}
+        assert caption == rows[n - 1]["caption"]
+    assert got[3][1] == {"id": 102, "w": 2.25, "ok": True, "tag": "t2", "none": None, "mix": "x"}
+
+    # A value past the sampled block that does not fit the inferred type is kept as text.
+    from lait.crawler import url_list
+
+    big = [dict(rows[0], url=f"http://b.test/{i}.jpg", id=str(i)) for i in range(30)]
+    big[-1]["id"] = "n/a-later"
+    path = write_csv(tmp_path / "late.csv", big)
+    original, url_list.TYPE_SAMPLE_BYTES = url_list.TYPE_SAMPLE_BYTES, 400
+    try:
+        work, _ = read(tmp_path / "W2", [path], extra_cols=["id"])
+    finally:
+        url_list.TYPE_SAMPLE_BYTES = original
+    ids = [json.loads(r["extra"])["id"] for r in sorted(work.iter_rows("url_list"), key=lambda r: r["row"])]
+    assert ids == list(range(29)) + ["n/a-later"]
+
+
 def test_txt_lists_and_bad_rows(tmp_path):
     txt = tmp_path / "urls.txt"
     txt.write_text("# a comment\nhttp://a.test/1.jpg\n\nhttps://b.test/2.png\nnot a url\n")
