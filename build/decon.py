@@ -118,13 +118,16 @@ def eval_files(spec: str, splits: Sequence[str] = (), root: str = "") -> list[tu
             raise ConfigError(f"--exclude-eval {spec}: no images (*.jpg, *.jpeg, *.png, *.webp) in the folder")
         return files
     if p.is_file():
-        return karpathy_files(p, splits, Path(root).expanduser() if root else p.parent)
+        return karpathy_files(p, splits, Path(root).expanduser() if root else None)
     raise ConfigError(f"--exclude-eval {spec}: no such folder or file")
 
 
-def karpathy_files(path: Path, splits: Sequence[str], root: Path) -> list[tuple[str, Path]]:
+def karpathy_files(path: Path, splits: Sequence[str], root: Path | None = None) -> list[tuple[str, Path]]:
     """The images of a Karpathy-style JSON (`images: [{filename, filepath?, split, ...}]`), relative
-    to `root`, of `splits` (all when empty)."""
+    to `root`, of `splits` (all when empty). Without a root, the images are looked for beside the
+    JSON, then in each folder beside it: the usual layouts put them there (Flickr8k's `images/`,
+    `Images/` or `Flicker8k_Dataset/`, Flickr30k's `flickr30k-images/`, COCO's `train2014/` and
+    `val2014/` named by each entry's `filepath`)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         items = data["images"]
@@ -139,12 +142,25 @@ def karpathy_files(path: Path, splits: Sequence[str], root: Path) -> list[tuple[
     chosen = sorted({rel.as_posix() for s, rel in entries if not splits or s in splits})
     if not chosen:
         raise ConfigError(f"--exclude-eval {path}: lists no images")
-    files = [(name, root / name) for name in chosen]
-    missing = [name for name, f in files if not f.is_file()]
-    if missing:
-        raise ConfigError(f"--exclude-eval {path}: {len(missing)} of its {len(files)} images are not in {root} "
-                          f"({missing[0]}, ...); --exclude-eval-root names the folder they are in")
-    return files
+    if root is not None:
+        roots = [root]
+    else:
+        beside = sorted((d for d in path.parent.iterdir() if d.is_dir() and not d.name.startswith(".")),
+                        key=lambda d: d.name)
+        roots = [path.parent] + [d for d in beside if (d / chosen[0]).is_file()]
+    closest: tuple[Path, list[str]] | None = None
+    for folder in roots:
+        files = [(name, folder / name) for name in chosen]
+        missing = [name for name, f in files if not f.is_file()]
+        if not missing:
+            return files
+        if closest is None or len(missing) < len(closest[1]):
+            closest = (folder, missing)
+    assert closest is not None
+    folder, missing = closest
+    where = f"in {folder}" if root is not None else f"beside it or in a folder beside it (fewest missing: {folder})"
+    raise ConfigError(f"--exclude-eval {path}: {len(missing)} of its {len(chosen)} images are not {where} "
+                      f"({missing[0]}, ...); --exclude-eval-root names the folder they are in")
 
 
 def read_image(path: Path) -> bytes:

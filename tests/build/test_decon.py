@@ -98,6 +98,27 @@ def test_a_folder_is_walked_for_its_images_and_a_karpathy_json_by_split(tmp_path
         eval_files(str(tmp_path / "set"), ["test"])
 
 
+def test_a_karpathy_json_finds_its_images_in_the_usual_folders_beside_it(tmp_path, shared_data):
+    """Issue 52: the images of a Karpathy JSON are usually in a folder beside it (`images/` of the
+    shared Flickr8k, Kaggle's `Images/`, COCO's `train2014/` by `filepath`): found without
+    --exclude-eval-root, which still chooses when given."""
+    flickr = shared_data / "photos" / "flickr8k"
+    found = eval_files(str(flickr / "karpathy.json"), ["test"])
+    assert len(found) == 875 and all(f.parent == flickr / "images" and f.is_file() for _, f in found)
+    assert found == eval_files(str(flickr / "karpathy.json"), ["test"], root=str(flickr / "images"))
+
+    js = tmp_path / "set" / "dataset.json"
+    (tmp_path / "set" / "Images").mkdir(parents=True)
+    (tmp_path / "set" / "notes").mkdir()
+    for name in ("a.jpg", "b.jpg"):
+        Image.new("RGB", (8, 8)).save(tmp_path / "set" / "Images" / name)
+    js.write_text(json.dumps({"images": [{"filename": n, "split": "test"} for n in ("a.jpg", "b.jpg")]}))
+    assert eval_files(str(js)) == [(n, tmp_path / "set" / "Images" / n) for n in ("a.jpg", "b.jpg")]
+    (tmp_path / "set" / "Images" / "b.jpg").unlink()  # a folder with some of them is not the one
+    with pytest.raises(ConfigError, match="1 of its 2 images are not beside it or in a folder beside it"):
+        eval_files(str(js))
+
+
 def test_an_unreadable_evaluation_image_is_an_error_that_names_it(tmp_path):
     (tmp_path / "a.jpg").write_bytes(jpeg(grid(1)))
     (tmp_path / "broken.jpg").write_bytes(jpeg(grid(2))[:300])
