@@ -43,9 +43,15 @@ class Example:
 
 def reject_examples(work: WorkDir, reasons: Counter, per_reason: int = EXAMPLES_PER_REASON,
                     thumbnails: bool = True) -> dict[str, list[Example]]:
-    """Up to `per_reason` examples of every reason in `reasons`, in the order `rejected/` holds
-    them, each with a thumbnail when `thumbnails` and the image's bytes are in `images/`."""
-    out: dict[str, list[Example]] = {r: [] for r in reasons}
+    """Up to `per_reason` examples of every reason in `reasons` (reason -> its number of rows),
+    from as many different pages as the reason's rows come from: in the order `rejected/` holds
+    them, the first row of each page first, then further rows of the same pages where there are
+    too few pages. Each with a thumbnail when `thumbnails` and the image's bytes are in
+    `images/`. `rejected/` is read until every reason has its pages or all its rows were seen."""
+    picked: dict[str, list[Example]] = {r: [] for r in reasons}
+    spare: dict[str, list[Example]] = {r: [] for r in reasons}
+    pages: dict[str, set] = {r: set() for r in reasons}
+    seen: Counter = Counter()
     missing = {r for r, n in reasons.items() if n}
     for f in work.part_files("rejected"):
         if not missing:
@@ -54,11 +60,19 @@ def reject_examples(work: WorkDir, reasons: Counter, per_reason: int = EXAMPLES_
         columns = [c for c in COLUMNS if c in pf.schema_arrow.names]
         for row in pf.read(columns=columns).to_pylist():
             reason = row["reason"]
-            if reason in missing:
-                out[reason].append(Example(reason, row.get("page_url"), row.get("image_url"), row.get("text"),
-                                           row.get("detail")))
-                if len(out[reason]) >= per_reason:
-                    missing.discard(reason)
+            if reason not in missing:
+                continue
+            seen[reason] += 1
+            example = Example(reason, row.get("page_url"), row.get("image_url"), row.get("text"), row.get("detail"))
+            page = row.get("page_url") or row.get("image_url") or row.get("text")
+            if page not in pages[reason]:
+                pages[reason].add(page)
+                picked[reason].append(example)
+            elif len(spare[reason]) < per_reason:
+                spare[reason].append(example)
+            if len(picked[reason]) >= per_reason or seen[reason] >= reasons[reason]:
+                missing.discard(reason)
+    out = {r: (picked[r] + spare[r])[:per_reason] for r in reasons}
     if thumbnails:
         urls = {e.image_url for examples in out.values() for e in examples if e.image_url}
         # An image stage 2 dropped as unsafe is blurred without asking the model again; every

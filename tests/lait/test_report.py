@@ -11,6 +11,8 @@ import re
 import shutil
 import subprocess
 from collections import Counter
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pytest
 
@@ -199,6 +201,22 @@ def test_the_report_in_headless_chromium_shows_funnel_examples_and_threshold(dem
 
 
 @pytest.mark.slow
+def test_the_examples_of_a_reason_come_from_as_many_pages_as_there_are(demo):
+    """Issue 52: all four examples of clean/no_text and clean/site_boilerplate were of one page."""
+    _, work, st, _ = demo
+    pages: dict[str, set] = {}
+    for row in work.iter_rows("rejected", columns=["reason", "page_url", "image_url", "text"]):
+        pages.setdefault(row["reason"], set()).add(row["page_url"] or row["image_url"] or row["text"])
+    several = 0
+    for reason, examples in st.examples.items():
+        shown = {e.page_url or e.image_url or e.text for e in examples}
+        assert len(examples) == min(4, st.rejects[reason]), reason
+        assert len(shown) == min(len(examples), len(pages[reason])), (reason, shown)
+        several += len(shown) > 1
+    assert several >= 5, "too few reasons with more than one page to show it"
+
+
+@pytest.mark.slow
 def test_the_funnel_adds_up_step_by_step(demo):
     """Each step's count is the next step's plus what was dropped there, by reason; every
     rejected row is counted at one step, once."""
@@ -230,20 +248,25 @@ window.addEventListener('load', async () => {
   const links = [...document.querySelectorAll('a[href]')].map(a => ({
     href: a.href, raw: a.getAttribute('href'), url: a.dataset.url || null}));
   const files = [...new Set(links.map(l => l.href.split('#')[0]).filter(h => h.startsWith('file:') && h !== location.href))];
-  const opened = {};
+  const opened = {}, inside = {};
   await Promise.all(files.map(h => new Promise(done => {
     const frame = document.createElement('iframe');
     frame.onload = () => {
       try {
-        const meta = frame.contentDocument.querySelector('meta[name="lait-stored-copy-of"]');
+        const doc = frame.contentDocument;
+        const meta = doc.querySelector('meta[name="lait-stored-copy-of"]');
         opened[h] = meta ? meta.content : 'no copy marker';
+        const imgs = [...doc.images];
+        inside[h] = {images: imgs.length, drawn: imgs.filter(i => i.complete && i.naturalWidth > 0).length,
+                     broken: imgs.filter(i => !i.complete || i.naturalWidth === 0).map(i => i.getAttribute('src')),
+                     links: [...doc.querySelectorAll('a[href]')].map(a => ({raw: a.getAttribute('href'), href: a.href}))};
       } catch (e) { opened[h] = 'error: ' + e; }
       done();
     };
     frame.src = h;
     document.body.appendChild(frame);
   })));
-  document.body.setAttribute('data-links', JSON.stringify({links, opened}));
+  document.body.setAttribute('data-links', JSON.stringify({links, opened, inside}));
 });
 </script>"""
 
@@ -276,3 +299,15 @@ def test_every_link_of_the_report_works_after_the_web_stopped(demo, tmp_path):
         assert opened[target] == lk["url"], (lk, opened.get(target))  # the copy of the page it names
     # Pages with no stored HTML (robots.txt, 404) are text, not links.
     assert re.search(r'<span class="page" data-url="[^"]+/private/', page)
+    # Issue 52: inside each stored copy no image is broken (the stored bytes, or a box saying
+    # they are not stored), and every link opens another stored copy, an anchor, or is text.
+    inside = seen["inside"]
+    assert set(inside) == {lk["href"].split("#")[0] for lk in copies}
+    assert all(not c["broken"] for c in inside.values()), {h: c["broken"] for h, c in inside.items() if c["broken"]}
+    assert sum(c["drawn"] for c in inside.values()) >= 20  # the demo's photos, drawn from their stored bytes
+    own = [lk for c in inside.values() for lk in c["links"]]
+    assert own, "the stored pages link nowhere"
+    for lk in own:
+        assert lk["raw"].startswith("#") or (lk["href"].startswith("file:")
+                                             and Path(unquote(urlsplit(lk["href"]).path)).is_file()), lk
+    assert any(not lk["raw"].startswith("#") for lk in own)  # some open other copies
