@@ -51,7 +51,7 @@ class ScoreConfig(StageConfig):
                                         "recorded as near-duplicates")
     near_dup_k: int = setting(16, "neighbours searched per image for near-duplicates")
     seed: int = setting(0, "seed of the codebook sample and k-means")
-    demo_dir: str = setting("", "folder of the demo scorer for --model demo (default: $LAIT_CACHE/demo-scorer-v1, "
+    demo_dir: str = setting("", "folder of the demo scorer for --model demo (default: $LAIT_CACHE/demo-scorer-v2, "
                             "$LAIT_CACHE defaulting to ~/.cache/lait); built there on first use", run=True)
     build_demo_model: bool = setting(False, "only build (or find) the offline demo scorer and print its folder", run=True)
 

@@ -32,7 +32,7 @@ class WeightsUnavailable(ConfigError):
 
 # The offline demo scorer (`--model demo`) is an open_clip `local-dir:` folder that the test kit
 # trains on the built-in web's scenes (`lait.testkit.demo_scorer`); this stage only loads it.
-DEMO_VERSION = "v1"
+DEMO_VERSION = "v2"  # v2: 360 steps instead of 450 (issue 52: the demo on a fresh HOME within 3 minutes)
 DEMO_CONFIG = "open_clip_config.json"
 DEMO_WEIGHTS = "open_clip_model.safetensors"
 # The offline scorer built from the shipped ImageNet classifier and sentence encoder
@@ -42,7 +42,7 @@ CONCEPTS = "imagenet-concepts"
 
 def demo_scorer_dir(demo_dir: str | os.PathLike | None = None) -> Path:
     """Where the demo scorer lives: `demo_dir`, else `$LAIT_DEMO_MODEL_DIR`, else
-    `$LAIT_CACHE/demo-scorer-v1` (`$LAIT_CACHE` defaulting to ~/.cache/lait)."""
+    `$LAIT_CACHE/demo-scorer-v2` (`$LAIT_CACHE` defaulting to ~/.cache/lait)."""
     chosen = demo_dir or os.environ.get("LAIT_DEMO_MODEL_DIR")
     if chosen:
         return Path(chosen)

@@ -7,7 +7,7 @@ by `describe` in English, German and French, the languages of the local web. Eac
 a batch of junk texts (file names, "click here", "logo", credits, headlines, unrelated news
 sentences) as extra negatives of every image, so junk scores low against every picture.
 
-Training is reproducible (fixed seeds, deterministic data) and takes about two minutes on two
+Training is reproducible (fixed seeds, deterministic data) and takes about a minute and a half on two
 CPU cores, with a progress bar and time estimate for the scenes and the steps. The result is cached and reused:
 
     lait score WORK --model demo            # builds the demo scorer on first use, then scores
@@ -15,7 +15,7 @@ CPU cores, with a progress bar and time estimate for the scenes and the steps. T
     python -m lait.testkit.demo_scorer [DIR]  # the same, from Python
 
 `lait demo` calls `ensure_demo_model(dir)` and scores with `ScoreConfig(model="demo", demo_dir=dir)`.
-The cache directory is `demo_dir`, else `$LAIT_DEMO_MODEL_DIR`, else `$LAIT_CACHE/demo-scorer-v1` (default `~/.cache/lait`): an open_clip
+The cache directory is `demo_dir`, else `$LAIT_DEMO_MODEL_DIR`, else `$LAIT_CACHE/demo-scorer-v2` (default `~/.cache/lait`): an open_clip
 `local-dir:` model folder with `open_clip_config.json` and `open_clip_model.safetensors`, so
 `open_clip.create_model("local-dir:DIR")` loads it without lait.
 """
@@ -75,7 +75,7 @@ class DemoModel:
         return f"local-dir:{self.root}"
 
 
-def ensure_demo_model(cache_dir: str | os.PathLike | None = None, *, steps: int = 450,
+def ensure_demo_model(cache_dir: str | os.PathLike | None = None, *, steps: int = 360,
                       seed: int = 0) -> DemoModel:
     """The demo scorer in `cache_dir`, trained first if it is not there yet.
 
@@ -96,7 +96,7 @@ def ensure_demo_model(cache_dir: str | os.PathLike | None = None, *, steps: int 
             fcntl.flock(lock, fcntl.LOCK_EX)
             log.info("the demo scorer is ready after %.0f s of waiting", time.monotonic() - start)
         if not model.checkpoint_path.exists():
-            log.info("building the demo scorer in %s (one-off, about two minutes)", out)
+            log.info("building the demo scorer in %s (one-off, about a minute and a half)", out)
             # Training allocates and frees the same few-MB tensors every step: under lait's pinned
             # 1 MiB mmap threshold each is a fresh mapping whose pages fault in anew, which made a
             # step 2.1x slower (0.56 s against 0.28 s, 96 M minor faults in one demo). The heap of
@@ -244,7 +244,7 @@ def _without_random_init_warning():
         root.removeFilter(only)
 
 
-def train_demo_model(out_dir: str | os.PathLike, *, steps: int = 450, seed: int = 0, n_images: int = 2400,
+def train_demo_model(out_dir: str | os.PathLike, *, steps: int = 360, seed: int = 0, n_images: int = 2400,
                      batch: int = 128, n_junk: int = 96, lr: float = 2e-3) -> DemoModel:
     """Train the demo scorer from scratch and write its config and weights to `out_dir`."""
     import open_clip
