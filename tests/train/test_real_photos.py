@@ -19,6 +19,14 @@ from lait.app.train import main  # noqa: E402
 REPO_CONFIGS = "bench/learning"
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Overrides tests/train's one-thread rule here: MiniLM and EfficientNet-Lite0 are no tiny
+    models, and with OpenMP's waiting threads asleep (OMP_WAIT_POLICY=PASSIVE, set by lait) two
+    threads cost little beside another busy worker and halve the time when there is none."""
+    yield
+
+
 @pytest.mark.slow
 def test_pretraining_on_real_photos_retrieves_far_above_chance(shared_data, minilm_dir, tmp_path):
     from pathlib import Path
