@@ -25,7 +25,7 @@ from lait import lifeline, storage
 from lait.build.aggregate import EXTRA_COLUMNS, PLAN_TAG, plan_build
 from lait.build.config import BuildConfig
 from lait.build.pick import PickStage
-from lait.build.shards import ShardStage, finish_shard_dir, shard_files, write_stats
+from lait.build.shards import ShardStage, finish_shard_dir, shard_files, write_stats, written_members
 from lait.config import ConfigError
 from lait.drivers import open_work_dir, record_run
 from lait.executor import executor_for
@@ -242,7 +242,7 @@ def run_passes(work: WorkDir, cfg: BuildConfig, fp: Fingerprint) -> BuildResult:
     if not shard_report.ok:
         return result
     result.reused = all(not r.done for r in result.reports)
-    sizes = finish_shard_dir(out)
+    sizes = finish_shard_dir(out, cfg.image_options().encode_format, written_members(work, ShardStage.name))
     result.stats = collect_stats(work, sizes)
     write_stats(out, result.stats)
     swap_in(work)

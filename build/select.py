@@ -40,7 +40,7 @@ from lait.build.config import SelectConfig
 from lait.build.curate import load_all
 from lait.build.pipeline import Reports
 from lait.build.sample import UID_DTYPE, array_to_uids
-from lait.build.shards import ShardStage, finish_shard_dir, shard_files, write_stats
+from lait.build.shards import ShardStage, finish_shard_dir, shard_files, write_stats, written_members
 from lait.config import ConfigError
 from lait.drivers import open_work_dir
 from lait.executor import executor_for
@@ -55,7 +55,7 @@ STATE_DIR = "_select"
 SELECTION_FILE = "selection.json"
 PLAN_STAGE = "select_plan"
 # What a selection writes into its folder (and --overwrite removes); nothing else is touched.
-OUTPUT_NAME = re.compile(r"(\d{5}\.(tar|parquet)|\d{5}_stats\.json|sizes\.json|stats\.json|uids\.npy)")
+OUTPUT_NAME = re.compile(r"(\d{5}\.(tar|parquet)|\d{5}_stats\.json|sizes\.json|stats\.json|uids\.npy|README\.md)")
 
 
 def own_name(name: str) -> bool:
@@ -301,7 +301,7 @@ def select_into(work: WorkDir, out: storage.Location, cfg: SelectConfig) -> Sele
         storage.remove(state.root / SELECTION_FILE)
         raise RuntimeError(f"select: {work.root} changed while the selection ran (a `lait build` or an "
                            f"earlier stage rewrote it); run `lait select` again, with --overwrite")
-    sizes = finish_shard_dir(out)
+    sizes = finish_shard_dir(out, cfg.image_options().encode_format, written_members(state, stage.name))
     shard_bytes = sum(int(s.get("counters", {}).get("build/shard_bytes", 0)) for s in state.done_stats(stage.name))
     result.stats = {"samples": sum(sizes.values()), "shards": len(shard_files(out)), "shard_bytes": shard_bytes,
                     "out": str(out), "source": work.url, **counts, "uids_file": cfg.uids or None,

@@ -23,6 +23,7 @@ import tarfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -32,6 +33,7 @@ import pyarrow.parquet as pq
 
 from lait import errors, storage
 from lait.build.books import TYPES, type_of
+from lait.build.card import CARD_FILE, REGION_MEMBERS, dataset_card, sample_schema
 from lait.build.regions import RegionReader
 from lait.build.resize import ImageOptions, exif_json, prepare
 from lait.build.sample import (
@@ -413,7 +415,10 @@ class ShardStage(Stage):
                         values.append(v)
                 members = {image.ext: image.data, "txt": r["caption"].encode("utf-8"), "json": sample_bytes}
                 if regions is not None:
-                    members.update(regions.arrays(r["image_url"]))
+                    arrays = regions.arrays(r["image_url"])
+                    members.update(arrays)
+                    for m in arrays:  # which region members the folder's card lists
+                        ctx.count(f"build/member/{m}")
                 tar.write(r["key"], members)
             for f in ctx.work.read("build_failed", ctx.partition).to_pylist():
                 sidecar.append(failed_record(f["key"], f["status"], f["error_message"], url=f["image_url"],
@@ -487,12 +492,16 @@ def shard_files(work: WorkDir | Location) -> list[Location]:
                   key=lambda p: p.name)
 
 
-def finish_shard_dir(folder: Location) -> dict[str, int]:
-    """`sizes.json` (tar name -> samples, as open_clip reads it) and `uids.npy` (every sample's uid
-    in DataComp's subset format), from the sidecars; returns the sizes."""
-    sizes, uids = {}, []
+def finish_shard_dir(folder: Location, image_ext: str = "jpg", members: Iterable[str] = ()) -> dict[str, int]:
+    """`sizes.json` (tar name -> samples, as open_clip reads it), `uids.npy` (every sample's uid
+    in DataComp's subset format) and `README.md` (the dataset card that types every member for
+    Hugging Face, `build.card`), from the sidecars; returns the sizes. `image_ext`: the tars'
+    image member; `members`: the region arrays some sample has (`written_members`)."""
+    sizes, uids, schemas = {}, [], []
     for tar in shard_files(folder):
-        table = storage.read_table(tar.with_suffix(".parquet"), columns=["uid", "status"])
+        side = storage.parquet_file(tar.with_suffix(".parquet"))
+        schemas.append(side.schema_arrow)
+        table = side.read(columns=["uid", "status"])
         ok = [u for u, s in zip(table.column("uid").to_pylist(), table.column("status").to_pylist())
               if s == SUCCESS]
         sizes[tar.name] = len(ok)
@@ -501,7 +510,19 @@ def finish_shard_dir(folder: Location) -> dict[str, int]:
     buf = io.BytesIO()
     np.save(buf, uids_to_array(uids), allow_pickle=False)
     atomic_write_bytes(folder / UIDS_FILE, buf.getvalue())
+    # Shards of `lait select` type a URL list's extra columns each from its own rows: where two
+    # disagree (integers in one, numbers in another), the card takes the wider type.
+    schema = pa.unify_schemas(schemas, promote_options="permissive") if schemas else SIDECAR
+    order = [m for m in REGION_MEMBERS if m in set(members)]
+    atomic_write_bytes(folder / CARD_FILE, dataset_card(sample_schema(schema), image_ext, order, sizes).encode())
     return sizes
+
+
+def written_members(work: WorkDir, stage: str) -> set[str]:
+    """The region members (`KEY.regions.npy`, ...) that at least one shard of `stage` wrote."""
+    prefix = "build/member/"
+    return {k[len(prefix):] for s in work.done_stats(stage) for k, v in s.get("counters", {}).items()
+            if k.startswith(prefix) and v}
 
 
 def write_stats(folder: Location, stats: dict[str, Any]) -> None:

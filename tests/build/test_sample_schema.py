@@ -203,3 +203,32 @@ def test_uid_array_is_sorted_by_high_then_low_word_and_reads_back():
     short = ["AB" * 16, "ab" * 15]  # not all 32 digits: parsed one by one, as before
     assert [(int(hi), int(lo)) for hi, lo in uids_to_array(short).tolist()] == \
         sorted((int(u[:16], 16), int(u[16:32], 16)) for u in short)
+
+
+def test_the_folder_card_types_every_member_as_datasets_itself_would(built):
+    """README.md's features are `datasets`' own YAML of the sample schema (the same text it writes
+    for a Hub card), and read back to the types of the JSON, the image, caption and regions."""
+    datasets = pytest.importorskip("datasets")
+    import pyarrow as pa
+    import yaml as pyyaml
+
+    from lait.build.card import card_features, sample_schema
+
+    header = pyyaml.safe_load((built / "README.md").read_text().split("---\n")[1])
+    assert header["configs"][0]["data_files"] == [{"split": "train", "path": "*.tar"}]
+    assert header["dataset_info"]["splits"][0]["num_examples"] == len(samples(built))
+    features = datasets.Features._from_yaml_list(header["dataset_info"]["features"])
+    expected = datasets.Features.from_arrow_schema(pa.schema([pa.field("json", pa.struct(
+        [f for f in SIDECAR if f.name != "reason"]))]))
+    assert features["json"] == expected["json"] and list(features["json"]) == KEYS
+    assert isinstance(features["jpg"], datasets.Image) and features["txt"] == datasets.Value("string")
+    extra = pa.schema(list(SIDECAR) + [pa.field("n", pa.int64()), pa.field("ok", pa.bool_()),
+                                       pa.field("w", pa.float64())])
+    with_regions = card_features(sample_schema(extra), "webp", ["regions.npy", "boxes.npy", "labels.npy"])
+    ours = datasets.Features._from_yaml_list(with_regions)
+    theirs = datasets.Features.from_arrow_schema(pa.schema([
+        pa.field("json", pa.struct([f for f in extra if f.name != "reason"])),
+        pa.field("regions.npy", pa.list_(pa.list_(pa.float16()))),
+        pa.field("boxes.npy", pa.list_(pa.list_(pa.float32()))), pa.field("labels.npy", pa.list_(pa.int32()))]))
+    assert all(ours[k] == theirs[k] for k in theirs) and isinstance(ours["webp"], datasets.Image)
+    assert with_regions[2] == theirs._to_yaml_list()[0]  # the same YAML text as datasets writes
