@@ -103,7 +103,10 @@ _BEFORE = pytest.StashKey[set]()
 #             time on the machine, so no two clusters compete for Ray's fixed agent ports or the
 #             cores that a test gave its cluster;
 #   a module  the tests of a module that share a module- or class-scoped fixture (a crawl, a
-#             server, a pipeline run): made once on one worker instead of once on each.
+#             server, a pipeline run): made once on one worker instead of once on each;
+#   train-heavy  the two trainings that keep a core busy each (tests/train's test_learning and
+#             test_real_photos, marked in their modules): side by side they slowed each other
+#             from 68-87 s alone to 131-133 s, one after the other they share no core.
 # Within that, the work units with many tests go first (xdist's own order), then the slow tests,
 # so that a long test does not start last while the other worker has nothing left to do.
 #

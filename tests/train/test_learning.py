@@ -50,14 +50,15 @@ def learn(tmp_path, n_train=2000, pre_steps=250, ft_steps=100, batch=64, ft_batc
     from lait.testkit.synthetic_shards import scene_samples, write_shards
 
     t0 = time.perf_counter()
-    write_shards(tmp_path / "train", scene_samples(n_train, seed=1, width=192, height=160), per_shard=n_train // 4)
+    train = scene_samples(n_train, seed=1, width=192, height=160)
+    write_shards(tmp_path / "train", train, per_shard=n_train // 4)
     write_shards(tmp_path / "test", scene_samples(100, seed=2, width=192, height=160), per_shard=100)
     # A WordPiece vocabulary trained on the training captions: a few hundred words instead of
     # BERT's 30,522 keeps the tiny model (and this test) fast.
     from lait.testkit.synthetic_shards import train_wordpiece
     from lait.train.data import WordPiece
 
-    captions = [s.caption for s in scene_samples(n_train, seed=1, width=32, height=32)]
+    captions = [s.caption for s in train]
     tokenizer = train_wordpiece(captions, tmp_path / "tokenizer", vocab_size=300)
     model = tmp_path / "imagebert-small.yaml"
     model.write_text(SMALL_MODEL.format(vocab_size=WordPiece(tokenizer).special.vocab_size))
@@ -86,6 +87,7 @@ def learn(tmp_path, n_train=2000, pre_steps=250, ft_steps=100, batch=64, ft_batc
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("train-heavy")  # never beside test_real_photos (tests/conftest.py)
 def test_pretrain_finetune_retrieves_held_out_scenes(tmp_path):
     pytest.importorskip("lait.testkit.scenes")
     results = learn(tmp_path)

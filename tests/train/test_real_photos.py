@@ -28,6 +28,7 @@ def _one_torch_thread():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("train-heavy")  # never beside test_learning (tests/conftest.py)
 def test_pretraining_on_real_photos_retrieves_far_above_chance(shared_data, minilm_dir, tmp_path):
     from pathlib import Path
 
