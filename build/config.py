@@ -88,6 +88,14 @@ def check_top_fraction(top_fraction: float) -> None:
         raise ConfigError(f"top_fraction must be in (0, 1], got {top_fraction}")
 
 
+def check_min_score(min_score: float | None) -> None:
+    """Scores are cosine similarities (stage 4): a threshold outside [-1, 1] keeps nothing or
+    everything, and is a mistake (issue 51: `--min-score 2` replaced 248 samples with none)."""
+    if min_score is not None and not -1.0 <= min_score <= 1.0:  # also refuses NaN
+        raise ConfigError(f"min_score must be between -1 and 1, got {min_score}: scores are cosine similarities "
+                          f"(LAION keeps ViT-B/32 pairs from 0.28)")
+
+
 @dataclass
 class BuildConfig(EvalExclusionConfig):
     """Aggregation (LAIT stage 5): group, deduplicate, pick captions, threshold, write shards."""
@@ -126,6 +134,7 @@ class BuildConfig(EvalExclusionConfig):
     def validate(self) -> None:
         super().validate()
         check_top_fraction(self.top_fraction)
+        check_min_score(self.min_score)
         for name in ("max_texts_per_image", "max_pages_per_image", "max_images_per_text"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0")
@@ -165,6 +174,7 @@ class SelectConfig(EvalExclusionConfig):
         if not self.out:
             raise ConfigError("--out is required")
         check_top_fraction(self.top_fraction)
+        check_min_score(self.min_score)
 
     def content(self) -> dict:
         """The settings the selection's shards depend on: all but the `run` ones (the uid file's

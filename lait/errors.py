@@ -75,13 +75,34 @@ def corrupt(path: Any, exc: BaseException | str) -> CorruptPart:
     return CorruptPart(f"{path} is corrupt: {exc}", str(exc))
 
 
+class ReadOnly(StopRun):
+    """The work directory (or the output folder) is on a read-only file system."""
+
+
+
 def stop_error(exc: BaseException) -> StopRun | None:
-    """The `StopRun` that `exc` is or stands for (a bare full-disk OSError), else None."""
+    """The `StopRun` that `exc` is or stands for (a bare full-disk or read-only file system
+    OSError), else None."""
     if isinstance(exc, StopRun):
         return exc
     if is_out_of_space(exc):
         where = getattr(exc, "filename", None)
         return out_of_space(exc, where) if where else OutOfSpace(f"{exc}; free some space and rerun the command")
+    if isinstance(exc, OSError) and (exc.errno == errno.EROFS or f"[errno {errno.EROFS}]" in str(exc).lower()):
+        where = getattr(exc, "filename", None) or "the work directory"
+        return ReadOnly(f"cannot write {where}: read-only file system; copy the work directory where you may "
+                        f"write and run the command there")
+    return None
+
+
+def user_error(exc: BaseException) -> str | None:
+    """The one line the command line prints for an error the user can mend, else None: a stop
+    (`stop_error`), a file the user may not read or write."""
+    stop = stop_error(exc)
+    if stop is not None:
+        return str(stop)
+    if isinstance(exc, PermissionError):
+        return f"{exc.filename or 'a file'}: permission denied"
     return None
 
 

@@ -56,6 +56,21 @@ STALE_S = 120.0
 _held: dict[str, int] = {}  # work URL -> nesting depth, in this process
 _fds: dict[str, int] = {}  # work URL -> the locked file's descriptor (local locks this process took)
 _held_guard = threading.Lock()
+_notes: list[str] = []  # lines a command prints once it holds its lock (`say_when_held`)
+
+
+def say_when_held(line: str) -> None:
+    """Print `line` on stderr once this process holds a work directory's lock: a note about the
+    run (the settings it continues with) that a command refused before it starts (a busy or
+    read-only work directory) leaves unsaid, so that the refusal is its one line."""
+    _notes.append(line)
+
+
+def _say_notes() -> None:
+    import sys
+
+    while _notes:
+        print(_notes.pop(0), file=sys.stderr, flush=True)
 
 
 class WorkDirBusy(ConfigError):
@@ -125,6 +140,7 @@ def locked(work: WorkDir, command: str, *, shared: bool = False) -> Iterator[Non
         else:
             reentrant = False
     if reentrant:
+        _say_notes()
         try:
             yield
         finally:
@@ -139,6 +155,7 @@ def locked(work: WorkDir, command: str, *, shared: bool = False) -> Iterator[Non
             _held[url] = 1
             if fd is not None:
                 _fds[url] = fd
+        _say_notes()
         try:
             yield
         finally:

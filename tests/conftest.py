@@ -26,15 +26,24 @@ except ImportError:  # the fuzz tests skip
 
 # Subprocesses started by tests import the project from the checkout.
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+# Ray's local clusters authenticate with a token (its default since 2.5x); found nowhere, the first
+# `ray.init()` writes a new one into ~/.ray/auth_token, which outlives the run. The suite's clusters
+# and every process started by its tests (xdist's workers, `ray start`, lait's Ray runs) share one
+# token from the environment instead: token authentication stays on, the home folder is untouched.
+if "RAY_AUTH_TOKEN" not in os.environ:
+    import secrets
+
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
 
 
 # -- what a test run leaves behind ------------------------------------------------------------
 # Places outside pytest's tmp_path that a run could fill and never clean: Scrapy's job files
-# (a port and a token per crawl), Ray's session folders, and pytest's own numbered folders
-# (which `tmp_path_retention_policy = "failed"` in pyproject.toml empties when every test
-# passes). The run snapshots them at its start and prints what is new at its very end, after
-# pytest's own clean-up; other processes of the machine may add to them too, hence "new
-# during this run".
+# (a port and a token per crawl), Ray's session folders and its `~/.ray` (the token a new local
+# cluster saves there), pytest's own numbered folders (which `tmp_path_retention_policy =
+# "failed"` in pyproject.toml empties when every test passes), the home folder itself and the
+# temporary folder's top level (lait's Ray folders, torchrun's `torchelastic_*` log folders).
+# The run snapshots them at its start and prints what is new at its very end, after pytest's
+# own clean-up; other processes of the machine may add to them too, hence "new during this run".
 def _leftover_places() -> list[Path]:
     import getpass
     import tempfile
@@ -45,17 +54,30 @@ def _leftover_places() -> list[Path]:
     except (KeyError, OSError):
         user = "unknown"
     state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-    return [state / "scrapy" / "job_files", tmp / "ray", tmp / f"pytest-of-{user}"]
+    return [state / "scrapy" / "job_files", tmp / "ray", tmp / f"pytest-of-{user}", Path.home() / ".ray",
+            Path.home(), tmp]
+
+
+# Entries of the home and temporary folders that are not a test run's to answer for: caches
+# shared by every run (made once per machine, as `pip`'s is), and the files the run's own
+# machinery keeps while it runs (pytest's and xdist's, the group file below).
+_SHARED = {".cache", ".local", ".config", ".ray", ".npm", ".ipython", ".keras", "ray", "pytest-of-"}
 
 
 def _entries() -> set[Path]:
     import tempfile
 
     out: set[Path] = set()
+    tmp, home = Path(tempfile.gettempdir()), Path.home()
     for place in _leftover_places():
-        if place.is_dir():
-            out |= {p for p in place.iterdir() if p.name != "pytest-current"}
-    return out | set(Path(tempfile.gettempdir()).glob("lait-ray-*"))
+        if not place.is_dir():
+            continue
+        for p in place.iterdir():
+            if p.name == "pytest-current" or (place in (tmp, home) and (
+                    p.name in _SHARED or p.name.startswith(("pytest-of-", "lait-xdist-groups-")))):
+                continue
+            out.add(p)
+    return out
 
 
 def _size(path: Path) -> int:

@@ -97,11 +97,14 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"lait {args.command}: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # a full disk: one line naming the path, no traceback
-        stop = errors.stop_error(exc)
-        if stop is None:
+    except errors.CorruptPart as exc:  # read outside a stage's tasks (a build's global steps)
+        print(f"lait {args.command}: {exc}; `lait verify` names every damaged file", file=sys.stderr)
+        return 1
+    except Exception as exc:  # a full disk, a read-only one: one line naming the path, no traceback
+        line = errors.user_error(exc)
+        if line is None or args.verbose > 0:
             raise
-        print(f"lait {args.command}: {stop}", file=sys.stderr)
+        print(f"lait {args.command}: {line}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"lait {args.command}: interrupted", file=sys.stderr)

@@ -95,32 +95,38 @@ def add_config_command(sub: argparse._SubParsersAction, name: str, config_cls: t
     config_cls.add_arguments(parser)
 
     def func(args: argparse.Namespace) -> int:
-        base = continued_settings(name, config_cls, args) if continues else None
-        return run(config_cls.from_args(args, base))
+        base, note = continued_settings(name, config_cls, args) if continues else (None, "")
+        cfg = config_cls.from_args(args, base)  # a refused setting is the one line printed
+        if note:
+            from lait.lock import say_when_held
+
+            say_when_held(note)  # once the run holds WORK: a busy or read-only WORK is one line
+        return run(cfg)
 
     parser.set_defaults(func=func)
     return parser
 
 
-def continued_settings(name: str, config_cls: type[Config], args: argparse.Namespace) -> dict[str, Any]:
-    """The recorded settings `lait NAME WORK` continues with (see `add_config_command`), saying
-    so on stderr; none when --config is given or the directory has none."""
+def continued_settings(name: str, config_cls: type[Config], args: argparse.Namespace
+                       ) -> tuple[dict[str, Any], str]:
+    """The recorded settings `lait NAME WORK` continues with (see `add_config_command`) and the
+    line that says so (printed once they are found valid); none when --config is given or the
+    directory has none."""
     from lait.app.steps import recorded_settings
 
     work = getattr(args, "work", None)
     if getattr(args, "config", None) or not work:
-        return {}
+        return {}, ""
     try:
         data, path = recorded_settings(work, name, config_cls)
     except (ImportError, OSError):  # no s3fs, no bucket: the stage says so when it opens WORK
-        return {}
+        return {}, ""
     if path is None:
-        return {}
+        return {}, ""
     given = sorted(k for k in data if getattr(args, k, None) is not None)
     changed = f"; given here: {', '.join('--' + k.replace('_', '-') for k in given)}" if given else ""
-    print(f"lait {name}: continuing with the settings {work} was last made with ({path}){changed}; "
-          "--config FILE starts from that file and the defaults instead", file=sys.stderr, flush=True)
-    return data
+    return data, (f"lait {name}: continuing with the settings {work} was last made with ({path}){changed}; "
+                  "--config FILE starts from that file and the defaults instead")
 
 
 def add_unavailable_command(sub: argparse._SubParsersAction, name: str, missing: ImportError, *,

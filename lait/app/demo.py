@@ -76,8 +76,11 @@ class DemoConfig(Config):
                               "with seed + 1 (0: none)")
 
     def validate(self) -> None:
+        from lait.build.config import check_min_score
+
         if not self.out:
             raise ConfigError("--out is required")
+        check_min_score(self.min_score)  # before the crawl, not after it
         from lait.storage import is_remote_url
 
         if is_remote_url(self.out):

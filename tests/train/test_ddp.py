@@ -43,8 +43,9 @@ def test_two_process_gloo_ddp(tmp_path, object_shards, minilm_dir, pretrain_args
     out.mkdir()
     args = pretrain_args(out, object_shards, minilm_dir, steps=4, extra=["--set", "checkpoint_every=2"])
     env = {**os.environ, "PYTHONPATH": str(repo_root), "OMP_NUM_THREADS": "1"}
+    # --log-dir: torchrun's default is a /tmp/torchelastic_* folder it never removes.
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-           f"--master_port={_free_port()}", str(script), str(out), *args]
+           f"--master_port={_free_port()}", f"--log-dir={tmp_path / 'torchrun-logs'}", str(script), str(out), *args]
     proc = subprocess.run(cmd, env=env, cwd=repo_root, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     r0 = torch.load(out / "rank0.pt", weights_only=True)

@@ -1,0 +1,133 @@
+"""Issue 51, the second catalogue: what a careless user and a crashing machine did that lait
+got silently wrong, or reported in a traceback. Each case is the data that provoked it; each
+ends in one line on stderr (a traceback only with `-v`), a non-zero exit, and nothing lost.
+
+(The crawler's and the work directory's own cases live beside the code they test:
+tests/crawler/, tests/build/test_integrity.py, tests/lait/test_lock*.py.)
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lait.testkit import build_data as data
+
+
+def lait(*argv: str, timeout: float = 300, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    return subprocess.run([*prefix, sys.executable, "-m", "lait", *argv], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def one_line(proc: subprocess.CompletedProcess, code: int, *words: str) -> str:
+    """The one line a refused or stopped command printed, no traceback."""
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == code and len(lines) == 1, (proc.returncode, proc.stderr[-3000:])
+    assert all(w in lines[0] for w in words), lines[0]
+    return lines[0]
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    """Every file below `folder`, by path, with its bytes."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def flip(path: Path, at: float = 0.5, n: int = 16) -> None:
+    raw = bytearray(path.read_bytes())
+    for i in range(int(len(raw) * at), int(len(raw) * at) + n):
+        raw[i] ^= 0xFF
+    path.write_bytes(bytes(raw))
+
+
+@pytest.fixture(scope="module")
+def built_once(tmp_path_factory) -> Path:
+    """A scored work directory built into shards by `lait build` (read only: copy it to change it)."""
+    work = tmp_path_factory.mktemp("built") / "work"
+    data.make_work(work)
+    proc = lait("build", str(work), "--workers", "1", "--no-progress", "--samples-per-shard", "16")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(list((work / "shards").glob("*.tar"))) > 1
+    return work
+
+
+@pytest.fixture
+def built(built_once, tmp_path) -> Path:
+    work = tmp_path / "work"
+    shutil.copytree(built_once, work, symlinks=True)
+    return work
+
+
+# -- a threshold no score can pass ---------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["2", "1.5", "-1.01"])
+def test_a_min_score_outside_the_cosine_range_is_refused_and_the_shards_stay(built, tmp_path, value):
+    """`lait build --min-score 2` (cosines never pass 1) exited 0 and replaced 248 samples with
+    none. Now `build`, `select` and `demo` refuse it before anything is written."""
+    before = files(built)
+    one_line(lait("build", str(built), f"--min-score={value}", "--force", "--no-progress"), 2,
+             "lait build", "min_score", "between -1 and 1", value)
+    one_line(lait("select", str(built), "--out", str(tmp_path / "sel"), f"--min-score={value}"), 2,
+             "lait select", "min_score")
+    one_line(lait("demo", "--out", str(tmp_path / "demo"), f"--min-score={value}", "--no-progress"), 2,
+             "lait demo", "min_score")
+    assert files(built) == before and not (tmp_path / "sel").exists() and not (tmp_path / "demo").exists()
+
+
+def test_the_cosine_range_itself_is_accepted(built):
+    proc = lait("build", str(built), "--min-score=1", "--no-progress", "--workers", "1")
+    assert proc.returncode == 0, proc.stderr[-2000:]  # a legal, if empty, selection
+
+
+# -- one line, not a traceback -------------------------------------------------------------------
+
+def test_build_force_on_a_corrupt_images_ok_part_is_one_line_and_the_shards_stay(built):
+    part = max((built / "images_ok").glob("*.parquet"), key=lambda p: p.stat().st_size)
+    flip(part)
+    shards = files(built / "shards")
+    proc = lait("build", str(built), "--force", "--no-progress", "--workers", "1")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and str(part) in proc.stderr, proc.stderr[-3000:]
+    assert files(built / "shards") == shards
+    verbose = lait("build", str(built), "--force", "--no-progress", "--workers", "1", "-v")
+    assert verbose.returncode == 1 and str(part) in verbose.stderr
+
+
+def _read_only(work: Path) -> tuple[str, ...] | None:
+    """A command prefix that runs its command with `work` mounted read-only (a private mount
+    namespace), or None where this machine allows no such mount."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return None
+    probe = subprocess.run([unshare, "-rm", "sh", "-c", f'mount --bind -o ro "{work}" "{work}" && '
+                            f'! touch "{work}/.probe" 2>/dev/null'], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return None
+    return (unshare, "-rm", "sh", "-c", f'mount --bind -o ro "{work}" "{work}" && exec "$@"', "sh")
+
+
+@pytest.mark.parametrize("argv", [
+    ["build", "{w}", "--force", "--no-progress", "--workers", "1"],
+    ["build", "{w}", "--no-progress", "--workers", "1"],  # continues with the recorded settings
+    ["filter", "{w}", "--no-progress", "--workers", "1"],
+    ["verify", "{w}"],
+])
+def test_a_work_directory_on_a_read_only_file_system_is_one_line(built, argv):
+    prefix = _read_only(built)
+    if prefix is None:
+        pytest.skip("this machine allows no private read-only mount (unshare -rm)")
+    before = files(built)
+    proc = lait(*[a.format(w=built) for a in argv], prefix=prefix)
+    one_line(proc, 1, f"lait {argv[0]}", str(built / "_lock"), "read-only file system")
+    assert files(built) == before
+
+
+def test_status_reads_a_work_directory_on_a_read_only_file_system(built):
+    prefix = _read_only(built)
+    if prefix is None:
+        pytest.skip("this machine allows no private read-only mount (unshare -rm)")
+    proc = lait("status", str(built), prefix=prefix)
+    assert proc.returncode == 0 and "build" in proc.stdout and not proc.stderr, proc.stderr[-2000:]
