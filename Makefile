@@ -29,6 +29,9 @@ PARALLEL := -n auto --dist loadgroup --durations=15
 test: $(STAMP)
 	bash scripts/system-deps.sh
 	$(BIN)/ruff check .
+	# The offline demo scorer, trained once per machine into ~/.cache/lait (about 90 s; nothing
+	# when cached): the demo tests read it, and made inside the run it slowed the tests beside it.
+	$(BIN)/lait score --build-demo-model
 	$(BIN)/python -m pytest -q $(PARALLEL)
 
 ## test-fast: the suite without the tests marked slow

@@ -59,8 +59,8 @@ def make_stage_executor(cfg: ScoreConfig, workers: int | None = None):
 def score_work(cfg: ScoreConfig) -> RunReport:
     """Run stage 4 and its global steps over `cfg.work`; returns the scoring run's report."""
     work = open_work_dir(cfg.work, initialized=True)
-    preflight(cfg)
-    with locked(work, "lait score"):
+    with locked(work, "lait score"):  # first: a busy or read-only WORK says so before a model loads
+        preflight(cfg)
         with keeping_pools():  # one decode pool for all the partitions this process scores
             report = make_stage_executor(cfg).run(ScoreStage(cfg), work)
         reports = [report]

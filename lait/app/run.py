@@ -85,20 +85,20 @@ def resolve_configs(work: str, sections: dict[str, dict], steps: list[str],
 def run_pipeline(work: str, sections: dict[str, dict], *, steps: list[str] | None = None,
                  overrides: dict[str, Any] | None = None, where: str = "pipeline", note: str | None = None) -> bool:
     """Run the steps in order; stops at the first that fails. Returns True when all succeeded.
-    `note`: a line saying where the settings come from, printed once the work directory is known good."""
+    `note`: a line saying where the settings come from, printed once the run holds the work directory."""
     from lait.app.status import status_text
     from lait.drivers import open_work_dir
-    from lait.lock import locked
+    from lait.lock import locked, say_when_held
 
     steps = steps or STEP_NAMES
     try:
         work_dir = open_work_dir(work, initialized=True)
     except ConfigError as exc:
         raise ConfigError(f"{exc}; crawl into it first") from None
-    if note:
-        print(note, file=sys.stderr, flush=True)
     # Resolve every config first, so a typo in `build:` fails before an hour of scoring.
     configs = resolve_configs(work, sections, steps, overrides, where)
+    if note:
+        say_when_held(note)  # a refused run (busy, read-only) says its one line alone
     with locked(work_dir, "lait run"):
         print(status_text(work, {name: cfg.to_dict() for name, cfg in
                                  resolve_configs(work, sections, STEP_NAMES, overrides, where).items()}),

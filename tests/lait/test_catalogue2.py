@@ -131,3 +131,43 @@ def test_status_reads_a_work_directory_on_a_read_only_file_system(built):
         pytest.skip("this machine allows no private read-only mount (unshare -rm)")
     proc = lait("status", str(built), prefix=prefix)
     assert proc.returncode == 0 and "build" in proc.stdout and not proc.stderr, proc.stderr[-2000:]
+
+
+# -- the sweep: every command that writes a work directory, on each kind of bad work directory ----
+
+def _inputs(tmp: Path, shared: Path | None) -> dict[str, str]:
+    seeds = tmp / "seeds.txt"
+    seeds.write_text("http://127.0.0.1:9/\n")
+    urls = tmp / "urls.txt"
+    urls.write_text("http://127.0.0.1:9/a.jpg\n")
+    warc = shared / "warc" / "pywb" / "example2.warc.gz" if shared else None
+    return {"seeds": str(seeds), "urls": str(urls), "warc": str(warc) if warc and warc.exists() else ""}
+
+
+# Every command that writes into WORK, as a user types it ({w}: the work directory).
+WRITERS = {
+    "crawl": ["crawl", "--seeds", "{seeds}", "--out", "{w}", "--allow-loopback"],
+    "download": ["download", "{urls}", "--out", "{w}", "--caption-col", ""],
+    "ingest-warc": ["ingest-warc", "{warc}", "--out", "{w}"],
+    "filter": ["filter", "{w}", "--no-progress"],
+    "clean": ["clean", "{w}", "--no-progress"],
+    "score": ["score", "{w}", "--model", "demo", "--no-progress"],
+    "build": ["build", "{w}", "--no-progress"],
+    "build --force": ["build", "{w}", "--force", "--no-progress"],
+    "run": ["run", "{w}", "--no-progress"],
+    "verify": ["verify", "{w}"],
+}
+
+
+@pytest.mark.parametrize("command", list(WRITERS))
+def test_sweep_every_writing_command_on_a_read_only_work_directory(built, tmp_path, shared_data, command):
+    """Exit 1, one line naming the work directory's file and the cause, nothing written."""
+    prefix = _read_only(built)
+    if prefix is None:
+        pytest.skip("this machine allows no private read-only mount (unshare -rm)")
+    inputs = _inputs(tmp_path, shared_data)
+    argv = [a.format(w=built, **inputs) for a in WRITERS[command]]
+    before = files(built)
+    proc = lait(*argv, prefix=prefix, timeout=120)
+    one_line(proc, 1, f"lait {argv[0]}", str(built), "read-only file system")
+    assert files(built) == before
