@@ -125,12 +125,16 @@ def test_a_work_directory_on_a_read_only_file_system_is_one_line(built, argv):
     assert files(built) == before
 
 
-def test_status_reads_a_work_directory_on_a_read_only_file_system(built):
+def test_status_and_stats_read_a_work_directory_on_a_read_only_file_system(built):
     prefix = _read_only(built)
     if prefix is None:
         pytest.skip("this machine allows no private read-only mount (unshare -rm)")
+    before = files(built)
     proc = lait("status", str(built), prefix=prefix)
     assert proc.returncode == 0 and "build" in proc.stdout and not proc.stderr, proc.stderr[-2000:]
+    proc = lait("stats", str(built), prefix=prefix)
+    assert proc.returncode == 0 and "samples" in proc.stdout, proc.stderr[-2000:]
+    assert files(built) == before
 
 
 # -- the sweep: every command that writes a work directory, on each kind of bad work directory ----

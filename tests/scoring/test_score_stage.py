@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -145,7 +146,10 @@ def test_missing_pretrained_weights_is_a_clear_error_and_writes_nothing(tmp_path
     msg = proc.stderr
     assert "laion2b_s34b_b79k" in msg and str(cache) in msg and "--checkpoint" in msg
     assert "Traceback" not in msg
-    assert sorted(p.relative_to(work.root) for p in work.root.rglob("*")) == before
+    # Nothing but the lock file, empty once released: the command takes the work directory
+    # before it loads a model, so a busy one is refused at once.
+    after = sorted(p.relative_to(work.root) for p in work.root.rglob("*"))
+    assert sorted(set(after) - {Path("_lock")}) == before and (work.root / "_lock").read_bytes() == b""
     assert not list(cache.rglob("*.safetensors")) and not list(cache.rglob("*.bin"))
 
 
