@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,11 +55,14 @@ class OfflineModel:
 
 
 def _importable(module: str) -> bool:
+    """Whether `module` is installed, found without importing it: a config check must not load
+    torch into a parent whose workers load the models (issue 51: `lait filter` on 8 images held
+    torch, 470 MB, in its parent for this check alone). The worker that imports it says what
+    is broken in a package that is installed but does not import."""
     try:
-        importlib.import_module(module)
-    except ImportError:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a module without a spec
         return False
-    return True
 
 
 CATALOGUE: dict[str, OfflineModel] = {m.name: m for m in (

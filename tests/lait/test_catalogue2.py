@@ -175,3 +175,20 @@ def test_sweep_every_writing_command_on_a_read_only_work_directory(built, tmp_pa
     proc = lait(*argv, prefix=prefix, timeout=120)
     one_line(proc, 1, f"lait {argv[0]}", str(built), "read-only file system")
     assert files(built) == before
+
+
+# -- memory: the parent of a stage whose workers run the models ------------------------------------
+
+def test_the_filter_command_checks_its_models_without_loading_torch_into_the_parent(built, tmp_path):
+    """`lait filter` on 8 images peaked at 1.2 GB in its parent: checking that the face detector's
+    package is installed imported it, and torch with it (about 470 MB resident), in a process
+    whose spawned workers load their own. The check now only finds the package; a run with the
+    gates on still drops nothing silently."""
+    probe = ("import sys\n"
+             "from lait.app.cli import build_parser\n"
+             "from lait.filters.image_stage import FilterConfig\n"
+             "build_parser()\n"
+             f"FilterConfig(work={str(built)!r}).validate()\n"
+             "print(sorted(m for m in ('torch', 'facenet_pytorch', 'onnxruntime') if m in sys.modules))\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", (proc.stdout, proc.stderr[-2000:])
