@@ -27,6 +27,30 @@ MAX_THUMB_PIXELS = 40_000_000  # larger images get no thumbnail (filter's defaul
 COLUMNS = ["reason", "image_url", "page_url", "text", "detail"]
 
 
+def stage_settings(work: WorkDir, stage: str) -> dict[str, Any]:
+    """The settings `stage` last completed with in `work` (`_configs/STAGE.yaml`), {} when none
+    or unreadable: what the report shows the run's own thresholds from."""
+    import yaml
+
+    path = work.root / "_configs" / f"{stage}.yaml"
+    try:
+        data = yaml.safe_load(storage.read_text(path)) if storage.exists(path) else {}
+    except (yaml.YAMLError, OSError, ValueError) as exc:
+        log.warning("stats: cannot read %s: %s", path, exc)
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def run_max_unsafe(work: WorkDir) -> float:
+    """The max_unsafe stage 2 ran with (its default when unknown): thumbnails above it are blurred."""
+    from lait.filters.unsafe import DEFAULT_MAX_UNSAFE
+
+    try:
+        return float(stage_settings(work, "filter").get("max_unsafe", DEFAULT_MAX_UNSAFE))
+    except (TypeError, ValueError):
+        return DEFAULT_MAX_UNSAFE
+
+
 @dataclass
 class Example:
     """One rejected row, as the report shows it."""
@@ -116,6 +140,7 @@ def image_thumbnails(work: WorkDir, urls: set[str], unsafe: set[str] = frozenset
     for url in urls:
         by_partition.setdefault(partition_of(url, n), set()).add(url)
     out: dict[str, tuple[str, bool]] = {}
+    limit = run_max_unsafe(work)
     for partition, wanted in sorted(by_partition.items()):
         for f in work.part_files("images", partition):
             pf = storage.parquet_file(f)
@@ -126,19 +151,24 @@ def image_thumbnails(work: WorkDir, urls: set[str], unsafe: set[str] = frozenset
                     continue
                 data = pf.read_row_group(group, columns=["bytes"]).column(0)
                 for i in rows:
-                    thumb = thumbnail(data[i].as_py() or b"", punsafe=1.0 if names[i] in unsafe else None)
+                    thumb = thumbnail(data[i].as_py() or b"", punsafe=1.0 if names[i] in unsafe else None,
+                                      max_unsafe=limit)
                     if thumb:
                         out[names[i]] = thumb
     return out
 
 
-def thumbnail(data: bytes, side: int = THUMB, punsafe: float | None = None) -> tuple[str, bool] | None:
+def thumbnail(data: bytes, side: int = THUMB, punsafe: float | None = None, max_unsafe: float | None = None
+              ) -> tuple[str, bool] | None:
     """(JPEG data URI of `data` scaled to fit `side`, blurred?), or None when it is no image
     Pillow decodes within the pixel limit (a thumbnail must never cost the report). Blurred when
-    `punsafe`, or the unsafe model's score when it is None, is above the default max_unsafe."""
+    `punsafe`, or the unsafe model's score when it is None, is above `max_unsafe` (the run's;
+    the default max_unsafe when None)."""
     from PIL import Image
 
-    from lait.filters.unsafe import MODEL_SIDE, thumbnail_uri
+    from lait.filters.unsafe import DEFAULT_MAX_UNSAFE, MODEL_SIDE, thumbnail_uri
+
+    max_unsafe = DEFAULT_MAX_UNSAFE if max_unsafe is None else max_unsafe
 
     try:
         with Image.open(io.BytesIO(data)) as im:
@@ -146,7 +176,7 @@ def thumbnail(data: bytes, side: int = THUMB, punsafe: float | None = None) -> t
             if w * h > MAX_THUMB_PIXELS:
                 return None
             im.draft("RGB", (MODEL_SIDE, MODEL_SIDE))  # the size the model looks at
-            return thumbnail_uri(im.convert("RGB"), side, punsafe)
+            return thumbnail_uri(im.convert("RGB"), side, punsafe, max_unsafe=max_unsafe)
     except Exception as exc:  # any decoder error: the example shows its detail instead
         log.debug("no thumbnail: %r", exc)
         return None

@@ -33,7 +33,7 @@ import yaml
 
 from lait import storage
 from lait.app.consent import consent_counts, consent_html, consent_text
-from lait.app.examples import EXAMPLES_PER_REASON, Example, reject_examples
+from lait.app.examples import EXAMPLES_PER_REASON, Example, reject_examples, run_max_unsafe, stage_settings
 from lait.app.funnel import DERIVED, IMAGES, FunnelRow, funnel, reason_unit
 from lait.app.pagecopies import write_page_copies
 from lait.app.plots import THRESHOLD_COLOR, Threshold, plots, score_histogram_svg
@@ -68,6 +68,8 @@ class DatasetStats:
     samples: list[dict[str, Any]] = field(default_factory=list)  # sidecar rows of kept samples
     shards: int = 0
     shard_bytes: int = 0
+    max_unsafe: float = 0.8  # the run's (stage 2's settings), set by `gather`
+    faces: dict[str, Any] = field(default_factory=dict)  # what stage 2 found and stage 5 blurred (`face_counts`)
 
     @property
     def kept_scores(self) -> list[float]:
@@ -161,8 +163,48 @@ def gather(work_root: str | Path, *, examples_per_reason: int = 1, thumbnails: b
         st.shards += 1
         st.shard_bytes += storage.size(tar)
     st.funnel = funnel(work, st.rejects, st.reject_units, len(st.samples) if st.shards else None)
-    st.thresholds = thresholds(_build_settings(work), st.kept_scores)
+    build_settings = _build_settings(work)
+    st.thresholds = thresholds(build_settings, st.kept_scores)
+    st.max_unsafe = run_max_unsafe(work)
+    st.faces = face_counts(work, st.samples, build_settings)
     return st
+
+
+def face_counts(work: WorkDir, samples: list[dict[str, Any]], build_settings: dict[str, Any]) -> dict[str, Any]:
+    """Stage 2's face search and stage 5's blurring, counted: images searched (`face_bboxes`
+    not null in images_ok/), those with a face, the boxes; samples with a face in the shards,
+    the faces the build blurred (its `build/faces_blurred` counter), and the settings."""
+    boxes = _columns(work, "images_ok", "face_bboxes")[0]
+    searched = [b for b in boxes if b is not None]
+    filter_settings = stage_settings(work, "filter")
+    counters = {}
+    try:
+        stats_path = work.root / "shards" / "stats.json"
+        if storage.exists(stats_path):
+            counters = json.loads(storage.read_text(stats_path)).get("counters") or {}
+    except (ValueError, OSError, AttributeError):
+        counters = {}
+    return {"searched": len(searched), "images_with_faces": sum(1 for b in searched if b),
+            "faces": sum(len(b) for b in searched), "samples_with_faces": sum(1 for s in samples if s.get("face_bboxes")),
+            "faces_in_samples": sum(len(s.get("face_bboxes") or ()) for s in samples),
+            "blurred": int(counters.get("build/faces_blurred", 0)),
+            "blur_faces": bool(build_settings.get("blur_faces", True)),
+            "face_model": filter_settings.get("face_model", "mtcnn-faces"),
+            "min_face_score": filter_settings.get("min_face_score")}
+
+
+def safety_text(st: DatasetStats) -> list[str]:
+    """The report's lines on the unsafe and face gates, with this run's thresholds."""
+    f = st.faces
+    lines = [f"unsafe: images above max_unsafe {st.max_unsafe:g} (this run's) dropped: "
+             f"{st.rejects.get('filter/unsafe', 0):,}; report thumbnails above it are blurred"]
+    if f:
+        score = f" at min_face_score {f['min_face_score']:g}" if f.get("min_face_score") is not None else ""
+        lines.append(f"faces ({f['face_model']}{score}): {f['faces']:,} found on {f['images_with_faces']:,} of "
+                     f"{f['searched']:,} images searched; in the shards {f['faces_in_samples']:,} on "
+                     f"{f['samples_with_faces']:,} samples, "
+                     + (f"{f['blurred']:,} blurred" if f["blur_faces"] else "kept sharp (--no-blur-faces)"))
+    return lines
 
 
 def _size(st: DatasetStats) -> str:
@@ -184,7 +226,7 @@ def summary_text(st: DatasetStats) -> str:
         lines += ["", "rejected, by reason:"]
         for reason, n in st.sorted_rejects():
             lines.append(f"  {reason:<40} {n:>10,}  {st.reject_units.get(reason, 'rows')}")
-    lines += ["", *consent_text(st.rejects)]
+    lines += ["", *consent_text(st.rejects), *safety_text(st)]
     lines += ["", f"shards: {st.shards} tars, {len(st.samples):,} samples, {_size(st)}"]
     if st.samples:
         ks = sorted(st.kept_scores)
@@ -199,10 +241,10 @@ def summary_text(st: DatasetStats) -> str:
 
 # -- samples --------------------------------------------------------------------------------
 def thumbnails(shard_dir: Location, keys_by_tar: dict[str, set[str]], punsafe: dict[str, float] | None = None,
-               blurred: set[str] | None = None) -> dict[str, str]:
+               blurred: set[str] | None = None, max_unsafe: float = 0.8) -> dict[str, str]:
     """key -> JPEG data URI of a small thumbnail, read from the tars that hold the keys.
 
-    A sample whose `punsafe` (from its sidecar row) is above the default max_unsafe, or
+    A sample whose `punsafe` (from its sidecar row) is above `max_unsafe` (the run's), or
     unknown and scored so here, gets a blurred thumbnail; its key is added to `blurred`."""
     from PIL import Image
 
@@ -220,7 +262,8 @@ def thumbnails(shard_dir: Location, keys_by_tar: dict[str, set[str]], punsafe: d
                 try:
                     with Image.open(tf.extractfile(m)) as im:
                         im.draft("RGB", (MODEL_SIDE, MODEL_SIDE))
-                        out[key], blur = thumbnail_uri(im.convert("RGB"), THUMB, punsafe.get(key))
+                        out[key], blur = thumbnail_uri(im.convert("RGB"), THUMB, punsafe.get(key),
+                                                       max_unsafe=max_unsafe)
                     if blur and blurred is not None:
                         blurred.add(key)
                 except Exception as exc:  # one broken thumbnail must not lose the report
@@ -447,7 +490,7 @@ def write_report(work_root: str | Path, out: str | Path | None = None) -> tuple[
         wanted[s["tar"]].add(s["key"])
     blurred: set[str] = set()
     thumbs = thumbnails(storage.location(work_root) / "shards", wanted,
-                        {s["key"]: s.get("punsafe") for s in grid + best + worst}, blurred)
+                        {s["key"]: s.get("punsafe") for s in grid + best + worst}, blurred, st.max_unsafe)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     linked = {s.get("page_url") or s["url"] for s in grid + best + worst}
@@ -463,5 +506,6 @@ def stats_json(st: DatasetStats) -> str:
     return json.dumps({"funnel": [r.to_json() for r in st.funnel],
                        "rejects": {r: {"rows": n, "unit": st.reject_units.get(r)} for r, n in st.sorted_rejects()},
                        "consent_and_safety": consent_counts(st.rejects),
+                       "max_unsafe": st.max_unsafe, "faces": st.faces,
                        "thresholds": [{"value": t.value, "label": t.label} for t in st.thresholds],
                        "samples": len(st.samples), "shards": st.shards}, indent=1)

@@ -10,6 +10,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -311,3 +312,54 @@ def test_every_link_of_the_report_works_after_the_web_stopped(demo, tmp_path):
         assert lk["raw"].startswith("#") or (lk["href"].startswith("file:")
                                              and Path(unquote(urlsplit(lk["href"]).path)).is_file()), lk
     assert any(not lk["raw"].startswith("#") for lk in own)  # some open other copies
+
+
+def test_stats_counts_faces_found_and_blurred_and_uses_the_runs_max_unsafe(tmp_path):
+    """Issue 47: `lait stats` had no line for faces, and the report blurred thumbnails at the
+    default max_unsafe 0.8 whatever the run's. Here three photos carry a face box from stage 2,
+    the others none, one image was never searched; stage 2 ran with --max-unsafe 0.3."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from lait.build.config import BuildConfig
+    from lait.build.pipeline import build
+    from lait.testkit import build_data as data
+
+    root = tmp_path / "work"
+    data.make_work(root, n_partitions=1)
+    part = next((root / "images_ok").glob("*.parquet"))
+    t = pq.read_table(part)
+    n = t.num_rows
+    boxes = [[[0.1, 0.1, 0.4, 0.5]] if i < 3 else ([] if i < n - 1 else None) for i in range(n)]
+    i = t.schema.get_field_index("face_bboxes")
+    t = t.set_column(i, t.schema.field(i), pa.array(boxes, t.schema.field(i).type))
+    pq.write_table(t, part, write_page_checksum=True)
+    (root / "_configs").mkdir(exist_ok=True)
+    (root / "_configs" / "filter.yaml").write_text("max_unsafe: 0.3\nface_model: mtcnn-faces\nmin_face_score: 0.85\n")
+    assert build(BuildConfig(work=str(root), workers=1, progress=False)).ok
+    st = gather(root)
+    kept_with_faces = sum(1 for s in st.samples if s["face_bboxes"])
+    assert st.max_unsafe == 0.3
+    assert st.faces["searched"] == n - 1 and st.faces["images_with_faces"] == 3 and st.faces["faces"] == 3
+    assert 0 < kept_with_faces <= 3 and st.faces["samples_with_faces"] == kept_with_faces
+    assert st.faces["blurred"] == st.faces["faces_in_samples"] == kept_with_faces
+    proc = subprocess.run([sys.executable, "-m", "lait", "stats", str(root)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "max_unsafe 0.3 (this run's)" in proc.stdout
+    assert (f"faces (mtcnn-faces at min_face_score 0.85): 3 found on 3 of {n - 1} images searched; in the shards "
+            f"{kept_with_faces} on {kept_with_faces} samples, {kept_with_faces} blurred") in proc.stdout
+    js = json.loads(subprocess.run([sys.executable, "-m", "lait", "stats", str(root), "--json"], capture_output=True,
+                                   text=True, timeout=120).stdout)
+    assert js["max_unsafe"] == 0.3 and js["faces"]["blurred"] == kept_with_faces
+
+
+def test_report_thumbnails_are_blurred_above_the_runs_max_unsafe(tmp_path):
+    from PIL import Image
+
+    from lait.app.examples import thumbnail
+
+    buf = __import__("io").BytesIO()
+    Image.new("RGB", (64, 48), (120, 80, 40)).save(buf, "PNG")
+    assert thumbnail(buf.getvalue(), punsafe=0.5, max_unsafe=0.3)[1] is True
+    assert thumbnail(buf.getvalue(), punsafe=0.5, max_unsafe=0.8)[1] is False
+    assert thumbnail(buf.getvalue(), punsafe=0.5)[1] is False  # the default, when the run's is unknown
