@@ -228,6 +228,26 @@ def size(path: Location) -> int:
     return path.stat().st_size
 
 
+def mtime_ns(path: Location) -> int | None:
+    """A local file's modification time in nanoseconds (`os.stat`, not following a link); None
+    on object storage, where an object is never changed in place and a copy (`rename_tree`)
+    gets a new time of its own."""
+    if isinstance(path, RemotePath):
+        return None
+    return os.lstat(path).st_mtime_ns
+
+
+def sha256_of(path: Location) -> str:
+    """Hex SHA-256 of a file's bytes, read in 8 MiB pieces."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open_input(path) as f:
+        while chunk := f.read(8 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def open_input(path: Location) -> IO[bytes]:
     """A binary file to read sequentially (tar members, small files)."""
     if isinstance(path, RemotePath):

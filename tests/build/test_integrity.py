@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -235,3 +236,75 @@ def test_status_notices_a_cut_shard(built):
     tar.write_bytes(tar.read_bytes()[:1024])
     out = _lait("status", str(built))
     assert f"{tar.name} is 1,024 bytes" in out.stdout + out.stderr
+
+
+# Issue 51: what `lait build` and `lait status` call up to date, and the work directory's own files.
+QUIET = ("--workers", "1", "--no-progress")
+
+
+def _shard_line(proc: subprocess.CompletedProcess[str]) -> str:
+    (line,) = [x for x in (proc.stdout + proc.stderr).splitlines() if x.startswith("build_shards:")]
+    return line
+
+
+def test_a_shard_with_bytes_flipped_in_place_is_not_up_to_date(built):
+    """16 bytes flipped inside a tar, same size: `lait status` calls the build stale, naming the
+    tar, and `lait build` writes that shard again (the same bytes as before) instead of saying
+    "up to date"; a tar whose time alone changed is hashed and found whole."""
+    shards = built / "shards"
+    tar = shards / "00002.tar"
+    before = snapshot(shards, timings=False)
+    size = tar.stat().st_size
+    flip(tar)
+    assert tar.stat().st_size == size
+
+    status = _lait("status", str(built))
+    assert status.returncode == 0, status.stderr
+    (line,) = [x for x in status.stdout.splitlines() if x.startswith("build ")]
+    assert "00002.tar does not match the SHA-256 it was written with" in line, status.stdout
+
+    rebuilt = _lait("build", str(built), *QUIET)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert _shard_line(rebuilt).startswith("build_shards: 1 done, 2 up to date"), rebuilt.stderr
+    assert snapshot(shards, timings=False) == before
+    assert _lait("verify", str(built)).returncode == 0
+    marker = json.loads((built / "_done" / "build_shards" / "p00002.json").read_text())
+    assert marker["files"]["00002.tar"]["mtime_ns"] == tar.stat().st_mtime_ns  # what the cheap check compares
+
+    os.utime(tar, ns=(tar.stat().st_atime_ns, tar.stat().st_mtime_ns + 10**9))  # touched, not changed
+    again = _lait("build", str(built), *QUIET)
+    assert again.returncode == 0 and _shard_line(again).startswith("build_shards: 0 done, 3 up to date"), \
+        again.stderr
+
+
+def test_an_unfinished_rebuild_leaves_the_shipped_shards_checked(built):
+    """A rebuild that failed (or was killed, or ran out of disk) leaves shards.next/ beside the
+    shipped shards/: `lait verify` still reads every shipped tar back against its digest, and
+    `lait status` says the rebuild is unfinished and which shipped tar changed."""
+    part = max((built / "images_ok").glob("*.parquet"), key=lambda p: p.stat().st_size)
+    flip(part)
+    assert not build(_cfg(built, force=True)).ok
+    flip(part)  # whole again: only the rebuild is left unfinished
+    assert (built / "shards.next").is_dir() and (built / "_done" / "shards_staging.json").exists()
+    tar = built / "shards" / "00001.tar"
+    flip(tar)
+
+    found = _lait("verify", str(built))
+    assert found.returncode == 1, found.stderr
+    assert any(x.startswith("shards/00001.tar") and "SHA-256" in x for x in found.stderr.splitlines()), found.stderr
+    staged = len(list((built / "_done" / "build_shards").glob("p*.json")))
+    # Every tar is read back: the 3 shipped and those the rebuild staged.
+    assert found.stderr.splitlines()[-1].endswith(
+        f"and {3 + staged} shards ({staged} of them staged in shards.next/ by a rebuild not finished yet: "
+        "`lait build` finishes it) read back: 1 damaged"), found.stderr
+
+    status = _lait("status", str(built))
+    (line,) = [x for x in status.stdout.splitlines() if x.startswith("build ")]
+    assert "rebuild unfinished" in line and "shards/00001.tar does not match the SHA-256" in line, status.stdout
+    assert "3 shards of the earlier build in shards/" in line, line
+
+    finished = _lait("build", str(built), *QUIET)
+    assert finished.returncode == 0, finished.stderr
+    assert not (built / "shards.next").exists()
+    assert _lait("verify", str(built)).returncode == 0
+
