@@ -373,7 +373,9 @@ def rename_tree(src: Location, dst: Location) -> None:
 
 
 def remove_tree(path: Location) -> None:
-    """Remove a folder and everything in it; a missing one is not an error."""
+    """Remove a folder and everything in it; a missing one is not an error. A symbolic link is
+    removed itself: nothing is ever removed through one (`shutil.rmtree` refuses a link, and
+    with `ignore_errors` would leave it in place without a word)."""
     if isinstance(path, RemotePath):
         try:
             # Removes keys under `path/` only: `build_pick` never takes `build_pick2/` with it.
@@ -383,6 +385,9 @@ def remove_tree(path: Location) -> None:
         return
     import shutil
 
+    if path.is_symlink():
+        path.unlink()
+        return
     shutil.rmtree(path, ignore_errors=True)
 
 

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -308,3 +309,31 @@ def test_an_unfinished_rebuild_leaves_the_shipped_shards_checked(built):
     assert not (built / "shards.next").exists()
     assert _lait("verify", str(built)).returncode == 0
 
+
+def test_a_linked_shards_folder_is_refused_and_what_it_points_to_stays(built, tmp_path):
+    """`WORK/shards` a link to a folder outside: `lait build --force` refuses with one line naming
+    it, before it renames or removes anything (it used to move the link to shards.old/ and fail
+    on every later run with a traceback). A shards.old link an older lait left is named too."""
+    outside = tmp_path / "elsewhere"
+    shutil.move(built / "shards", outside)
+    (built / "shards").symlink_to(outside)
+    kept = snapshot(outside)
+
+    res = _lait("build", str(built), "--force", *QUIET)
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"lait build: {built / 'shards'} is a symbolic link (to {outside})"), res.stderr
+    assert snapshot(outside) == kept
+    assert sorted(p.name for p in built.iterdir() if p.name.startswith("shards")) == ["shards"]
+
+    (built / "shards").unlink()
+    shutil.move(outside, built / "shards")
+    (built / "shards.old").symlink_to(outside)  # as the swap of an older lait left it
+    outside.mkdir()
+    res = _lait("build", str(built), "--force", *QUIET)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert f"{built / 'shards.old'} is a symbolic link" in res.stderr.strip().splitlines()[-1]
+    (built / "shards.old").unlink()
+    assert _lait("build", str(built), "--force", *QUIET).returncode == 0
+    assert outside.is_dir()
