@@ -2,7 +2,8 @@
 
 Every command that writes into a work directory (crawl, ingest-warc, filter, clean, score,
 build, run, demo) holds the lock while it runs; `lait select` and `lait export-embeddings`
-hold the lock of the folder they write (`locked_output`). A second command on the same
+hold the lock of the folder they write, and that of the work directory they read shared
+(`locked_output`). A second command on the same
 directory exits with one line that names the holder (`lait filter` on host h, pid 123, since
 21:04:05) instead of interleaving its rows with the first one's.
 
@@ -304,14 +305,15 @@ def _inside(child: storage.Location, parent: storage.Location) -> bool:
 def locked_output(out: storage.Location, command: str, *, reads: WorkDir | None = None) -> Iterator[None]:
     """Hold the lock of a folder a command writes outside any work directory (`lait select
     --out`, `lait export-embeddings --out`): `OUT/_lock` (`_lock.json` remotely), so two commands
-    never write one folder at once. When that folder is the work directory the command reads,
-    or lies inside it, the work directory's own lock is held as well: it is then written into.
+    never write one folder at once; and the lock of the work directory `reads`, taken first.
 
-    The work directory a command only reads is not locked: several selections from one pool
-    run side by side. Such a command checks instead that what it read is still what the work
-    directory holds (see `lait.build.select`)."""
+    The work directory a command only reads is held *shared*: several selections from one pool
+    run side by side, while a command that writes it (`lait build --force` removing the pool a
+    selection reads) is kept out, and keeps the reader out, with one line naming the holder.
+    When the folder is the work directory, or lies inside it, that lock is held exclusively: it
+    is then written into."""
     with contextlib.ExitStack() as stack:
-        if reads is not None and _inside(out, reads.root):
-            stack.enter_context(locked(reads, command))
+        if reads is not None:
+            stack.enter_context(locked(reads, command, shared=not _inside(out, reads.root)))
         stack.enter_context(locked(WorkDir(out), command))
         yield
