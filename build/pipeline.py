@@ -13,6 +13,7 @@ build state is cleared and rebuilt, so shards never mix two configurations.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import multiprocessing
 from collections import Counter
@@ -100,6 +101,7 @@ def build_record(work: WorkDir) -> dict[str, Any] | None:
 
 def reset(work: WorkDir) -> None:
     """Remove every output of an earlier build (markers, build tables, its rejects, shards)."""
+    live = live_files(work)  # before the markers that hold them go
     for stage in STAGES:
         work.clear_done(stage)
     for table in BUILD_TABLES:
@@ -109,7 +111,7 @@ def reset(work: WorkDir) -> None:
         if tag.startswith(("build_pick", "build_shards")) or tag == PLAN_TAG:
             storage.remove(stats_path(p))
             storage.remove(p)
-    stage_rebuild(work)
+    stage_rebuild(work, live)
 
 
 # A rebuild writes its shards beside the set it replaces and swaps them in when complete: a
@@ -123,21 +125,40 @@ def _staging_flag(work: WorkDir) -> storage.Location:
     return work.root / "_done" / STAGING
 
 
-def stage_rebuild(work: WorkDir) -> None:
+def stage_rebuild(work: WorkDir, live: dict[str, dict[str, Any]]) -> None:
     """Start a rebuild's staging folder when a set of shards exists to keep meanwhile; without
-    one (a first build, or an earlier one removed) the shards go straight into shards/."""
+    one (a first build, or an earlier one removed) the shards go straight into shards/. `live`:
+    what the markers recorded of the tars in shards/ (`live_files`); the staging flag keeps it,
+    since the markers now describe the staged set, so `lait verify` and `lait status` still
+    check the shards that are shipped until the rebuild replaces them."""
     storage.remove_tree(work.root / NEXT)
     if shard_files(work.root / LIVE):
         atomic_write_bytes(work.root / NEXT / PLACEHOLDER, b"")
-        atomic_write_json(_staging_flag(work), {"folder": NEXT})
+        atomic_write_json(_staging_flag(work), {"folder": NEXT, "live": live})
     else:
         storage.remove(_staging_flag(work))
         storage.remove_tree(work.root / LIVE)
 
 
+def rebuilding(work: WorkDir) -> bool:
+    """Whether a rebuild is writing its shards into shards.next/ (and shards/ holds the last
+    complete set)."""
+    return storage.exists(_staging_flag(work))
+
+
+def live_files(work: WorkDir) -> dict[str, dict[str, Any]]:
+    """Tar name -> its record (`bytes`, `sha256`, `mtime_ns`) of every shard in shards/: from
+    the shard markers, or, while a rebuild stages its own set, from the staging flag (empty for
+    a flag an older lait wrote)."""
+    if rebuilding(work):
+        return json.loads(storage.read_text(_staging_flag(work))).get("live") or {}
+    return {name: rec for _, m in sorted(work.markers(ShardStage.name).items())
+            for name, rec in (m.get("files") or {}).items()}
+
+
 def shard_dir(work: WorkDir) -> storage.Location:
     """Where this build writes its shards: shards.next/ during a rebuild, else shards/."""
-    return work.root / (NEXT if storage.exists(_staging_flag(work)) else LIVE)
+    return work.root / (NEXT if rebuilding(work) else LIVE)
 
 
 def shard_pass(work: WorkDir) -> ShardStage:

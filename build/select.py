@@ -13,11 +13,14 @@ again). Its `_select/` holds the selection's plan and task markers, so an interr
 resumes; a different selection into the same folder needs `--overwrite`, and `--force` redoes
 the same one.
 
-The selection holds the lock of its folder (`OUT/_lock`), and the work directory's too when the
-folder lies inside it. The work directory it only reads is not locked, so that several
-selections run side by side from one pool; instead the selection refuses a pool whose build is
-out of date (`images_ok/`, `scored/`, ... changed since `lait build`: the pool's rows point
-into them), and checks when it ends that none of what it read changed while it ran.
+The selection holds the lock of its folder (`OUT/_lock`), and the work directory's: shared, so
+that several selections run side by side from one pool, while a selection and a command that
+writes the work directory (`lait build --force` replacing the pool) keep each other out, the
+second one exiting 2 with one line that names the first; exclusively when the folder lies
+inside the work directory. It refuses a pool whose build is out of date (`images_ok/`, `scored/`, ... changed
+since `lait build`: the pool's rows point into them), and checks when it ends that none of what
+it read changed while it ran (on object storage two commands started within a second can both
+take the lock).
 """
 
 from __future__ import annotations
@@ -265,7 +268,8 @@ def select(cfg: SelectConfig) -> SelectResult:
     if not work.part_files("pool") or not work.is_done("build_plan", 0):
         raise ConfigError(f"{work.root} has no pool/ yet: run `lait build` on it first (it scores nothing)")
     out = storage.location(cfg.out)
-    storage.make_dirs(out)
+    # The folder is made by its lock, once the work directory's is held: a selection refused
+    # because a build holds the work directory leaves nothing behind.
     with locked_output(out, "lait select", reads=work):
         return select_into(work, out, cfg)
 

@@ -435,7 +435,9 @@ class ShardStage(Stage):
                                                                          side.column("error_message").to_pylist(),
                                                                          started))
             tar.close()
-            ctx.record_file(f"{name}.tar", tar.size, tar.sha256)
+            # Its time as renamed into place (None on object storage): a later stat that finds
+            # another one hashes the tar before calling the shard up to date.
+            ctx.record_file(f"{name}.tar", tar.size, tar.sha256, storage.mtime_ns(out_dir / f"{name}.tar"))
         except BaseException:
             tar.abort()
             raise

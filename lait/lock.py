@@ -2,7 +2,8 @@
 
 Every command that writes into a work directory (crawl, ingest-warc, filter, clean, score,
 build, run, demo) holds the lock while it runs; `lait select` and `lait export-embeddings`
-hold the lock of the folder they write (`locked_output`). A second command on the same
+hold the lock of the folder they write, and that of the work directory they read shared
+(`locked_output`). A second command on the same
 directory exits with one line that names the holder (`lait filter` on host h, pid 123, since
 21:04:05) instead of interleaving its rows with the first one's.
 
@@ -22,6 +23,14 @@ Crawlers that share one Redis frontier (`lait crawl --redis-url`, one per machin
 crawl: they hold the lock *shared*, and each writes its own parts. A shared holder keeps out
 every exclusive one (filter, build, a crawl without Redis) and the other way round.
 
+The work directory's own files are never written or removed through a symbolic link: a
+`_lock`, `_done/` (the markers, and each stage's folder in it), `_configs/`, `shards/`,
+`shards.next/`, `shards.old/` or a selection's `_select/` that is a link makes every writing
+command refuse with one line naming it (`WorkDirLink`, exit 2), before it writes anything, as
+git refuses a linked `index.lock`. A link could send the lock's truncation, a marker or a
+rebuild's renames and removals outside the work directory, onto whatever it points to; `WORK`
+itself may be a link.
+
 Object storage has no `flock`: there the lock is an object, `WORK/_lock.json`, refreshed every
 30 s by the holder and taken over when older than two minutes. Two commands started within
 the same second on the same bucket prefix can both see no lock; the lock only keeps apart runs
@@ -31,6 +40,7 @@ that do not start at the same moment (said in the README).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -75,6 +85,29 @@ def _say_notes() -> None:
 
 class WorkDirBusy(ConfigError):
     """Another command holds the work directory's lock (exit 2, one line)."""
+
+
+class WorkDirLink(ConfigError):
+    """One of the work directory's own files is a symbolic link (exit 2, one line)."""
+
+
+# What lait itself writes and removes at the top of a work directory (and of a folder `lait
+# select` writes): never through a link. Tables are not listed: their parts appear by rename.
+OWN_ENTRIES = (LOCAL_FILE, "_done", "_configs", "_select", "shards", "shards.next", "shards.old")
+
+
+def refuse_links(root: storage.Location) -> None:
+    """WorkDirLink naming the first of the work directory's own entries (`OWN_ENTRIES`, and the
+    folders in `_done/`) that is a symbolic link; nothing on object storage, which has none."""
+    if isinstance(root, storage.RemotePath):
+        return
+    done = root / "_done"
+    inside = sorted(done.iterdir()) if done.is_dir() and not done.is_symlink() else []
+    for path in [root / name for name in OWN_ENTRIES] + inside:
+        if path.is_symlink():
+            raise WorkDirLink(f"{path} is a symbolic link (to {os.readlink(path)}); lait does not write or remove "
+                              f"a work directory's own files through a link: remove it (for a folder, move "
+                              f"what it points to in its place)")
 
 
 def _holder(command: str) -> dict[str, object]:
@@ -169,8 +202,15 @@ def _lock_local(work: WorkDir, command: str, shared: bool = False) -> Iterator[i
     import fcntl
 
     storage.make_dirs(work.root)
+    refuse_links(work.root)
     path = work.root / LOCAL_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:  # O_NOFOLLOW: a link made since `refuse_links` looked is refused all the same
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise WorkDirLink(f"{path} is a symbolic link; lait does not write a work directory's own files "
+                          f"through a link: remove it") from None
     try:
         try:
             fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
@@ -282,14 +322,15 @@ def _inside(child: storage.Location, parent: storage.Location) -> bool:
 def locked_output(out: storage.Location, command: str, *, reads: WorkDir | None = None) -> Iterator[None]:
     """Hold the lock of a folder a command writes outside any work directory (`lait select
     --out`, `lait export-embeddings --out`): `OUT/_lock` (`_lock.json` remotely), so two commands
-    never write one folder at once. When that folder is the work directory the command reads,
-    or lies inside it, the work directory's own lock is held as well: it is then written into.
+    never write one folder at once; and the lock of the work directory `reads`, taken first.
 
-    The work directory a command only reads is not locked: several selections from one pool
-    run side by side. Such a command checks instead that what it read is still what the work
-    directory holds (see `lait.build.select`)."""
+    The work directory a command only reads is held *shared*: several selections from one pool
+    run side by side, while a command that writes it (`lait build --force` removing the pool a
+    selection reads) is kept out, and keeps the reader out, with one line naming the holder.
+    When the folder is the work directory, or lies inside it, that lock is held exclusively: it
+    is then written into."""
     with contextlib.ExitStack() as stack:
-        if reads is not None and _inside(out, reads.root):
-            stack.enter_context(locked(reads, command))
+        if reads is not None:
+            stack.enter_context(locked(reads, command, shared=not _inside(out, reads.root)))
         stack.enter_context(locked(WorkDir(out), command))
         yield

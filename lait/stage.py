@@ -154,11 +154,14 @@ class PartContext:
         The parts' bytes are the same."""
         return self.parts.writing_behind(executor)
 
-    def record_file(self, name: str, size: int, sha256: str) -> None:
+    def record_file(self, name: str, size: int, sha256: str, mtime_ns: int | None = None) -> None:
         """A file this task wrote besides its parts (a shard's tar), by its name in the stage's
-        output folder: its size and digest go into the task's marker, so that a rerun and `lait
-        status` notice a changed size (`Stage.changed_output`) and `lait verify` a changed byte."""
+        output folder: its size, modification time (local files) and digest go into the task's
+        marker, so that a rerun and `lait status` notice any change (`file_change`) and `lait
+        verify` reads every byte back."""
         self.files[name] = {"bytes": int(size), "sha256": sha256}
+        if mtime_ns is not None:
+            self.files[name]["mtime_ns"] = int(mtime_ns)
 
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name if "/" in name else f"{self.stage}/{name}"] += n
@@ -226,22 +229,44 @@ class Stage(ABC):
         return None
 
     def changed_output(self, work: WorkDir, marker: Mapping[str, Any]) -> str | None:
-        """Why a finished task's recorded files are no longer what it wrote (one stat per file:
-        missing, or another size), or None. A changed byte of the same size is `lait verify`'s
-        to find: it reads every file back against its digest."""
+        """Why a finished task's recorded files are no longer what it wrote (`file_change`), or
+        None."""
         files = marker.get("files") or {}
         folder = self.output_folder(work) if files else None
         for name, rec in files.items():
-            try:
-                size = storage.size(folder / name)
-            except FileNotFoundError:
-                return f"{name} is missing"
-            if size != rec.get("bytes"):
-                return f"{name} is {size:,} bytes, not the {rec.get('bytes'):,} it was written with"
+            if why := file_change(folder, name, rec):
+                return f"{name} {why}"
         return None
 
     @abstractmethod
     def process(self, ctx: PartContext) -> None: ...
+
+
+def file_change(folder: Location, name: str, rec: Mapping[str, Any], *, read: bool = False) -> str | None:
+    """Why the file `name` in `folder` is not the one a task recorded (`PartContext.record_file`),
+    said after its name (`is missing`), or None when it is. Missing, or another size: known from
+    one stat. A local file of the same
+    size is hashed when its modification time is not the one recorded (or none was: a marker of
+    an older lait), so a byte changed in place is caught before a run calls the task up to date,
+    while a file nobody touched costs no read. On object storage an object is replaced whole,
+    never changed in place, and a hash there would download every shard: the size decides.
+    `read`: hash it in any case (`lait verify`)."""
+    path = folder / name
+    try:
+        size = storage.size(path)
+    except FileNotFoundError:
+        return "is missing"
+    if size != rec.get("bytes"):
+        return f"is {size:,} bytes, not the {rec.get('bytes'):,} it was written with"
+    if not read:
+        if isinstance(path, storage.RemotePath):
+            return None
+        recorded = rec.get("mtime_ns")
+        if recorded is not None and storage.mtime_ns(path) == recorded:
+            return None
+    if storage.sha256_of(path) != rec.get("sha256"):
+        return "does not match the SHA-256 it was written with"
+    return None
 
 
 def run_part(stage: Stage, work_root: str, partition: int, fingerprint: Fingerprint | None = None

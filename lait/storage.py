@@ -228,6 +228,26 @@ def size(path: Location) -> int:
     return path.stat().st_size
 
 
+def mtime_ns(path: Location) -> int | None:
+    """A local file's modification time in nanoseconds (`os.stat`, not following a link); None
+    on object storage, where an object is never changed in place and a copy (`rename_tree`)
+    gets a new time of its own."""
+    if isinstance(path, RemotePath):
+        return None
+    return os.lstat(path).st_mtime_ns
+
+
+def sha256_of(path: Location) -> str:
+    """Hex SHA-256 of a file's bytes, read in 8 MiB pieces."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open_input(path) as f:
+        while chunk := f.read(8 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def open_input(path: Location) -> IO[bytes]:
     """A binary file to read sequentially (tar members, small files)."""
     if isinstance(path, RemotePath):
@@ -353,7 +373,9 @@ def rename_tree(src: Location, dst: Location) -> None:
 
 
 def remove_tree(path: Location) -> None:
-    """Remove a folder and everything in it; a missing one is not an error."""
+    """Remove a folder and everything in it; a missing one is not an error. A symbolic link is
+    removed itself: nothing is ever removed through one (`shutil.rmtree` refuses a link, and
+    with `ignore_errors` would leave it in place without a word)."""
     if isinstance(path, RemotePath):
         try:
             # Removes keys under `path/` only: `build_pick` never takes `build_pick2/` with it.
@@ -363,6 +385,9 @@ def remove_tree(path: Location) -> None:
         return
     import shutil
 
+    if path.is_symlink():
+        path.unlink()
+        return
     shutil.rmtree(path, ignore_errors=True)
 
 

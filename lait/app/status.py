@@ -138,7 +138,7 @@ def _crawl_status(work: Any) -> StageStatus:
 
 
 def _build_status(work: Any, cfg: Any) -> StageStatus:
-    from lait.build.pipeline import build_record, fingerprint, shard_pass
+    from lait.build.pipeline import build_record, fingerprint, rebuilding, shard_pass
     from lait.fingerprint import cause
 
     st = StageStatus("build", total=1)
@@ -147,6 +147,8 @@ def _build_status(work: Any, cfg: Any) -> StageStatus:
     if not work.part_files("scored"):
         st.todo, st.note = 1, "no scored/ yet"
         return st
+    if rebuilding(work):
+        return _rebuild_status(work, st)
     if not done:
         st.todo = 1
         return st
@@ -161,6 +163,27 @@ def _build_status(work: Any, cfg: Any) -> StageStatus:
         st.current = 1
     shards = len(work.markers("build_shards"))
     st.note = f"{shards} shard{'s' if shards != 1 else ''}"
+    return st
+
+
+def _rebuild_status(work: Any, st: StageStatus) -> StageStatus:
+    """A rebuild that has not finished: the shards it staged in shards.next/ (their markers),
+    and the earlier set still shipped in shards/, checked against the records the staging flag
+    kept of it."""
+    from lait.build.pipeline import LIVE, live_files, shard_pass
+    from lait.stage import file_change
+
+    live = live_files(work)
+    stage = shard_pass(work)
+    staged = len(work.markers(stage.name))
+    planned = len(stage.partitions(work)) if work.is_done("build_plan", 0) else "?"
+    why = [f"rebuild unfinished: {staged} of {planned} shards in shards.next/, `lait build` goes on"]
+    for name, rec in live.items():
+        if problem := file_change(work.root / LIVE, name, rec):
+            why.append(f"{LIVE}/{name} {problem}")
+            break
+    st.stale["; ".join(why)] += 1
+    st.note = f"{len(live)} shard{'s' if len(live) != 1 else ''} of the earlier build in shards/"
     return st
 
 

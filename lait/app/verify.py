@@ -3,7 +3,9 @@
 - every Parquet part of every table, each page against the checksum it was written with (parts
   written before lait kept checksums are read through, which still finds a cut or garbled file);
 - every image body of `images_ok/` against the SHA-256 stage 2 recorded for it;
-- every shard a build finished, against the size and SHA-256 in its task's marker.
+- every shard a build finished, against the size and SHA-256 in its task's marker; while a
+  rebuild is unfinished, both the shards it staged in `shards.next/` and the earlier set still
+  shipped in `shards/` (their records kept by the rebuild's staging flag).
 
 Each problem is one line naming the file, its partition and what will redo it. With `--repair`
 the damaged files and the markers of the tasks that wrote them are removed, so that the next run
@@ -82,28 +84,26 @@ def check_part(work: Any, table: str, part: Any) -> tuple[str | None, int]:
 
 def check_files(work: Any, stage: Any) -> list[Damage]:
     """The files a stage's finished tasks recorded (a build's shards), against their markers."""
-    from lait import storage
+    folder = stage.output_folder(work)
+    return [d for partition, marker in sorted(work.markers(stage.name).items())
+            for d in check_recorded(folder, marker.get("files") or {}, stage.name, partition)]
+
+
+def check_recorded(folder: Any, files: dict[str, Any], stage: str, partition: int | None) -> list[Damage]:
+    """Each file of `files` (name -> record) in `folder`, read back whole (`file_change`)."""
+    from lait.stage import file_change
 
     damaged = []
-    folder = stage.output_folder(work)
-    for partition, marker in sorted(work.markers(stage.name).items()):
-        for name, rec in (marker.get("files") or {}).items():
-            path = folder / name
-            if not storage.exists(path):
-                damaged.append(Damage(path, "missing", stage.name, partition))
-                continue
-            h = hashlib.sha256()
-            with storage.open_input(path) as f:
-                while chunk := f.read(8 << 20):
-                    h.update(chunk)
-            if h.hexdigest() != rec.get("sha256"):
-                damaged.append(Damage(path, "its SHA-256 is not the one it was written with", stage.name, partition))
+    for name, rec in files.items():
+        problem = file_change(folder, name, rec, read=True)
+        if problem:
+            damaged.append(Damage(folder / name, problem.removeprefix("is "), stage, partition))
     return damaged
 
 
 def verify(work: Any, *, progress: bool = True) -> tuple[list[Damage], dict[str, int]]:
     """Every damaged file of a work directory, and counts of what was checked."""
-    from lait.build.pipeline import shard_pass
+    from lait.build.pipeline import LIVE, live_files, rebuilding, shard_pass
     from lait.log import progress as bar
     from lait.schemas import TABLES
 
@@ -119,6 +119,11 @@ def verify(work: Any, *, progress: bool = True) -> tuple[list[Damage], dict[str,
     shards = shard_pass(work)
     counts["shards"] = sum(len(m.get("files") or {}) for m in work.markers(shards.name).values())
     damaged += check_files(work, shards)
+    if rebuilding(work):  # the markers are the staged set's: the shipped one is checked too
+        live = live_files(work)
+        counts["staged"], counts["shards"] = counts["shards"], counts["shards"] + len(live)
+        # No task of the rebuild wrote these: finishing it (`lait build`) replaces them.
+        damaged += check_recorded(work.root / LIVE, live, shards.name, None)
     return damaged, counts
 
 
@@ -151,7 +156,9 @@ def run_verify(args: argparse.Namespace) -> int:
             print("verify: removed the damaged files the pipeline can redo; rerun the commands named above",
                   file=sys.stderr)
     state = f"{len(damaged)} damaged" if damaged else "all intact"
-    print(f"verify: {counts['parts']} parts ({counts['bytes'] / 1e6:.1f} MB) and {counts['shards']} shards "
+    staged = (f" ({counts['staged']} of them staged in shards.next/ by a rebuild not finished yet: "
+              f"`lait build` finishes it)") if "staged" in counts else ""
+    print(f"verify: {counts['parts']} parts ({counts['bytes'] / 1e6:.1f} MB) and {counts['shards']} shards{staged} "
           f"read back: {state}", file=sys.stderr)
     return 1 if damaged else 0
 

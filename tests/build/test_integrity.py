@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -235,3 +237,103 @@ def test_status_notices_a_cut_shard(built):
     tar.write_bytes(tar.read_bytes()[:1024])
     out = _lait("status", str(built))
     assert f"{tar.name} is 1,024 bytes" in out.stdout + out.stderr
+
+
+# Issue 51: what `lait build` and `lait status` call up to date, and the work directory's own files.
+QUIET = ("--workers", "1", "--no-progress")
+
+
+def _shard_line(proc: subprocess.CompletedProcess[str]) -> str:
+    (line,) = [x for x in (proc.stdout + proc.stderr).splitlines() if x.startswith("build_shards:")]
+    return line
+
+
+def test_a_shard_with_bytes_flipped_in_place_is_not_up_to_date(built):
+    """16 bytes flipped inside a tar, same size: `lait status` calls the build stale, naming the
+    tar, and `lait build` writes that shard again (the same bytes as before) instead of saying
+    "up to date"; a tar whose time alone changed is hashed and found whole."""
+    shards = built / "shards"
+    tar = shards / "00002.tar"
+    before = snapshot(shards, timings=False)
+    size = tar.stat().st_size
+    flip(tar)
+    assert tar.stat().st_size == size
+
+    status = _lait("status", str(built))
+    assert status.returncode == 0, status.stderr
+    (line,) = [x for x in status.stdout.splitlines() if x.startswith("build ")]
+    assert "00002.tar does not match the SHA-256 it was written with" in line, status.stdout
+
+    rebuilt = _lait("build", str(built), *QUIET)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert _shard_line(rebuilt).startswith("build_shards: 1 done, 2 up to date"), rebuilt.stderr
+    assert snapshot(shards, timings=False) == before
+    assert _lait("verify", str(built)).returncode == 0
+    marker = json.loads((built / "_done" / "build_shards" / "p00002.json").read_text())
+    assert marker["files"]["00002.tar"]["mtime_ns"] == tar.stat().st_mtime_ns  # what the cheap check compares
+
+    os.utime(tar, ns=(tar.stat().st_atime_ns, tar.stat().st_mtime_ns + 10**9))  # touched, not changed
+    again = _lait("build", str(built), *QUIET)
+    assert again.returncode == 0 and _shard_line(again).startswith("build_shards: 0 done, 3 up to date"), \
+        again.stderr
+
+
+def test_an_unfinished_rebuild_leaves_the_shipped_shards_checked(built):
+    """A rebuild that failed (or was killed, or ran out of disk) leaves shards.next/ beside the
+    shipped shards/: `lait verify` still reads every shipped tar back against its digest, and
+    `lait status` says the rebuild is unfinished and which shipped tar changed."""
+    part = max((built / "images_ok").glob("*.parquet"), key=lambda p: p.stat().st_size)
+    flip(part)
+    assert not build(_cfg(built, force=True)).ok
+    flip(part)  # whole again: only the rebuild is left unfinished
+    assert (built / "shards.next").is_dir() and (built / "_done" / "shards_staging.json").exists()
+    tar = built / "shards" / "00001.tar"
+    flip(tar)
+
+    found = _lait("verify", str(built))
+    assert found.returncode == 1, found.stderr
+    assert any(x.startswith("shards/00001.tar") and "SHA-256" in x for x in found.stderr.splitlines()), found.stderr
+    staged = len(list((built / "_done" / "build_shards").glob("p*.json")))
+    # Every tar is read back: the 3 shipped and those the rebuild staged.
+    assert found.stderr.splitlines()[-1].endswith(
+        f"and {3 + staged} shards ({staged} of them staged in shards.next/ by a rebuild not finished yet: "
+        "`lait build` finishes it) read back: 1 damaged"), found.stderr
+
+    status = _lait("status", str(built))
+    (line,) = [x for x in status.stdout.splitlines() if x.startswith("build ")]
+    assert "rebuild unfinished" in line and "shards/00001.tar does not match the SHA-256" in line, status.stdout
+    assert "3 shards of the earlier build in shards/" in line, line
+
+    finished = _lait("build", str(built), *QUIET)
+    assert finished.returncode == 0, finished.stderr
+    assert not (built / "shards.next").exists()
+    assert _lait("verify", str(built)).returncode == 0
+
+
+def test_a_linked_shards_folder_is_refused_and_what_it_points_to_stays(built, tmp_path):
+    """`WORK/shards` a link to a folder outside: `lait build --force` refuses with one line naming
+    it, before it renames or removes anything (it used to move the link to shards.old/ and fail
+    on every later run with a traceback). A shards.old link an older lait left is named too."""
+    outside = tmp_path / "elsewhere"
+    shutil.move(built / "shards", outside)
+    (built / "shards").symlink_to(outside)
+    kept = snapshot(outside)
+
+    res = _lait("build", str(built), "--force", *QUIET)
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"lait build: {built / 'shards'} is a symbolic link (to {outside})"), res.stderr
+    assert snapshot(outside) == kept
+    assert sorted(p.name for p in built.iterdir() if p.name.startswith("shards")) == ["shards"]
+
+    (built / "shards").unlink()
+    shutil.move(outside, built / "shards")
+    (built / "shards.old").symlink_to(outside)  # as the swap of an older lait left it
+    outside.mkdir()
+    res = _lait("build", str(built), "--force", *QUIET)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert f"{built / 'shards.old'} is a symbolic link" in res.stderr.strip().splitlines()[-1]
+    (built / "shards.old").unlink()
+    assert _lait("build", str(built), "--force", *QUIET).returncode == 0
+    assert outside.is_dir()

@@ -73,8 +73,8 @@ def test_select_holds_the_lock_of_its_folder_and_reads_a_busy_work_directory(bui
         res = _lait(["select", str(built), "--out", str(out), *quiet])
     assert res.returncode == 2, res.stderr
     assert "in use by `lait select`" in res.stderr.strip().splitlines()[-1]
-    # The work directory it only reads may be held by another command: selections run side by side.
-    with locked(WorkDir(built), "lait select elsewhere"):
+    # The work directory it only reads is held shared by another selection: they run side by side.
+    with locked(WorkDir(built), "lait select elsewhere", shared=True):
         res = _lait(["select", str(built), "--out", str(out), "--top-fraction", "0.5", *quiet])
         assert res.returncode == 0, res.stderr
         # A folder inside the work directory is written into it: its lock is needed too.
@@ -82,6 +82,32 @@ def test_select_holds_the_lock_of_its_folder_and_reads_a_busy_work_directory(bui
         assert res.returncode == 2 and "in use by `lait select elsewhere`" in res.stderr, res.stderr
     assert sum(json.loads((out / "sizes.json").read_text()).values()) == 22  # ceil(0.5 * 43), one fails
     assert not (built / "sel").exists() or not list((built / "sel").glob("*.tar"))
+
+
+def test_select_and_a_build_of_its_work_directory_keep_each_other_out(built, tmp_path):
+    """`lait select` while `lait build --force` rewrites the pool it reads used to die with a
+    54-line traceback and leave an output folder holding only `_lock`: it takes no lock on the
+    work directory it reads. It now holds that lock shared: a selection finds the build there
+    and exits 2 with one line, writing nothing, and a build finds the selection there."""
+    out = tmp_path / "sel"
+    quiet = ["--workers", "1", "--no-progress"]
+    with locked(WorkDir(built), "lait build"):
+        res = _lait(["select", str(built), "--out", str(out), *quiet])
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().splitlines() == [
+        f"lait select: {built} is in use by `lait build` (pid {os.getpid()} on {os.uname().nodename}, since "
+        + res.stderr.split(", since ", 1)[1].strip()]
+    assert not out.exists()
+
+    with locked(WorkDir(built), "lait select", shared=True):
+        res = _lait(["build", str(built), "--force", *quiet])
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr
+    assert f"{built} is in use by `lait select`" in res.stderr.strip().splitlines()[-1]
+
+    res = _lait(["select", str(built), "--out", str(out), *quiet])  # the build left: the selection runs
+    assert res.returncode == 0, res.stderr
+    assert sum(json.loads((out / "sizes.json").read_text()).values()) == 42
 
 
 def test_export_holds_the_lock_of_its_folder(built, tmp_path):

@@ -234,3 +234,38 @@ def test_a_run_that_loses_the_race_names_a_holder_that_has_not_written_its_name_
     finally:
         writer.join()
         os.close(fd)
+
+
+@pytest.mark.parametrize("entry", ["_lock", "_done/filter"])
+def test_a_linked_lock_or_marker_folder_is_refused_and_what_it_points_to_is_untouched(tmp_path, entry):
+    """`WORK/_lock` a link to a file outside the work directory: `lait filter` used to open it
+    through the link, truncate it and exit 0. Now it, and a linked folder of markers, make the
+    command refuse with one line naming the link, before anything is written."""
+    work = WorkDir(tmp_path / "w", n_partitions=2).init()
+    if entry == "_lock":
+        target = tmp_path / "precious.txt"
+        target.write_text("someone else's file\n")
+    else:
+        target = tmp_path / "elsewhere"
+        target.mkdir()
+        (target / "notes.txt").write_text("someone else's folder\n")
+    link = work.root / entry
+    if link.exists():
+        link.unlink()
+    link.parent.mkdir(exist_ok=True)
+    link.symlink_to(target)
+    env = {k: v for k, v in os.environ.items() if k != "LAIT_WORK_LOCK"}
+    res = subprocess.run([sys.executable, "-m", "lait", "filter", str(work.root), "--workers", "1",
+                          "--no-progress"], capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().splitlines() == [
+        f"lait filter: {link} is a symbolic link (to {target}); lait does not write or remove a work directory's "
+        f"own files through a link: remove it (for a folder, move what it points to in its place)"]
+    if entry == "_lock":
+        assert target.read_text() == "someone else's file\n"
+    else:
+        assert [p.name for p in target.iterdir()] == ["notes.txt"]
+    link.unlink()
+    ok = subprocess.run([sys.executable, "-m", "lait", "filter", str(work.root), "--workers", "1", "--no-progress"],
+                        capture_output=True, text=True, timeout=120, env=env)
+    assert ok.returncode == 0, ok.stderr

@@ -32,3 +32,18 @@ def test_reading_parquet_from_object_storage_exits_cleanly():
     for _ in range(8):
         run = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True)
         assert (run.returncode, run.stdout.strip()) == (0, "60000"), run.stderr[-2000:]
+
+
+def test_remove_tree_removes_a_link_and_nothing_it_points_to(tmp_path):
+    """A folder of the work directory that is a link is removed as a link: `shutil.rmtree`
+    refuses one (and, told to ignore errors, left it in place without a word)."""
+    from lait import storage
+
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "00000.tar").write_bytes(b"kept")
+    link = tmp_path / "shards.old"
+    link.symlink_to(target)
+    storage.remove_tree(link)
+    assert not link.exists() and not link.is_symlink()
+    assert (target / "00000.tar").read_bytes() == b"kept"
