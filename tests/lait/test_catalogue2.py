@@ -192,3 +192,20 @@ def test_the_filter_command_checks_its_models_without_loading_torch_into_the_par
              "print(sorted(m for m in ('torch', 'facenet_pytorch', 'onnxruntime') if m in sys.modules))\n")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", (proc.stdout, proc.stderr[-2000:])
+
+
+@pytest.mark.parametrize("command", list(WRITERS))
+def test_sweep_every_writing_command_on_a_work_directory_whose_lock_is_a_link(built, tmp_path, shared_data, command):
+    """`WORK/_lock` linked to a file outside: `lait filter` exited 0 and emptied that file. Every
+    writing command now refuses (exit 2) with one line naming the link; the outside file and the
+    work directory are unchanged."""
+    outside = tmp_path / "precious.txt"
+    outside.write_text("not lait's\n")
+    (built / "_lock").unlink()
+    (built / "_lock").symlink_to(outside)
+    inputs = _inputs(tmp_path, shared_data)
+    argv = [a.format(w=built, **inputs) for a in WRITERS[command]]
+    before = files(built)
+    proc = lait(*argv, timeout=120)
+    one_line(proc, 2, f"lait {argv[0]}", str(built / "_lock"), "symbolic link")
+    assert outside.read_text() == "not lait's\n" and files(built) == before
