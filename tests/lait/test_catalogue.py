@@ -303,6 +303,13 @@ CRAWL_CASES = [
                                   "/loop/b.html": Route(status=302, headers={"Location": "/loop/a.html"})},
               "crawl/redirect_loop", "/loop/a.html"),
     CrawlCase("a URL longer than Scrapy's limit", {}, "crawl/url_too_long", "/long/" + "x" * 2100 + ".html"),
+    # Issue 51: Scrapy's offsite filter dropped the redirect at scheduling, without a row.
+    CrawlCase("a redirect to a private address", {"/redir/private.html": Route(
+        status=302, headers={"Location": "http://10.0.0.1/admin"})}, "crawl/ignored", "/redir/private.html"),
+    # Followed everywhere, the address guard refuses it: the row names the page linked, not 10.0.0.1.
+    CrawlCase("a redirect to a private address, links followed everywhere", {"/redir/anywhere.html": Route(
+        status=302, headers={"Location": "http://10.0.0.2/admin"})}, "crawl/refused_private",
+        "/redir/anywhere.html", flags=("--allow-loopback", "--no-same-site")),
 ] + [
     # The address guard's hole: with --allow-private, no spelling of this machine gets through.
     CrawlCase(f"this machine as {host} under --allow-private", {}, "crawl/refused_loopback",
