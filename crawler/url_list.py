@@ -10,7 +10,8 @@ compressed or not, streaming, and writes
   columns as a JSON object), list_file (its path or URL), row (1-based, header not counted);
 - `rejected/`: every other row with its reason: `download/bad_url` (empty, not http(s), no
   host, longer than a request may be), `download/bad_page_url` (a page URL given that is not
-  one by the same rule: `javascript:`, `data:`, ...), `download/duplicate_url` (the URL of
+  one by the same rule: `javascript:`, `data:`, ...; or whose host is an address the crawler
+  refuses, `http://169.254.169.254/`, unless allowed as for the fetch), `download/duplicate_url` (the URL of
   an earlier row, in this list or one read before), `download/bad_row` (a line the reader
   cannot parse).
 
@@ -70,6 +71,9 @@ class ListOptions:
     page_col: str = ""  # "" for lists without page URLs
     extra_cols: list[str] = field(default_factory=list)
     force: bool = False
+    # The fetcher's address allowances, applied to page URLs too (`page_address_problem`).
+    allow_loopback: bool = False
+    allow_private: bool = False
 
     def columns(self) -> list[str]:
         return [c for c in dict.fromkeys([self.url_col, self.caption_col, self.page_col, *self.extra_cols]) if c]
@@ -354,6 +358,23 @@ def normalise_url(raw: Any) -> tuple[str | None, str | None]:
     return url, None
 
 
+def page_address_problem(url: str, opts: ListOptions) -> str | None:
+    """Why a page URL may not be kept, or None: its host is an address the crawler would refuse
+    to connect to (`lait.crawler.addresses`: loopback, private, link-local, metadata, reserved)
+    under the run's allowances. Only hosts that are addresses are judged (names are not looked
+    up: a page URL is never requested); the page URL reaches shard JSON and the report's links."""
+    from lait.crawler.addresses import AddressPolicy, literal_address
+
+    address = literal_address(urlsplit(url).hostname)
+    if address is None:
+        return None
+    kind = AddressPolicy(allow_loopback=opts.allow_loopback, allow_private=opts.allow_private).refusal([str(address)])
+    if kind is None:
+        return None
+    allow = {"loopback": " (allow with --allow-loopback)", "metadata": ""}.get(kind, " (allow with --allow-private)")
+    return f"names a {kind.replace('_', '-')} address ({address}), one the crawler refuses{allow}"
+
+
 def _text(value: Any) -> str | None:
     if value is None:
         return None
@@ -466,6 +487,9 @@ def _read_list(path: str, fmt: str, work: WorkDir, opts: ListOptions, seen: _Url
                 continue
             # The page URL reaches shard JSON and the report's links: the same rule as the image's.
             page, problem = normalise_url(raw_page) if raw_page else (None, None)
+            if page is not None:
+                problem = page_address_problem(page, opts)
+                page = None if problem else page
             if raw_page and page is None:
                 reject("bad_page_url", url, f"{where}: page URL {problem}", image_url=url,
                        page_url=raw_page, text=caption)

@@ -103,8 +103,10 @@ REASONS: dict[str, str] = {
     "download/bad_url": "the row's URL is empty, not http(s), has no host or is longer than a request "
                         "may be (2083 characters); nothing was fetched.",
     "download/bad_page_url": "the row names a page URL that is not an http(s) URL with a host "
-                             "(javascript:, data:, vbscript:, file:, ...); the row is not kept, "
-                             "nothing was fetched.",
+                             "(javascript:, data:, vbscript:, file:, ...), or whose host is an "
+                             "address the crawler refuses (loopback, private, link-local, cloud "
+                             "metadata, reserved; allowed by --allow-loopback and --allow-private "
+                             "as for the fetch); the row is not kept, nothing was fetched.",
     "download/duplicate_url": "the row's URL is the URL of an earlier row (of this list or of one read "
                               "before into the work directory); the image is fetched once, for the "
                               "first row.",

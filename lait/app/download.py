@@ -119,7 +119,8 @@ def run(cfg: DownloadConfig) -> int:
 
     paths = expand_lists(cfg.lists)
     opts = ListOptions(input_format=cfg.input_format, url_col=cfg.url_col, caption_col=cfg.caption_col,
-                       page_col=cfg.page_col, extra_cols=list(cfg.save_additional_columns), force=cfg.force)
+                       page_col=cfg.page_col, extra_cols=list(cfg.save_additional_columns), force=cfg.force,
+                       allow_loopback=cfg.allow_loopback, allow_private=cfg.allow_private)
     for p in paths:
         # An unknown suffix, a missing column or an empty list fails before the work directory is made.
         check_not_empty(p, list_format(p, cfg.input_format), opts.columns())
