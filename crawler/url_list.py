@@ -13,7 +13,13 @@ compressed or not, streaming, and writes
   one by the same rule: `javascript:`, `data:`, ...; or whose host is an address the crawler
   refuses, `http://169.254.169.254/`, unless allowed as for the fetch), `download/duplicate_url` (the URL of
   an earlier row, in this list or one read before), `download/bad_row` (a line the reader
-  cannot parse).
+  cannot parse, or a JSON line whose caption is not a string).
+
+A file that is not a list of its format (a text file named `.parquet`, binary bytes named
+`.csv`, a `.jsonl` whose first line is no JSON object, a damaged `.gz`) and a Parquet caption
+column that does not hold strings are one-line errors (ConfigError) naming the file, raised by
+the first row's read, before the command writes anything: a caption is text, never Python's
+repr of a list or a float.
 
 The images are fetched afterwards by the crawler's fetcher (`lait.crawler.run.fetch_images`);
 stage 3 makes each caption a candidate text with source `list`.
@@ -38,6 +44,7 @@ import logging
 import lzma
 import re
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -46,6 +53,7 @@ from urllib.parse import urlsplit
 
 from lait import storage
 from lait.config import ConfigError
+from lait.errors import CorruptPart
 from lait.pagereader import fast_absolute, resolve_slow
 from lait.parts import PartitionedWriter, WorkDir, atomic_write_json, input_done, input_marker
 from lait.storage import Location
@@ -57,6 +65,8 @@ FORMATS = ("txt", "csv", "tsv", "jsonl", "parquet")
 COMPRESSIONS = {".gz": lambda f: gzip.GzipFile(fileobj=f), ".bz2": bz2.BZ2File, ".xz": lzma.LZMAFile}
 SUFFIX_FORMATS = {".txt": "txt", ".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl",
                   ".ndjson": "jsonl", ".parquet": "parquet"}
+# A header cell with a character that decoding replaced, or a control character: binary bytes.
+_BINARY = re.compile(r"[\ufffd\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 # Scrapy drops requests for longer URLs (URLLENGTH_LIMIT) without a word: refused here instead.
 MAX_URL_LENGTH = 2083
 
@@ -77,6 +87,10 @@ class ListOptions:
 
     def columns(self) -> list[str]:
         return [c for c in dict.fromkeys([self.url_col, self.caption_col, self.page_col, *self.extra_cols]) if c]
+
+    def text_columns(self) -> list[str]:
+        """Columns whose values must be text: the caption (a list or a float is no caption)."""
+        return [self.caption_col] if self.caption_col else []
 
 
 @dataclass
@@ -158,15 +172,49 @@ class RawRow:
     problem: str | None = None
 
 
-def read_rows(path: str, fmt: str, columns: list[str], typed: Sequence[str] = ()) -> Iterator[RawRow]:
-    """The rows of a list, streaming; ConfigError when a wanted column is missing. `typed`: the
-    columns whose CSV or TSV text becomes the numbers and booleans pyarrow's CSV reader makes of
-    it (`csv_types`), as img2dataset reads such lists; Parquet and JSON carry their own types."""
+# What a file that is not a list of its format, or whose compression is damaged, raises on
+# reading: a ConfigError naming the file instead (`read_rows`).
+_UNREADABLE = (OSError, EOFError, lzma.LZMAError, zlib.error, CorruptPart)
+FORMAT_NAMES = {"txt": "text", "csv": "CSV", "tsv": "TSV", "jsonl": "JSON lines", "parquet": "Parquet"}
+
+
+def read_rows(path: str, fmt: str, columns: list[str], typed: Sequence[str] = (),
+              text: Sequence[str] = ()) -> Iterator[RawRow]:
+    """The rows of a list, streaming. ConfigError, one line naming the file, when a wanted
+    column is missing, when the file is not a list of its format (a text file named `.parquet`,
+    binary bytes named `.csv`, a `.jsonl` whose first line is no JSON object, a damaged `.gz`),
+    and when a column of `text` (the caption) has a Parquet type that is not text. `typed`:
+    the columns whose CSV or TSV text becomes the numbers and booleans pyarrow's CSV reader
+    makes of it (`csv_types`), as img2dataset reads such lists; Parquet and JSON carry their
+    own types. A JSON value of a `text` column that is not a string (a list, a number) makes
+    its row a problem, never Python's repr of it."""
+    import pyarrow as pa
+
+    try:
+        yield from _read_rows(path, fmt, columns, typed, text)
+    except (*_UNREADABLE, pa.ArrowException) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"list {path}: not a readable {FORMAT_NAMES.get(fmt, fmt)} file{_compressed(path)} "
+                          f"({_why(exc)})") from exc
+
+
+def _compressed(path: str) -> str:
+    _, comp = _suffixes(path)
+    return f" compressed as {comp}" if comp else ""
+
+
+def _why(exc: BaseException) -> str:
+    why = exc.detail if isinstance(exc, CorruptPart) else (str(exc) or type(exc).__name__)
+    return " ".join(why.split())[:200]
+
+
+def _read_rows(path: str, fmt: str, columns: list[str], typed: Sequence[str], text: Sequence[str]) -> Iterator[RawRow]:
     loc = storage.location(path)
     if fmt == "parquet":
-        yield from _parquet_rows(loc, path, columns)
+        yield from _parquet_rows(loc, path, columns, text)
     elif fmt == "jsonl":
-        yield from _jsonl_rows(loc, path, columns)
+        yield from _jsonl_rows(loc, path, columns, text)
     elif fmt in ("csv", "tsv"):
         yield from _csv_rows(loc, path, columns, "\t" if fmt == "tsv" else ",", typed)
     elif fmt == "txt":
@@ -184,11 +232,11 @@ def read_rows(path: str, fmt: str, columns: list[str], typed: Sequence[str] = ()
         raise ConfigError(f"unknown list format {fmt!r}; known: {', '.join(FORMATS)}")
 
 
-def check_not_empty(path: str, fmt: str, columns: list[str]) -> None:
+def check_not_empty(path: str, fmt: str, columns: list[str], text: Sequence[str] = ()) -> None:
     """ConfigError when a list holds no row at all (an empty file, a header alone, comments
-    only): a command given nothing to do says so at once, before it writes anything. Reads
-    up to the first row only."""
-    rows = read_rows(path, fmt, columns)
+    only), or cannot be read as its format (`read_rows`): a command given nothing to do, or
+    the wrong file, says so at once, before it writes anything. Reads up to the first row only."""
+    rows = read_rows(path, fmt, columns, text=text)
     try:
         first = next(rows, None)
     finally:
@@ -274,6 +322,10 @@ def _csv_rows(loc: Location, path: str, columns: list[str], delimiter: str,
         if header is None:
             return
         header = [h.strip() for h in header]
+        if any(_BINARY.search(h) for h in header):  # read with errors="replace": bytes that are no UTF-8
+            name = "TSV" if delimiter == "\t" else "CSV"
+            raise ConfigError(f"list {path}: not {name} text: its first line holds bytes that are not "
+                              "UTF-8 text (a binary file?); a list needs a header row naming its columns")
         if any(c not in header for c in columns):
             raise _missing(path, columns, header)
         index = {c: header.index(c) for c in columns}
@@ -300,7 +352,10 @@ def _csv_rows(loc: Location, path: str, columns: list[str], delimiter: str,
             yield RawRow(n, values)
 
 
-def _jsonl_rows(loc: Location, path: str, columns: list[str]) -> Iterator[RawRow]:
+_JSON_TYPES = {dict: "object", list: "list", str: "string", int: "number", float: "number", bool: "boolean"}
+
+
+def _jsonl_rows(loc: Location, path: str, columns: list[str], text: Sequence[str] = ()) -> Iterator[RawRow]:
     with _open_text(loc, path) as f:
         n = 0
         checked = False
@@ -311,23 +366,44 @@ def _jsonl_rows(loc: Location, path: str, columns: list[str]) -> Iterator[RawRow
             try:
                 obj = json.loads(line)
             except ValueError as exc:
-                yield RawRow(n, problem=f"not JSON: {exc}")
-                continue
-            if not isinstance(obj, dict):
-                yield RawRow(n, problem=f"a JSON {type(obj).__name__}, not an object")
+                problem = f"not JSON: {exc}"
+            else:
+                problem = None if isinstance(obj, dict) else f"a JSON {_JSON_TYPES.get(type(obj), 'null')}, not an object"
+            if problem is not None:
+                if not checked:  # its first line is no object: the file is no JSON lines at all
+                    raise ConfigError(f"list {path}: not JSON lines: its first line is {problem}"[:400])
+                yield RawRow(n, problem=problem)
                 continue
             if not checked:  # JSON lines have no header: the first object names the columns
                 if any(c not in obj for c in columns):
                     raise _missing(path, columns, list(obj))
                 checked = True
+            bad = next((c for c in text if obj.get(c) is not None and not isinstance(obj[c], str)), None)
+            if bad is not None:
+                yield RawRow(n, problem=f"its {bad!r} is a JSON {_JSON_TYPES.get(type(obj[bad]), 'value')}, not text")
+                continue
             yield RawRow(n, {c: obj.get(c) for c in columns})
 
 
-def _parquet_rows(loc: Location, path: str, columns: list[str]) -> Iterator[RawRow]:
+def _is_text(t) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t) or pa.types.is_null(t)
+
+
+def _parquet_rows(loc: Location, path: str, columns: list[str], text: Sequence[str] = ()) -> Iterator[RawRow]:
     pf = storage.parquet_file(loc)
-    have = pf.schema_arrow.names
+    schema = pf.schema_arrow
+    have = schema.names
     if any(c not in have for c in columns):
         raise _missing(path, columns, have)
+    for c in text:
+        if c in have and not _is_text(schema.field(c).type):
+            # One type for every row: a wrong --caption-col, said once rather than as a reject per row.
+            raise ConfigError(f"list {path}: column {c!r} holds {schema.field(c).type}, not text; a caption "
+                              f"column must hold strings (name another with --caption-col, or '' for none)")
     n = 0
     for batch in pf.iter_batches(batch_size=8192, columns=columns):
         for values in batch.to_pylist():
@@ -469,7 +545,7 @@ def _read_list(path: str, fmt: str, work: WorkDir, opts: ListOptions, seen: _Url
         rejected[f"{STAGE}/{rule}"] += 1
 
     try:
-        for raw in read_rows(path, fmt, opts.columns(), typed=opts.extra_cols):
+        for raw in read_rows(path, fmt, opts.columns(), typed=opts.extra_cols, text=opts.text_columns()):
             report.rows += 1
             bar.update(1)
             where = f"row {raw.number}"

@@ -111,7 +111,8 @@ REASONS: dict[str, str] = {
                               "before into the work directory); the image is fetched once, for the "
                               "first row.",
     "download/bad_row": "a line of the list that cannot be read (not JSON, a wrong number of fields, "
-                        "an unreadable CSV line).",
+                        "an unreadable CSV line), or a JSON line whose caption is not text (a list, "
+                        "a number, NaN, an object); nothing was fetched.",
     # Stage 2 (`lait filter`): images/ -> images_ok/.
     "filter/noai": "the image was served with X-Robots-Tag noai or noimageai; its bytes were not stored.",
     "filter/status": "the image URL answered a status other than 200 (error http_N, or another 2xx).",

@@ -122,8 +122,9 @@ def run(cfg: DownloadConfig) -> int:
                        page_col=cfg.page_col, extra_cols=list(cfg.save_additional_columns), force=cfg.force,
                        allow_loopback=cfg.allow_loopback, allow_private=cfg.allow_private)
     for p in paths:
-        # An unknown suffix, a missing column or an empty list fails before the work directory is made.
-        check_not_empty(p, list_format(p, cfg.input_format), opts.columns())
+        # An unknown suffix, a file that is not of its format, a missing or non-text caption column
+        # or an empty list fails before the work directory is made.
+        check_not_empty(p, list_format(p, cfg.input_format), opts.columns(), opts.text_columns())
     work = open_work_dir(cfg.out, create=True, n_partitions=cfg.n_partitions or None)
     with locked(work, "lait download"):
         work.write_config("download", cfg.to_yaml())

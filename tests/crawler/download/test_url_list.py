@@ -227,3 +227,25 @@ def test_lait_download_applies_its_address_flags_to_page_urls(tmp_path):
     assert [r["page_url"] for r in work.iter_rows("url_list")] == ["http://127.0.0.1:9/p.html"]
     assert [(r["reason"], r["page_url"]) for r in work.iter_rows("rejected")] == \
         [("download/bad_page_url", "http://169.254.169.254/")]
+
+
+def test_a_json_caption_that_is_not_text_rejects_its_row(tmp_path):
+    """Issue 51: a caption that is a JSON list or number became Python's repr (`"['a', 'b']"`,
+    `"nan"`). JSON lines have no column types, so the row, not the list, is refused, with its
+    reason; a null caption is no caption. (A Parquet caption column of another type is refused
+    whole: tests/lait/test_catalogue.py.)"""
+    path = tmp_path / "list.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"url": "http://a.test/1.jpg", "caption": "a red bus"},
+        {"url": "http://a.test/2.jpg", "caption": ["a", "b"]},
+        {"url": "http://a.test/3.jpg", "caption": None},
+        {"url": "http://a.test/4.jpg", "caption": {"en": "a dog"}},
+    ]) + '{"url": "http://a.test/5.jpg", "caption": NaN}\n')
+    work, (report,) = read(tmp_path / "W", [path])
+    kept, rejected = outcome(work)
+    assert kept == [("http://a.test/1.jpg", "a red bus", None, 1), ("http://a.test/3.jpg", None, None, 3)]
+    assert [(r, d) for r, _, d in rejected] == [
+        ("download/bad_row", "list.jsonl row 2: its 'caption' is a JSON list, not text"),
+        ("download/bad_row", "list.jsonl row 4: its 'caption' is a JSON object, not text"),
+        ("download/bad_row", "list.jsonl row 5: its 'caption' is a JSON number, not text")]
+    assert report.rejected == {"download/bad_row": 3}
