@@ -42,6 +42,7 @@ import itertools
 import json
 import logging
 import lzma
+import math
 import re
 import time
 import zlib
@@ -458,6 +459,19 @@ def _text(value: Any) -> str | None:
     return text if text.strip() else None
 
 
+def _finite(value: Any) -> Any:
+    """`value` with every NaN and infinity as None: JSON has no NaN (`NaN` is no JSON a strict
+    reader takes, and shard JSON refuses it), and a float column's NaN means a missing value, as
+    pandas' and Arrow's JSON writers have it (LAION's `punsafe`, say)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def file_tag(path: str) -> str:
     """Part tag of a list: readable stem plus a hash of its location."""
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", path.rsplit("/", 1)[-1])[:48]
@@ -579,7 +593,7 @@ def _read_list(path: str, fmt: str, work: WorkDir, opts: ListOptions, seen: _Url
             extra = {c: v.get(c) for c in opts.extra_cols}
             parts.write("url_list", parts.partition_of(url), {
                 "image_url": url, "caption": caption, "page_url": page,
-                "extra": json.dumps(extra, ensure_ascii=False, default=str) if extra else None,
+                "extra": json.dumps(_finite(extra), ensure_ascii=False, allow_nan=False, default=str) if extra else None,
                 "list_file": path, "row": raw.number})
             report.kept += 1
         parts.close()

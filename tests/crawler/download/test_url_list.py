@@ -249,3 +249,19 @@ def test_a_json_caption_that_is_not_text_rejects_its_row(tmp_path):
         ("download/bad_row", "list.jsonl row 4: its 'caption' is a JSON object, not text"),
         ("download/bad_row", "list.jsonl row 5: its 'caption' is a JSON number, not text")]
     assert report.rejected == {"download/bad_row": 3}
+
+
+def test_nan_in_a_kept_column_is_null_not_invalid_json(tmp_path):
+    """A float column's NaN (LAION's punsafe has them) was written into `extra` as `NaN`, which
+    no strict JSON reader takes and shard JSON refuses; it is null, a missing value, as pandas'
+    and Arrow's JSON writers write it."""
+    path = tmp_path / "list.parquet"
+    pq.write_table(pa.table({"url": ["http://a.test/1.jpg", "http://a.test/2.jpg"], "caption": ["a", "b"],
+                             "punsafe": [float("nan"), 0.25], "scores": [[1.0, float("inf")], [0.5]]}), path)
+    work, _ = read(tmp_path / "W", [path], extra_cols=["punsafe", "scores"])
+
+    def strict(text):
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in {text}"))
+
+    extras = {r["row"]: strict(r["extra"]) for r in work.iter_rows("url_list")}
+    assert extras == {1: {"punsafe": None, "scores": [1.0, None]}, 2: {"punsafe": 0.25, "scores": [0.5]}}
