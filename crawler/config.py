@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from lait.config import Config, ConfigError, setting
-from lait.urls import is_http_url
+from lait.urls import is_http_url, request_host
 
 
 @dataclass
@@ -188,13 +188,33 @@ class CrawlConfig(FetchConfig, RetrySettings):
                 raise ConfigError(f"{name} must be >= 0")
         if self.redis_url and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
             raise ConfigError(f"redis_url must start with redis://, rediss:// or unix://, got {self.redis_url!r}")
+        self._allowed_hosts()
+
+    def follow_domains(self) -> list[str]:
+        """The domains whose links are followed, as the crawler's requests name their hosts
+        (IDNA: `bücher.example` is `xn--bcher-kva.example`): --allowed-domains, else with
+        --same-site the seeds' hosts, else none (follow every link)."""
+        if not self.allowed_domains:
+            return sorted({urlsplit(u).hostname for u in self.seed_urls()}) if self.same_site else []
+        return self._allowed_hosts()
+
+    def _allowed_hosts(self) -> list[str]:
+        out = []
+        for domain in self.allowed_domains:
+            host = request_host(domain)
+            if host is None:
+                raise ConfigError(f"allowed domain {domain[:200]!r} cannot be written as a host name "
+                                  "(IDNA: a label of 1 to 63 characters)")
+            out.append(host)
+        return out
 
     def seed_urls(self) -> list[str]:
-        """The seed URLs: the URLs given, and the lines of the files given."""
+        """The seed URLs, the URLs given and the lines of the files given, each as the crawler
+        requests it (`_as_requested`: `http://bücher.example/` is `http://xn--bcher-kva.example/`)."""
         urls: list[str] = []
         for seed in self.seeds:
             if is_http_url(seed.strip()):
-                urls.append(seed.strip())
+                urls.append(_as_requested(seed.strip(), "seed"))
                 continue
             path = Path(seed)
             if ":" in seed and not path.is_file():  # javascript:..., file://..., ftp://...
@@ -214,10 +234,24 @@ class CrawlConfig(FetchConfig, RetrySettings):
                     continue
                 if not is_http_url(line):
                     raise ConfigError(f"{path}:{n}: not an http(s) URL: {line!r}")
-                urls.append(line)
+                urls.append(_as_requested(line, f"{path}:{n}: seed"))
         if not urls:
             raise ConfigError("the seeds hold no URL")
         return urls
+
+
+def _as_requested(url: str, where: str) -> str:
+    """A seed as the crawler requests it (the page reader's form of a link: the host in IDNA,
+    the path escaped, no fragment), so that the same-site rule, resume and the tables all see
+    one spelling; ConfigError when its host cannot be written as a DNS name."""
+    from lait.pagereader import resolve_slow
+
+    normal = resolve_slow(url, url)
+    host = urlsplit(normal).hostname if normal else None
+    if not normal or not host or not host.isascii():
+        raise ConfigError(f"{where} {url[:200]!r}: its host cannot be written as a DNS name "
+                          "(IDNA: labels of 1 to 63 characters)")
+    return normal
 
 
 def scrapy_settings(cfg: FetchConfig) -> dict[str, Any]:

@@ -27,6 +27,8 @@ from collections import OrderedDict
 from twisted.internet import defer, threads
 from twisted.internet.error import DNSLookupError
 
+from lait.urls import request_host
+
 log = logging.getLogger(__name__)
 
 NEGATIVE_TTL = 300.0  # seconds a failed lookup is remembered
@@ -35,7 +37,8 @@ NEGATIVE_TTL = 300.0  # seconds a failed lookup is remembered
 def parse_resolve(entries: list[str]) -> dict[str, str]:
     """``HOST:PORT:ADDRESS`` entries (curl's ``--resolve``) as {host: address}.
 
-    PORT is a number or ``*``; ADDRESS an IPv4 or IPv6 address (brackets allowed). Raises
+    HOST may be a Unicode name (kept in its IDNA form, the one requests use); PORT is a number
+    or ``*``; ADDRESS an IPv4 or IPv6 address (brackets allowed). Raises
     ValueError on a malformed entry or on one host given two addresses.
     """
     out: dict[str, str] = {}
@@ -43,7 +46,9 @@ def parse_resolve(entries: list[str]) -> dict[str, str]:
         parts = entry.strip().split(":", 2)
         if len(parts) != 3 or not parts[0]:
             raise ValueError(f"resolve entry {entry!r}: expected HOST:PORT:ADDRESS")
-        host, port, address = parts[0].lower().rstrip("."), parts[1], parts[2].strip("[]")
+        host, port, address = request_host(parts[0]), parts[1], parts[2].strip("[]")
+        if host is None:
+            raise ValueError(f"resolve entry {entry!r}: {parts[0]!r} cannot be written as a host name (IDNA)")
         if port != "*" and not (port.isdigit() and 0 < int(port) < 65536):
             raise ValueError(f"resolve entry {entry!r}: PORT must be a number or *")
         try:

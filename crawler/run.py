@@ -7,8 +7,11 @@ project settings (`lait.crawler.settings`) and the `lait` spider.
 
 Stopping: the first SIGINT (Ctrl-C) or SIGTERM stops the crawl cleanly: the downloads in
 flight are cancelled (their requests go back to the queue), what was fetched is committed,
-one line says how to resume, and the process exits 0; a second signal stops it at once (exit
-1; the rows of open parts are lost, as after a kill, and a resume fetches them again). The
+one line says how to resume, and the stats name the signal (`lait/stop_signal`), from which
+the command exits 128 + its number, 130 or 143, as a shell reports a command a signal ended
+(`stopped_status`): a script tells an interrupted crawl from a finished one. A second signal
+stops it at once (exit 1; the rows of open parts are lost, as after a kill, and a resume
+fetches them again). The
 crawler runs in its own session, so a Ctrl-C on a terminal reaches `crawl`'s process only,
 which passes it on once. A `crawl` process that is killed takes its crawlers with it
 (`lait.lifeline`); they hold the work directory's lock with it until they are gone.
@@ -57,9 +60,20 @@ def crawl_succeeded(reason: str | None) -> bool:
     return reason in SUCCESS_REASONS
 
 
+STOP_SIGNAL_KEY = "lait/stop_signal"
+
+
 def crawl_stopped(reason: str | None) -> bool:
-    """Whether a crawl was stopped cleanly on request (Ctrl-C): it exits 0 and resumes."""
+    """Whether a crawl was stopped cleanly on request (Ctrl-C, SIGTERM): what it fetched is
+    kept and the same command resumes it; the command exits `stopped_status(stats)`."""
     return reason == STOPPED_REASON
+
+
+def stopped_status(stats: dict[str, Any]) -> int:
+    """The exit status of a command whose fetch was stopped by a signal: 128 + the signal's
+    number (130 for SIGINT, 143 for SIGTERM), as a shell reports a command the signal ended
+    and `lait filter` exits; SIGINT's when the stats do not say."""
+    return 128 + int(stats.get(STOP_SIGNAL_KEY) or signal.SIGINT)
 
 
 def crawl(cfg: CrawlConfig, *, timeout: float | None = None, quiet: bool = False) -> dict[str, Any]:
@@ -177,7 +191,7 @@ def merge_stats(all_stats: list[dict[str, Any]]) -> dict[str, Any]:
         for key, value in stats.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue
-            if key in ("elapsed_time_seconds", "lait/retry_after_until") or key.startswith("memusage/"):
+            if key in ("elapsed_time_seconds", "lait/retry_after_until", STOP_SIGNAL_KEY) or key.startswith("memusage/"):
                 out[key] = max(out.get(key, 0), value)
             else:
                 out[key] = out.get(key, 0) + value
@@ -285,6 +299,8 @@ class _Stopper:
     def _stop(self, signum) -> None:
         log.warning("received %s: stopping cleanly, what was fetched is kept (again to stop at once)",
                     signal.Signals(signum).name)
+        if self.crawler.stats is not None:  # the command's exit status (`stopped_status`)
+            self.crawler.stats.set_value(STOP_SIGNAL_KEY, int(signum))
         spider = self.crawler.spider
         if spider is not None and hasattr(spider, "interrupt"):
             spider.interrupt()

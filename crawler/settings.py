@@ -62,6 +62,10 @@ TWISTED_DNS_RESOLVER = "lait.crawler.middlewares.GuardedResolver"
 LAIT_EXCLUDE_DOMAINS = ""  # UT1-format block lists (lait.crawler.exclusions); "" for none
 LAIT_EXCLUDE_URLS = ""
 DOWNLOADER_MIDDLEWARES = {
+    # Scrapy's offsite filter drops a request at scheduling without a word: lait's filters at the
+    # download, where a refusal becomes a crawl/ignored row (lait.crawler.redirects).
+    "scrapy.downloadermiddlewares.offsite.OffsiteMiddleware": None,
+    "lait.crawler.redirects.OffsiteMiddleware": 50,
     # A listed domain or URL is refused first: not its address, not its robots.txt is asked for.
     "lait.crawler.exclusions.ExcludeListMiddleware": 51,
     # After the offsite filter (50): a host marked down, then refused addresses, see nothing.

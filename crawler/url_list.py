@@ -10,9 +10,16 @@ compressed or not, streaming, and writes
   columns as a JSON object), list_file (its path or URL), row (1-based, header not counted);
 - `rejected/`: every other row with its reason: `download/bad_url` (empty, not http(s), no
   host, longer than a request may be), `download/bad_page_url` (a page URL given that is not
-  one by the same rule: `javascript:`, `data:`, ...), `download/duplicate_url` (the URL of
+  one by the same rule: `javascript:`, `data:`, ...; or whose host is an address the crawler
+  refuses, `http://169.254.169.254/`, unless allowed as for the fetch), `download/duplicate_url` (the URL of
   an earlier row, in this list or one read before), `download/bad_row` (a line the reader
-  cannot parse).
+  cannot parse, or a JSON line whose caption is not a string).
+
+A file that is not a list of its format (a text file named `.parquet`, binary bytes named
+`.csv`, a `.jsonl` whose first line is no JSON object, a damaged `.gz`) and a Parquet caption
+column that does not hold strings are one-line errors (ConfigError) naming the file, raised by
+the first row's read, before the command writes anything: a caption is text, never Python's
+repr of a list or a float.
 
 The images are fetched afterwards by the crawler's fetcher (`lait.crawler.run.fetch_images`);
 stage 3 makes each caption a candidate text with source `list`.
@@ -35,8 +42,10 @@ import itertools
 import json
 import logging
 import lzma
+import math
 import re
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -45,6 +54,7 @@ from urllib.parse import urlsplit
 
 from lait import storage
 from lait.config import ConfigError
+from lait.errors import CorruptPart
 from lait.pagereader import fast_absolute, resolve_slow
 from lait.parts import PartitionedWriter, WorkDir, atomic_write_json, input_done, input_marker
 from lait.storage import Location
@@ -56,6 +66,8 @@ FORMATS = ("txt", "csv", "tsv", "jsonl", "parquet")
 COMPRESSIONS = {".gz": lambda f: gzip.GzipFile(fileobj=f), ".bz2": bz2.BZ2File, ".xz": lzma.LZMAFile}
 SUFFIX_FORMATS = {".txt": "txt", ".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl",
                   ".ndjson": "jsonl", ".parquet": "parquet"}
+# A header cell with a character that decoding replaced, or a control character: binary bytes.
+_BINARY = re.compile(r"[\ufffd\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 # Scrapy drops requests for longer URLs (URLLENGTH_LIMIT) without a word: refused here instead.
 MAX_URL_LENGTH = 2083
 
@@ -70,9 +82,16 @@ class ListOptions:
     page_col: str = ""  # "" for lists without page URLs
     extra_cols: list[str] = field(default_factory=list)
     force: bool = False
+    # The fetcher's address allowances, applied to page URLs too (`page_address_problem`).
+    allow_loopback: bool = False
+    allow_private: bool = False
 
     def columns(self) -> list[str]:
         return [c for c in dict.fromkeys([self.url_col, self.caption_col, self.page_col, *self.extra_cols]) if c]
+
+    def text_columns(self) -> list[str]:
+        """Columns whose values must be text: the caption (a list or a float is no caption)."""
+        return [self.caption_col] if self.caption_col else []
 
 
 @dataclass
@@ -154,15 +173,49 @@ class RawRow:
     problem: str | None = None
 
 
-def read_rows(path: str, fmt: str, columns: list[str], typed: Sequence[str] = ()) -> Iterator[RawRow]:
-    """The rows of a list, streaming; ConfigError when a wanted column is missing. `typed`: the
-    columns whose CSV or TSV text becomes the numbers and booleans pyarrow's CSV reader makes of
-    it (`csv_types`), as img2dataset reads such lists; Parquet and JSON carry their own types."""
+# What a file that is not a list of its format, or whose compression is damaged, raises on
+# reading: a ConfigError naming the file instead (`read_rows`).
+_UNREADABLE = (OSError, EOFError, lzma.LZMAError, zlib.error, CorruptPart)
+FORMAT_NAMES = {"txt": "text", "csv": "CSV", "tsv": "TSV", "jsonl": "JSON lines", "parquet": "Parquet"}
+
+
+def read_rows(path: str, fmt: str, columns: list[str], typed: Sequence[str] = (),
+              text: Sequence[str] = ()) -> Iterator[RawRow]:
+    """The rows of a list, streaming. ConfigError, one line naming the file, when a wanted
+    column is missing, when the file is not a list of its format (a text file named `.parquet`,
+    binary bytes named `.csv`, a `.jsonl` whose first line is no JSON object, a damaged `.gz`),
+    and when a column of `text` (the caption) has a Parquet type that is not text. `typed`:
+    the columns whose CSV or TSV text becomes the numbers and booleans pyarrow's CSV reader
+    makes of it (`csv_types`), as img2dataset reads such lists; Parquet and JSON carry their
+    own types. A JSON value of a `text` column that is not a string (a list, a number) makes
+    its row a problem, never Python's repr of it."""
+    import pyarrow as pa
+
+    try:
+        yield from _read_rows(path, fmt, columns, typed, text)
+    except (*_UNREADABLE, pa.ArrowException) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"list {path}: not a readable {FORMAT_NAMES.get(fmt, fmt)} file{_compressed(path)} "
+                          f"({_why(exc)})") from exc
+
+
+def _compressed(path: str) -> str:
+    _, comp = _suffixes(path)
+    return f" compressed as {comp}" if comp else ""
+
+
+def _why(exc: BaseException) -> str:
+    why = exc.detail if isinstance(exc, CorruptPart) else (str(exc) or type(exc).__name__)
+    return " ".join(why.split())[:200]
+
+
+def _read_rows(path: str, fmt: str, columns: list[str], typed: Sequence[str], text: Sequence[str]) -> Iterator[RawRow]:
     loc = storage.location(path)
     if fmt == "parquet":
-        yield from _parquet_rows(loc, path, columns)
+        yield from _parquet_rows(loc, path, columns, text)
     elif fmt == "jsonl":
-        yield from _jsonl_rows(loc, path, columns)
+        yield from _jsonl_rows(loc, path, columns, text)
     elif fmt in ("csv", "tsv"):
         yield from _csv_rows(loc, path, columns, "\t" if fmt == "tsv" else ",", typed)
     elif fmt == "txt":
@@ -180,11 +233,11 @@ def read_rows(path: str, fmt: str, columns: list[str], typed: Sequence[str] = ()
         raise ConfigError(f"unknown list format {fmt!r}; known: {', '.join(FORMATS)}")
 
 
-def check_not_empty(path: str, fmt: str, columns: list[str]) -> None:
+def check_not_empty(path: str, fmt: str, columns: list[str], text: Sequence[str] = ()) -> None:
     """ConfigError when a list holds no row at all (an empty file, a header alone, comments
-    only): a command given nothing to do says so at once, before it writes anything. Reads
-    up to the first row only."""
-    rows = read_rows(path, fmt, columns)
+    only), or cannot be read as its format (`read_rows`): a command given nothing to do, or
+    the wrong file, says so at once, before it writes anything. Reads up to the first row only."""
+    rows = read_rows(path, fmt, columns, text=text)
     try:
         first = next(rows, None)
     finally:
@@ -270,6 +323,10 @@ def _csv_rows(loc: Location, path: str, columns: list[str], delimiter: str,
         if header is None:
             return
         header = [h.strip() for h in header]
+        if any(_BINARY.search(h) for h in header):  # read with errors="replace": bytes that are no UTF-8
+            name = "TSV" if delimiter == "\t" else "CSV"
+            raise ConfigError(f"list {path}: not {name} text: its first line holds bytes that are not "
+                              "UTF-8 text (a binary file?); a list needs a header row naming its columns")
         if any(c not in header for c in columns):
             raise _missing(path, columns, header)
         index = {c: header.index(c) for c in columns}
@@ -296,7 +353,10 @@ def _csv_rows(loc: Location, path: str, columns: list[str], delimiter: str,
             yield RawRow(n, values)
 
 
-def _jsonl_rows(loc: Location, path: str, columns: list[str]) -> Iterator[RawRow]:
+_JSON_TYPES = {dict: "object", list: "list", str: "string", int: "number", float: "number", bool: "boolean"}
+
+
+def _jsonl_rows(loc: Location, path: str, columns: list[str], text: Sequence[str] = ()) -> Iterator[RawRow]:
     with _open_text(loc, path) as f:
         n = 0
         checked = False
@@ -307,23 +367,44 @@ def _jsonl_rows(loc: Location, path: str, columns: list[str]) -> Iterator[RawRow
             try:
                 obj = json.loads(line)
             except ValueError as exc:
-                yield RawRow(n, problem=f"not JSON: {exc}")
-                continue
-            if not isinstance(obj, dict):
-                yield RawRow(n, problem=f"a JSON {type(obj).__name__}, not an object")
+                problem = f"not JSON: {exc}"
+            else:
+                problem = None if isinstance(obj, dict) else f"a JSON {_JSON_TYPES.get(type(obj), 'null')}, not an object"
+            if problem is not None:
+                if not checked:  # its first line is no object: the file is no JSON lines at all
+                    raise ConfigError(f"list {path}: not JSON lines: its first line is {problem}"[:400])
+                yield RawRow(n, problem=problem)
                 continue
             if not checked:  # JSON lines have no header: the first object names the columns
                 if any(c not in obj for c in columns):
                     raise _missing(path, columns, list(obj))
                 checked = True
+            bad = next((c for c in text if obj.get(c) is not None and not isinstance(obj[c], str)), None)
+            if bad is not None:
+                yield RawRow(n, problem=f"its {bad!r} is a JSON {_JSON_TYPES.get(type(obj[bad]), 'value')}, not text")
+                continue
             yield RawRow(n, {c: obj.get(c) for c in columns})
 
 
-def _parquet_rows(loc: Location, path: str, columns: list[str]) -> Iterator[RawRow]:
+def _is_text(t) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t) or pa.types.is_null(t)
+
+
+def _parquet_rows(loc: Location, path: str, columns: list[str], text: Sequence[str] = ()) -> Iterator[RawRow]:
     pf = storage.parquet_file(loc)
-    have = pf.schema_arrow.names
+    schema = pf.schema_arrow
+    have = schema.names
     if any(c not in have for c in columns):
         raise _missing(path, columns, have)
+    for c in text:
+        if c in have and not _is_text(schema.field(c).type):
+            # One type for every row: a wrong --caption-col, said once rather than as a reject per row.
+            raise ConfigError(f"list {path}: column {c!r} holds {schema.field(c).type}, not text; a caption "
+                              f"column must hold strings (name another with --caption-col, or '' for none)")
     n = 0
     for batch in pf.iter_batches(batch_size=8192, columns=columns):
         for values in batch.to_pylist():
@@ -354,11 +435,41 @@ def normalise_url(raw: Any) -> tuple[str | None, str | None]:
     return url, None
 
 
+def page_address_problem(url: str, opts: ListOptions) -> str | None:
+    """Why a page URL may not be kept, or None: its host is an address the crawler would refuse
+    to connect to (`lait.crawler.addresses`: loopback, private, link-local, metadata, reserved)
+    under the run's allowances. Only hosts that are addresses are judged (names are not looked
+    up: a page URL is never requested); the page URL reaches shard JSON and the report's links."""
+    from lait.crawler.addresses import AddressPolicy, literal_address
+
+    address = literal_address(urlsplit(url).hostname)
+    if address is None:
+        return None
+    kind = AddressPolicy(allow_loopback=opts.allow_loopback, allow_private=opts.allow_private).refusal([str(address)])
+    if kind is None:
+        return None
+    allow = {"loopback": " (allow with --allow-loopback)", "metadata": ""}.get(kind, " (allow with --allow-private)")
+    return f"names a {kind.replace('_', '-')} address ({address}), one the crawler refuses{allow}"
+
+
 def _text(value: Any) -> str | None:
     if value is None:
         return None
     text = value if isinstance(value, str) else str(value)
     return text if text.strip() else None
+
+
+def _finite(value: Any) -> Any:
+    """`value` with every NaN and infinity as None: JSON has no NaN (`NaN` is no JSON a strict
+    reader takes, and shard JSON refuses it), and a float column's NaN means a missing value, as
+    pandas' and Arrow's JSON writers have it (LAION's `punsafe`, say)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def file_tag(path: str) -> str:
@@ -448,7 +559,7 @@ def _read_list(path: str, fmt: str, work: WorkDir, opts: ListOptions, seen: _Url
         rejected[f"{STAGE}/{rule}"] += 1
 
     try:
-        for raw in read_rows(path, fmt, opts.columns(), typed=opts.extra_cols):
+        for raw in read_rows(path, fmt, opts.columns(), typed=opts.extra_cols, text=opts.text_columns()):
             report.rows += 1
             bar.update(1)
             where = f"row {raw.number}"
@@ -466,6 +577,9 @@ def _read_list(path: str, fmt: str, work: WorkDir, opts: ListOptions, seen: _Url
                 continue
             # The page URL reaches shard JSON and the report's links: the same rule as the image's.
             page, problem = normalise_url(raw_page) if raw_page else (None, None)
+            if page is not None:
+                problem = page_address_problem(page, opts)
+                page = None if problem else page
             if raw_page and page is None:
                 reject("bad_page_url", url, f"{where}: page URL {problem}", image_url=url,
                        page_url=raw_page, text=caption)
@@ -479,7 +593,7 @@ def _read_list(path: str, fmt: str, work: WorkDir, opts: ListOptions, seen: _Url
             extra = {c: v.get(c) for c in opts.extra_cols}
             parts.write("url_list", parts.partition_of(url), {
                 "image_url": url, "caption": caption, "page_url": page,
-                "extra": json.dumps(extra, ensure_ascii=False, default=str) if extra else None,
+                "extra": json.dumps(_finite(extra), ensure_ascii=False, allow_nan=False, default=str) if extra else None,
                 "list_file": path, "row": raw.number})
             report.kept += 1
         parts.close()

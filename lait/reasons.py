@@ -103,13 +103,16 @@ REASONS: dict[str, str] = {
     "download/bad_url": "the row's URL is empty, not http(s), has no host or is longer than a request "
                         "may be (2083 characters); nothing was fetched.",
     "download/bad_page_url": "the row names a page URL that is not an http(s) URL with a host "
-                             "(javascript:, data:, vbscript:, file:, ...); the row is not kept, "
-                             "nothing was fetched.",
+                             "(javascript:, data:, vbscript:, file:, ...), or whose host is an "
+                             "address the crawler refuses (loopback, private, link-local, cloud "
+                             "metadata, reserved; allowed by --allow-loopback and --allow-private "
+                             "as for the fetch); the row is not kept, nothing was fetched.",
     "download/duplicate_url": "the row's URL is the URL of an earlier row (of this list or of one read "
                               "before into the work directory); the image is fetched once, for the "
                               "first row.",
     "download/bad_row": "a line of the list that cannot be read (not JSON, a wrong number of fields, "
-                        "an unreadable CSV line).",
+                        "an unreadable CSV line), or a JSON line whose caption is not text (a list, "
+                        "a number, NaN, an object); nothing was fetched.",
     # Stage 2 (`lait filter`): images/ -> images_ok/.
     "filter/noai": "the image was served with X-Robots-Tag noai or noimageai; its bytes were not stored.",
     "filter/status": "the image URL answered a status other than 200 (error http_N, or another 2xx).",

@@ -36,3 +36,18 @@ def is_http_url(url: object) -> bool:
         return parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
     except ValueError:  # an invalid IPv6 literal or port
         return False
+
+
+def request_host(host: str) -> str | None:
+    """`host` as the crawler requests and compares it: lower case, each non-ASCII label in its
+    IDNA form (`bücher.example` -> `xn--bcher-kva.example`), as Scrapy's requests and the page
+    reader's links write it (w3lib's `safe_url_string`); None when it cannot be written so
+    (a label longer than 63 characters, say). Seeds, allowed domains and `--resolve` names go
+    through it, so a Unicode name given by a user matches the name the crawler sees."""
+    from w3lib.url import safe_url_string
+
+    try:
+        encoded = urlsplit(safe_url_string(f"http://{host.strip().rstrip('.')}/")).hostname
+    except ValueError:
+        return None
+    return encoded if encoded and encoded.isascii() else None

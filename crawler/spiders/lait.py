@@ -120,9 +120,9 @@ class LaitSpider(scrapy.Spider):
         self.stats_json = stats_json
         self.run_id = new_run_id()
         self.seeds = config.seed_urls()
-        self.allowed_domains = list(config.allowed_domains) or (
-            sorted({urlsplit(u).hostname for u in self.seeds if urlsplit(u).hostname})
-            if config.same_site else [])
+        # In the form the requests name their hosts (IDNA), or the offsite filter drops a seed
+        # `http://bücher.example/` (`lait.crawler.redirects.OffsiteMiddleware` says so in a row).
+        self.allowed_domains = config.follow_domains()
         self.pages_seen = 0  # pages in the output: committed before this run, and written now
         self.done_pages: set[str] = set()
         self.done_images: set[str] = set()
@@ -383,22 +383,26 @@ class LaitSpider(scrapy.Spider):
             self._count("interrupted")
             yield request.replace(dont_filter=True)
             return
+        if isinstance(exc, IgnoreRequest):
+            # A redirect's request is refused under the URL the page linked (the one a resume
+            # must not request again); the detail names where it was sent.
+            first = request.meta.get("redirect_urls", [request.url])[0]
+            detail = str(exc) if first == request.url else f"redirected to {request.url}: {exc}"
         if isinstance(exc, AddressRefused):
             self._count(exc.reason)
-            yield self._rejected(f"crawl/{exc.reason}", kind, request.url, referer, str(exc))
+            yield self._rejected(f"crawl/{exc.reason}", kind, first, referer, detail)
             return
         reason = getattr(exc, "reason", None)
         if isinstance(exc, IgnoreRequest) and isinstance(reason, str) and reason.startswith("crawl/"):
             # robots.txt, an unreachable robots.txt, TDMRep, a host marked down
             self._count(reason.split("/", 1)[1])
-            yield self._rejected(reason, kind, request.url, referer, str(exc))
+            yield self._rejected(reason, kind, first, referer, detail)
             return
         if isinstance(exc, IgnoreRequest):
             # Dropped inside Scrapy's own middlewares: still a row, with the rule that dropped it.
             rule = _ignored_rule(str(exc))
             self._count(rule.split("/", 1)[1])
-            first = request.meta.get("redirect_urls", [request.url])[0]  # the URL the page linked
-            yield self._rejected(rule, kind, first, referer, str(exc))
+            yield self._rejected(rule, kind, first, referer, detail)
             return
         error = f"download/{type(exc).__name__}"
         self._count(f"{kind}_download_error")

@@ -24,8 +24,10 @@ private, link-local and cloud-metadata addresses are refused after DNS resolutio
 rejected/ as crawl/refused_<kind>) unless --allow-loopback / --allow-private.
 --retry-failed then fetches again the images that failed for a transient reason (timeouts,
 refused connections, 408, 429, 5xx, hosts marked down), after --retry-delay and any Retry-After.
-Ctrl-C stops cleanly (exit 0). A crawl into a work directory that already holds pages resumes
-it: pages and images already there are not fetched again, even after the crawler was killed.
+Ctrl-C (or SIGTERM) stops cleanly: what was fetched is kept and the command exits 130 (143
+for SIGTERM), so a script tells an interrupted crawl from a finished one. A crawl into a work
+directory that already holds pages resumes it: pages and images already there are not fetched
+again, even after the crawler was killed.
 
 {fetch_errors_help()}
 
@@ -34,7 +36,7 @@ it: pages and images already there are not fetched again, even after the crawler
 
 
 def run(cfg) -> int:
-    from lait.crawler.run import crawl, crawl_stopped, crawl_succeeded
+    from lait.crawler.run import crawl, crawl_stopped, crawl_succeeded, stopped_status
 
     stats = crawl(cfg)
     if cfg.retry_failed and crawl_succeeded(stats.get("finish_reason")):
@@ -43,7 +45,9 @@ def run(cfg) -> int:
                if k.startswith("crawl/") or k in ("finish_reason", "elapsed_time_seconds")}
     print(json.dumps(summary, indent=1), file=sys.stderr)
     reason = stats.get("finish_reason")
-    return 0 if crawl_succeeded(reason) or crawl_stopped(reason) else 1
+    if crawl_stopped(reason):
+        return stopped_status(stats)
+    return 0 if crawl_succeeded(reason) else 1
 
 
 def _retry_failed(cfg, stats: dict) -> dict:

@@ -40,7 +40,8 @@ either. --input-format auto tells them apart by suffix.
 
 reruns: each list writes parts tagged with its path and a marker in WORK/_done/download/; a list
 already read is skipped (--force reads it again), and images already in images/ are not fetched
-again, so the same command resumes an interrupted download. Ctrl-C stops cleanly (exit 0).
+again, so the same command resumes an interrupted download. Ctrl-C (or SIGTERM) stops cleanly,
+keeping what was fetched, and exits 130 (143 for SIGTERM).
 
 examples:
   lait download urls.csv --out work/ --caption-col caption
@@ -111,17 +112,19 @@ def summary(reports, stats: dict | None) -> str:
 
 def run(cfg: DownloadConfig) -> int:
     from lait.crawler.config import ImageFetchConfig
-    from lait.crawler.run import crawl_stopped, crawl_succeeded, default_processes, fetch_images
+    from lait.crawler.run import crawl_stopped, crawl_succeeded, default_processes, fetch_images, stopped_status
     from lait.crawler.url_list import ListOptions, check_not_empty, expand_lists, list_format, read_lists
     from lait.drivers import open_work_dir
     from lait.lock import locked
 
     paths = expand_lists(cfg.lists)
     opts = ListOptions(input_format=cfg.input_format, url_col=cfg.url_col, caption_col=cfg.caption_col,
-                       page_col=cfg.page_col, extra_cols=list(cfg.save_additional_columns), force=cfg.force)
+                       page_col=cfg.page_col, extra_cols=list(cfg.save_additional_columns), force=cfg.force,
+                       allow_loopback=cfg.allow_loopback, allow_private=cfg.allow_private)
     for p in paths:
-        # An unknown suffix, a missing column or an empty list fails before the work directory is made.
-        check_not_empty(p, list_format(p, cfg.input_format), opts.columns())
+        # An unknown suffix, a file that is not of its format, a missing or non-text caption column
+        # or an empty list fails before the work directory is made.
+        check_not_empty(p, list_format(p, cfg.input_format), opts.columns(), opts.text_columns())
     work = open_work_dir(cfg.out, create=True, n_partitions=cfg.n_partitions or None)
     with locked(work, "lait download"):
         work.write_config("download", cfg.to_yaml())
@@ -140,7 +143,7 @@ def run(cfg: DownloadConfig) -> int:
     reason = stats.get("finish_reason")
     if crawl_stopped(reason):
         print(f"lait download: stopped; run the same command again to resume ({work.url})", file=sys.stderr)
-        return 0
+        return stopped_status(stats)
     return 0 if crawl_succeeded(reason) else 1
 
 

@@ -131,7 +131,7 @@ def format_summary(reports) -> str:
 def run(cfg: WarcIngestConfig) -> int:
     from lait.crawler.archive_inputs import expand_archives
     from lait.crawler.config import ImageFetchConfig
-    from lait.crawler.run import crawl_stopped, crawl_succeeded, default_processes, fetch_images
+    from lait.crawler.run import crawl_stopped, crawl_succeeded, default_processes, fetch_images, stopped_status
     from lait.crawler.warc_ingest import IngestOptions, ingest_files
     from lait.drivers import open_work_dir
     from lait.lock import locked
@@ -163,8 +163,10 @@ def run(cfg: WarcIngestConfig) -> int:
             log.warning("%s: %d damage notes (recorded in rejected/ as ingest/...)", r.path, len(r.damage))
     if any(r.failed for r in reports):
         return 1
-    if stats is not None and not (crawl_succeeded(stats.get("finish_reason"))
-                                  or crawl_stopped(stats.get("finish_reason"))):
+    if stats is not None and crawl_stopped(stats.get("finish_reason")):
+        print(f"lait ingest-warc: stopped; run the same command again to resume ({work.url})", file=sys.stderr)
+        return stopped_status(stats)
+    if stats is not None and not crawl_succeeded(stats.get("finish_reason")):
         return 1
     if cfg.strict and any(r.damage for r in reports):
         return 1

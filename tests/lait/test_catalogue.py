@@ -130,7 +130,54 @@ FINETUNE = ["train", "finetune", "--init-from", "{tmp}/ck.pt", "--shards", "{sha
             "--output-dir", "{tmp}/out", "--set", "data.num_workers=0", "--set", "stage.steps=1", "-q"]
 RANDOM_BYTES = bytes(range(256)) * 8
 
+def _parquet(name: str, **columns: list) -> Callable[[Path], None]:
+    def write(tmp: Path) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table(columns), tmp / name)
+    return write
+
+
+def _damaged_gzip(tmp: Path) -> None:
+    rows = "url,caption\n" + "".join(f"http://a.test/{i}.jpg,photo {i}\n" for i in range(2000))
+    data = gzip.compress(rows.encode())
+    (tmp / "list.csv.gz").write_bytes(data[: len(data) // 2])
+
+
+# `lait download` of a list that is not what its name says, or whose caption column is no text:
+# one line naming the file, and nothing written (issue 51).
+DOWNLOAD = ["download", "{tmp}/LIST", "--out", "{tmp}/dl", "--no-fetch", "--no-progress"]
+TWO_URLS = ["http://a.test/1.jpg", "http://a.test/2.jpg"]
+
+
+def _download(name: str) -> list[str]:
+    return [a.replace("LIST", name) for a in DOWNLOAD]
+
+
 MISTAKES = [
+    Mistake("download: a text file named .parquet", _download("list.parquet"),
+            "list.parquet: not a readable Parquet file (Parquet magic bytes not found",
+            _files(**{"list.parquet": "url,caption\nhttp://a.test/1.jpg,a photo\n"})),
+    Mistake("download: a .jsonl that is not JSON", _download("list.jsonl"),
+            "list.jsonl: not JSON lines: its first line is not JSON",
+            _files(**{"list.jsonl": "url,caption\nhttp://a.test/1.jpg,a photo\n"})),
+    Mistake("download: a .jsonl of JSON lists", _download("list.jsonl"),
+            "list.jsonl: not JSON lines: its first line is a JSON list, not an object",
+            _files(**{"list.jsonl": '["http://a.test/1.jpg", "a photo"]\n'})),
+    Mistake("download: a binary .csv", _download("list.csv"), "list.csv: not CSV text",
+            _files(**{"list.csv": RANDOM_BYTES})),
+    Mistake("download: a damaged .csv.gz", _download("list.csv.gz"),
+            "list.csv.gz: not a readable CSV file compressed as .gz (Compressed file ended", _damaged_gzip),
+    Mistake("download: a .csv.gz that is not gzip", _download("list.csv.gz"),
+            "list.csv.gz: not a readable CSV file compressed as .gz (Not a gzipped file",
+            _files(**{"list.csv.gz": "url,caption\nhttp://a.test/1.jpg,a photo\n"})),
+    Mistake("download: a Parquet caption column of lists", _download("list.parquet"),
+            "column 'caption' holds list<element: string>, not text",
+            _parquet("list.parquet", url=TWO_URLS, caption=[["a", "b"], ["c"]])),
+    Mistake("download: a Parquet caption column of floats", _download("list.parquet"),
+            "column 'caption' holds double, not text",
+            _parquet("list.parquet", url=TWO_URLS, caption=[float("nan"), 0.5])),
     Mistake("seeds file not UTF-8", ["crawl", "--seeds", "{tmp}/seeds.txt", "--out", "{tmp}/w"],
             "seeds.txt: not UTF-8 text (byte 0xff at offset 15)",
             _files(**{"seeds.txt": b"http://a.test/\n\xff\xfehttp://b.test/\n"})),
@@ -216,6 +263,7 @@ def test_a_user_mistake_is_one_line_and_exit_2(case, tmp_path, capsys, train_inp
     assert err.startswith(f"lait {argv[0]}") and case.expect in err, err
     assert not (tmp_path / "PWNED").exists()  # nothing in a checkpoint ran
     assert not (tmp_path / "out" / "checkpoints").exists()  # nothing trained
+    assert not (tmp_path / "dl").exists()  # nothing downloaded, not even a work directory
 
 
 def test_the_lait_command_itself_says_it_in_one_line(tmp_path, train_inputs, python):
@@ -303,6 +351,13 @@ CRAWL_CASES = [
                                   "/loop/b.html": Route(status=302, headers={"Location": "/loop/a.html"})},
               "crawl/redirect_loop", "/loop/a.html"),
     CrawlCase("a URL longer than Scrapy's limit", {}, "crawl/url_too_long", "/long/" + "x" * 2100 + ".html"),
+    # Issue 51: Scrapy's offsite filter dropped the redirect at scheduling, without a row.
+    CrawlCase("a redirect to a private address", {"/redir/private.html": Route(
+        status=302, headers={"Location": "http://10.0.0.1/admin"})}, "crawl/ignored", "/redir/private.html"),
+    # Followed everywhere, the address guard refuses it: the row names the page linked, not 10.0.0.1.
+    CrawlCase("a redirect to a private address, links followed everywhere", {"/redir/anywhere.html": Route(
+        status=302, headers={"Location": "http://10.0.0.2/admin"})}, "crawl/refused_private",
+        "/redir/anywhere.html", flags=("--allow-loopback", "--no-same-site")),
 ] + [
     # The address guard's hole: with --allow-private, no spelling of this machine gets through.
     CrawlCase(f"this machine as {host} under --allow-private", {}, "crawl/refused_loopback",

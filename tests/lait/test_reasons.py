@@ -92,7 +92,7 @@ def _rules_in(tree: ast.AST) -> set[str]:
 
 def _address_kinds() -> set[str]:
     """What `classify_address` can return: a non-public kind is the reason crawl/refused_KIND."""
-    tree = ast.parse((REPO / "crawler/middlewares.py").read_text())
+    tree = ast.parse((REPO / "crawler/addresses.py").read_text())
     (fn,) = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "classify_address"]
     return {s for r in ast.walk(fn) if isinstance(r, ast.Return) for s in _strings(r.value)} - {"public"}
 

@@ -179,7 +179,7 @@ def test_stop_and_resume_fetches_each_image_once(coco, tmp_path):
             time.sleep(0.1)
         os.kill(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err[-3000:]
+        assert proc.returncode == 130, err[-3000:]  # stopped, not finished (issue 51)
         assert "run the same command again to resume" in err
         first = WorkDir(tmp_path / "W").count("images")
         assert 0 < first < len(rows)
@@ -199,7 +199,7 @@ def test_stop_and_resume_fetches_each_image_once(coco, tmp_path):
 
 def test_fetcher_processes_split_the_hosts_and_add_up_their_stats():
     from lait.crawler.config import host_share
-    from lait.crawler.run import merge_stats
+    from lait.crawler.run import merge_stats, stopped_status
 
     urls = [f"http://h{i}.test/{j}.jpg" for i in range(40) for j in range(3)]
     shares = {u: host_share(u, 3) for u in urls}
@@ -207,10 +207,12 @@ def test_fetcher_processes_split_the_hosts_and_add_up_their_stats():
         assert len({shares[f"http://h{i}.test/{j}.jpg"] for j in range(3)}) == 1
     assert set(shares.values()) == {0, 1, 2}  # ... and every process gets hosts
     merged = merge_stats([
-        {"crawl/image_ok": 3, "elapsed_time_seconds": 5.0, "finish_reason": "finished", "memusage/max": 10},
+        {"crawl/image_ok": 3, "elapsed_time_seconds": 5.0, "finish_reason": "shutdown", "memusage/max": 10,
+         "lait/stop_signal": 15},
         {"crawl/image_ok": 4, "crawl/host_down": 1, "elapsed_time_seconds": 7.0, "finish_reason": "shutdown",
-         "memusage/max": 8}])
+         "memusage/max": 8, "lait/stop_signal": 15}])
     assert merged == {"crawl/image_ok": 7, "crawl/host_down": 1, "elapsed_time_seconds": 7.0,
-                      "memusage/max": 10, "finish_reason": "shutdown"}
+                      "memusage/max": 10, "finish_reason": "shutdown", "lait/stop_signal": 15}
+    assert stopped_status(merged) == 143  # one SIGTERM, whatever the number of processes (issue 51)
     assert merge_stats([{"finish_reason": "finished"}, {"finish_reason": "closespider_error"}])["finish_reason"] \
         == "closespider_error"

@@ -181,3 +181,87 @@ def test_url_normalisation():
     assert normalise_url("example.test/x.jpg") == (None, "not an http(s) URL")
     assert normalise_url(None) == (None, "empty URL")
     assert normalise_url("http://a.test/" + "x" * 3000)[1].startswith("longer than 2083")
+
+
+PRIVATE_PAGES = {  # page URL -> what the crawler would call its address
+    "http://169.254.169.254/latest/meta-data/": "metadata", "http://10.0.0.1/admin": "private",
+    "http://[::1]:8080/": "loopback", "http://0x7f.1/": "loopback", "http://localhost/x": "loopback",
+    "http://169.254.1.1/": "link-local", "http://photos.test/page.html": None, "http://93.184.216.34/": None,
+}
+
+
+@pytest.mark.parametrize("allow,kept", [
+    ({}, {None}),
+    ({"allow_loopback": True}, {None, "loopback"}),
+    ({"allow_private": True}, {None, "private", "link-local"}),  # never metadata
+])
+def test_a_page_url_at_an_address_the_crawler_refuses_is_rejected(tmp_path, allow, kept):
+    """Issue 51: a page column of `http://169.254.169.254/` was kept and reached shard JSON as
+    page_url. The crawler's address rule applies to the page URLs of a list, with the same
+    allowances, and the row is rejected with its reason, as a `javascript:` page URL is."""
+    rows = [{"url": f"http://img.test/{i}.jpg", "caption": "a photo", "page": page}
+            for i, page in enumerate(PRIVATE_PAGES)]
+    path = write_csv(tmp_path / "pages.csv", rows)
+    work, (report,) = read(tmp_path / "W", [path], page_col="page", **allow)
+    got = {r["page_url"] for r in work.iter_rows("url_list")}
+    assert got == {p for p, kind in PRIVATE_PAGES.items() if kind in kept}
+    refused = {p: kind for p, kind in PRIVATE_PAGES.items() if kind not in kept}
+    assert report.rejected == {"download/bad_page_url": len(refused)}
+    details = {r["page_url"]: r["detail"] for r in work.iter_rows("rejected")}
+    for page, kind in refused.items():
+        assert f"page URL names a {kind} address" in details[page], details
+
+
+def test_lait_download_applies_its_address_flags_to_page_urls(tmp_path):
+    import subprocess
+    import sys
+
+    rows = [{"url": "http://img.test/1.jpg", "caption": "a photo", "page": "http://127.0.0.1:9/p.html"},
+            {"url": "http://img.test/2.jpg", "caption": "a photo", "page": "http://169.254.169.254/"}]
+    path = write_csv(tmp_path / "pages.csv", rows)
+    done = subprocess.run([sys.executable, "-m", "lait", "download", str(path), "--out", str(tmp_path / "W"),
+                           "--page-col", "page", "--allow-loopback", "--no-fetch", "--no-progress", "-q"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    work = WorkDir(tmp_path / "W")
+    assert [r["page_url"] for r in work.iter_rows("url_list")] == ["http://127.0.0.1:9/p.html"]
+    assert [(r["reason"], r["page_url"]) for r in work.iter_rows("rejected")] == \
+        [("download/bad_page_url", "http://169.254.169.254/")]
+
+
+def test_a_json_caption_that_is_not_text_rejects_its_row(tmp_path):
+    """Issue 51: a caption that is a JSON list or number became Python's repr (`"['a', 'b']"`,
+    `"nan"`). JSON lines have no column types, so the row, not the list, is refused, with its
+    reason; a null caption is no caption. (A Parquet caption column of another type is refused
+    whole: tests/lait/test_catalogue.py.)"""
+    path = tmp_path / "list.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"url": "http://a.test/1.jpg", "caption": "a red bus"},
+        {"url": "http://a.test/2.jpg", "caption": ["a", "b"]},
+        {"url": "http://a.test/3.jpg", "caption": None},
+        {"url": "http://a.test/4.jpg", "caption": {"en": "a dog"}},
+    ]) + '{"url": "http://a.test/5.jpg", "caption": NaN}\n')
+    work, (report,) = read(tmp_path / "W", [path])
+    kept, rejected = outcome(work)
+    assert kept == [("http://a.test/1.jpg", "a red bus", None, 1), ("http://a.test/3.jpg", None, None, 3)]
+    assert [(r, d) for r, _, d in rejected] == [
+        ("download/bad_row", "list.jsonl row 2: its 'caption' is a JSON list, not text"),
+        ("download/bad_row", "list.jsonl row 4: its 'caption' is a JSON object, not text"),
+        ("download/bad_row", "list.jsonl row 5: its 'caption' is a JSON number, not text")]
+    assert report.rejected == {"download/bad_row": 3}
+
+
+def test_nan_in_a_kept_column_is_null_not_invalid_json(tmp_path):
+    """A float column's NaN (LAION's punsafe has them) was written into `extra` as `NaN`, which
+    no strict JSON reader takes and shard JSON refuses; it is null, a missing value, as pandas'
+    and Arrow's JSON writers write it."""
+    path = tmp_path / "list.parquet"
+    pq.write_table(pa.table({"url": ["http://a.test/1.jpg", "http://a.test/2.jpg"], "caption": ["a", "b"],
+                             "punsafe": [float("nan"), 0.25], "scores": [[1.0, float("inf")], [0.5]]}), path)
+    work, _ = read(tmp_path / "W", [path], extra_cols=["punsafe", "scores"])
+
+    def strict(text):
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in {text}"))
+
+    extras = {r["row"]: strict(r["extra"]) for r in work.iter_rows("url_list")}
+    assert extras == {1: {"punsafe": None, "scores": [1.0, None]}, 2: {"punsafe": 0.25, "scores": [0.5]}}

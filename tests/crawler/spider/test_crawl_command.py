@@ -66,6 +66,26 @@ def test_seeds_file_and_bad_seeds(tmp_path):
             CrawlConfig(seeds=[str(seeds)], out="w").seed_urls()
 
 
+def test_unicode_hosts_are_named_as_the_crawler_requests_them():
+    """Issue 51: seeds, the same-site domains and --allowed-domains in their IDNA form, the one
+    Scrapy's requests and the page reader's links have; a host with no such form is one line."""
+    from lait.crawler.config import CrawlConfig
+    from lait.crawler.dns import parse_resolve
+
+    cfg = CrawlConfig(seeds=["http://Bücher.example/ä", "https://a.example/x#top"], out="w")
+    assert cfg.seed_urls() == ["http://xn--bcher-kva.example/%C3%A4", "https://a.example/x"]
+    assert cfg.follow_domains() == ["a.example", "xn--bcher-kva.example"]
+    assert CrawlConfig(seeds=["http://a.example/"], out="w", same_site=False).follow_domains() == []
+    cfg = CrawlConfig(seeds=["http://a.example/"], out="w", allowed_domains=["BÜCHER.example", "a.example"])
+    assert cfg.follow_domains() == ["xn--bcher-kva.example", "a.example"]
+    assert parse_resolve(["bücher.example:*:127.0.0.1"]) == {"xn--bcher-kva.example": "127.0.0.1"}
+    long_label = "ü" * 70 + ".example"
+    with pytest.raises(ConfigError, match="cannot be written as a DNS name"):
+        CrawlConfig(seeds=[f"http://{long_label}/"], out="w").seed_urls()
+    with pytest.raises(ConfigError, match="cannot be written as a host name"):
+        CrawlConfig(seeds=["http://a.example/"], out="w", allowed_domains=[long_label]).validate()
+
+
 @pytest.mark.parametrize("argv,message", [
     (["crawl", "--out", "w"], "seed"),
     (["crawl", "--seeds", "http://a/"], "work directory"),

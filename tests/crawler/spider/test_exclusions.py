@@ -158,10 +158,14 @@ def test_crawl_never_asks_a_listed_domain(site, lists, tmp_path):
         "bad.test/page.html": "crawl/excluded_domain",
         "cdn.bad.test/img/b.jpg": "crawl/excluded_domain",
         "bad.test/img/f.jpg": "crawl/excluded_domain",
-        "cdn.bad.test/img/g.jpg": "crawl/excluded_domain",  # the redirect's target
+        # A redirect is refused under the URL the page showed (the one a resume or a rerun must
+        # not request again); its detail names the target.
+        "good.test/img/redirect.jpg": "crawl/excluded_domain",
         "good.test/private/page.html": "crawl/excluded_url",
         "other.test/listed/d.jpg": "crawl/excluded_url",
     }
+    details = {_tail(r["image_url"] or r["page_url"]): r["detail"] for r in work.iter_rows("rejected")}
+    assert details["good.test/img/redirect.jpg"].startswith(f"redirected to {site.url('cdn.bad.test', '/img/g.jpg')}: ")
     images = {_tail(r["image_url"]) for r in work.iter_rows("images", columns=["image_url", "bytes"])
               if r["bytes"]}
     assert images == {"good.test/img/a.jpg", "notbad.test/img/c.jpg", "other.test/img/e.jpg"}

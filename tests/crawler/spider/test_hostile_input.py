@@ -125,3 +125,40 @@ def test_every_url_of_the_page_ends_in_a_table(crawled):
     expected = {base + p for p in ("/", "/bomb-gzip.html", "/bomb-deflate.html", "/loop-a.html", "/chain/0.html", LONG,
                                    "/pic.jpg", "/bomb.jpg")}
     assert expected <= seen, expected - seen
+
+
+class _UnicodeHostSite:
+    """A site under a Unicode name: its index links to one more page."""
+
+    def route(self, path, base_url=""):
+        if path == "/robots.txt":
+            return Response(200, "text/plain", b"User-agent: *\nAllow: /\n")
+        if path == "/":
+            return Response(200, HTML, '<html><body><a href="/zwei.html">zwei</a></body></html>'.encode())
+        if path == "/zwei.html":
+            return Response(200, HTML, b"<html><body>zwei</body></html>")
+        return Response(404, "text/plain", b"")
+
+
+def test_a_seed_with_a_unicode_host_is_crawled(tmp_path):
+    """Issue 51: `http://bücher.test/` was dropped by Scrapy's offsite filter (its allowed domain
+    was the Unicode name, its request the IDNA one) with no row, exit 0. The seed, the same-site
+    rule and --resolve now all use the IDNA name, and the site is crawled."""
+    import subprocess
+    import sys
+
+    from lait.testkit.server import SiteServer
+    from tests.crawler.spider.conftest import crawler_env
+
+    out = tmp_path / "w"
+    with SiteServer(_UnicodeHostSite()) as srv:
+        proc = subprocess.run(
+            [sys.executable, "-m", "lait", "crawl", "--seeds", f"http://bücher.test:{srv.port}/", "--out", str(out),
+             "--allow-loopback", "--resolve", "Bücher.test:*:127.0.0.1", "--no-autothrottle", "--log-level", "WARNING"],
+            env=crawler_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    work = WorkDir(out)
+    base = f"http://xn--bcher-kva.test:{srv.port}"
+    pages = {(p["url"], p["status"]) for p in work.read("pages", columns=["url", "status"]).to_pylist()}
+    assert pages == {(base + "/", 200), (base + "/zwei.html", 200)}
+    assert work.count("rejected") == 0

@@ -1,5 +1,7 @@
-"""Issue 18, acceptance 5: one Ctrl-C stops `lait crawl` cleanly (exit 0, what was fetched kept,
-one line on how to resume); running the same command again completes the crawl, every page once."""
+"""Issue 18, acceptance 5: one Ctrl-C stops `lait crawl` cleanly (what was fetched kept, one line
+on how to resume); running the same command again completes the crawl, every page once. Issue 51:
+the stopped command exits 128 + the signal (130 for SIGINT, 143 for SIGTERM), not 0, so a script
+tells an interrupted crawl from a finished one."""
 
 from __future__ import annotations
 
@@ -14,8 +16,9 @@ import pytest
 from lait.parts import WorkDir
 
 
-@pytest.mark.parametrize("jobdir", [False, True])
-def test_one_sigint_stops_cleanly_and_the_same_command_resumes(jobdir, tmp_path, helpers):
+@pytest.mark.parametrize("jobdir,sig", [(False, signal.SIGINT), (True, signal.SIGTERM)],
+                         ids=["sigint", "sigterm-jobdir"])
+def test_one_signal_stops_cleanly_and_the_same_command_resumes(jobdir, sig, tmp_path, helpers):
     from lait.testkit.generator import generate_site
     from lait.testkit.hostile import HostileHosts
     from lait.testkit.server import SiteServer, SlowSite
@@ -38,9 +41,9 @@ def test_one_sigint_stops_cleanly_and_the_same_command_resumes(jobdir, tmp_path,
             if (out / "lait.json").exists() and work.count("pages") >= 8:
                 break
             time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         stderr = proc.communicate(timeout=60)[1]  # main hung here until a second Ctrl-C
-        assert proc.returncode == 0, stderr[-3000:]
+        assert proc.returncode == 128 + sig, stderr[-3000:]
         resume_lines = [line for line in stderr.splitlines() if "to resume" in line]
         assert len(resume_lines) == 1 and str(out) in resume_lines[0], stderr[-3000:]
         assert '"finish_reason": "shutdown"' in stderr
