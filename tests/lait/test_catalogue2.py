@@ -47,7 +47,7 @@ def flip(path: Path, at: float = 0.5, n: int = 16) -> None:
 def built_once(tmp_path_factory) -> Path:
     """A scored work directory built into shards by `lait build` (read only: copy it to change it)."""
     work = tmp_path_factory.mktemp("built") / "work"
-    data.make_work(work)
+    data.make_work(work, embeddings=True)  # stage 4's embeddings too: export-embeddings reads them
     proc = lait("build", str(work), "--workers", "1", "--no-progress", "--samples-per-shard", "16")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(list((work / "shards").glob("*.tar"))) > 1
@@ -145,7 +145,8 @@ def _inputs(tmp: Path, shared: Path | None) -> dict[str, str]:
     urls = tmp / "urls.txt"
     urls.write_text("http://127.0.0.1:9/a.jpg\n")
     warc = shared / "warc" / "pywb" / "example2.warc.gz" if shared else None
-    return {"seeds": str(seeds), "urls": str(urls), "warc": str(warc) if warc and warc.exists() else ""}
+    return {"seeds": str(seeds), "urls": str(urls), "warc": str(warc) if warc and warc.exists() else "",
+            "out": str(tmp / "out")}
 
 
 # Every command that writes into WORK, as a user types it ({w}: the work directory).
@@ -160,6 +161,9 @@ WRITERS = {
     "build --force": ["build", "{w}", "--force", "--no-progress"],
     "run": ["run", "{w}", "--no-progress"],
     "verify": ["verify", "{w}"],
+    # These write elsewhere (--out) and hold WORK's lock shared while they read it.
+    "select": ["select", "{w}", "--out", "{out}", "--top-fraction", "0.5"],
+    "export-embeddings": ["export-embeddings", "{w}", "--out", "{out}"],
 }
 
 
