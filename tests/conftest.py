@@ -128,7 +128,9 @@ _BEFORE = pytest.StashKey[set]()
 #             server, a pipeline run): made once on one worker instead of once on each;
 #   train-heavy  the two trainings that keep a core busy each (tests/train's test_learning and
 #             test_real_photos, marked in their modules): side by side they slowed each other
-#             from 68-87 s alone to 131-133 s, one after the other they share no core.
+#             from 68-87 s alone to 131-133 s; one after the other, beside the demo runs' workers,
+#             test_real_photos still took 167 s. The group is handed out last, when the other
+#             worker has at most its last unit to finish.
 # Within that, the work units with many tests go first (xdist's own order), then the slow tests,
 # so that a long test does not start last while the other worker has nothing left to do.
 #
@@ -212,6 +214,13 @@ def pytest_xdist_make_scheduler(config, log):
     class GroupScheduling(LoadScopeScheduling):
         groups: dict[str, str] | None = None
 
+        def _assign_work_unit(self, node) -> None:
+            # The two trainings go last: by then the other worker has little or nothing left,
+            # and they do not share the cores with a demo run's workers.
+            if LAST in self.workqueue and len(self.workqueue) > 1:
+                self.workqueue.move_to_end(LAST)
+            super()._assign_work_unit(node)
+
         def _split_scope(self, nodeid: str) -> str:
             if self.groups is None:  # first asked once every worker has collected
                 path = config.stash.get(_STATE, {}).get(_GROUPS_FILE)
@@ -223,6 +232,7 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 _STATE = pytest.StashKey[dict]()
+LAST = "group:train-heavy"  # handed out when it is the only work unit left
 
 
 @pytest.fixture(scope="session")

@@ -97,7 +97,7 @@ def img2dataset_resize(img2dataset_python, tmp_path_factory) -> Callable[..., di
                 "only_if_bigger": only_if_bigger, "out": str(tmp / "img2dataset.npz")}
         (tmp / "spec.json").write_text(json.dumps(spec))
         subprocess.run([img2dataset_python, str(HERE / "img2dataset_resizer.py"), str(tmp / "spec.json")],
-                       check=True, env=_env(), timeout=600)
+                       check=True, env=dict(_env(), TMPDIR=str(tmp)), timeout=600)  # wandb's tmp folders
         with np.load(spec["out"]) as z:
             return {k: z[k] for k in z.files}
 

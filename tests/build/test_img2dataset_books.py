@@ -96,7 +96,12 @@ def run_img2dataset(python: str, listing: Path, out: Path) -> None:
            "--thread_count", "8", "--resize_mode", "no", "--skip_reencode", "True", "--distributor",
            "multiprocessing", "--enable_wandb", "False", "--timeout", "10", "--retries", "0"]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(env, NO_ALBUMENTATIONS_UPDATE="1"))
+    # TMPDIR: img2dataset's worker processes import wandb, which makes tmp*wandb-* folders that a
+    # worker's exit leaves behind: in the test's folder, not in /tmp.
+    tmp = out.parent / f"{out.name}-tmp"
+    tmp.mkdir(exist_ok=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                          env=dict(env, NO_ALBUMENTATIONS_UPDATE="1", TMPDIR=str(tmp)))
     assert done.returncode == 0, done.stderr[-3000:]
 
 

@@ -273,7 +273,10 @@ def test_datacomp_round_trip_selects_without_scoring(work, tmp_path, monkeypatch
     assert {m["uid"] for m in tar_samples(again).values()} == {m["uid"] for m in chosen.values()}
     assert [Path(p).read_bytes() for p in tars(again)] == [Path(p).read_bytes() for p in tars(first)]
     assert calls == []
-    assert snapshot(work) == before
+    # Untouched but for its lock file, which each selection held shared while it read (issue 51).
+    assert {k: v for k, v in snapshot(work).items() if k != "_lock"} == {k: v for k, v in before.items()
+                                                                         if k != "_lock"}
+    assert (work / "_lock").read_bytes() == b""  # released
 
 
 def test_exported_embeddings_index_in_faiss(work, tmp_path):

@@ -42,7 +42,10 @@ def start_parent(tmp_path: Path, body: str, n_children: int, leftovers: list[int
     and its children's pids."""
     ready = tmp_path / "ready"
     script = "import os, sys, time\nREADY = sys.argv[1]\n" + textwrap.dedent(body)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    # TMPDIR: a killed parent leaves what it kept in the temporary folder (a fork server's
+    # pymp-* socket folder): in the test's own folder, not in /tmp.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+               TMPDIR=str(tmp_path))
     parent = subprocess.Popen([sys.executable, "-c", script, str(ready)], env=env)
     leftovers.append(parent.pid)
     assert wait_until(ready.exists), "the parent never got ready"
