@@ -515,7 +515,8 @@ def finish_shard_dir(folder: Location, image_ext: str = "jpg", members: Iterable
     # Shards of `lait select` type a URL list's extra columns each from its own rows: where two
     # disagree (integers in one, numbers in another), the card takes the wider type.
     schema = pa.unify_schemas(schemas, promote_options="permissive") if schemas else SIDECAR
-    order = [m for m in REGION_MEMBERS if m in set(members)]
+    written = set(members)
+    order = [m for m in REGION_MEMBERS if m in written]
     atomic_write_bytes(folder / CARD_FILE, dataset_card(sample_schema(schema), image_ext, order, sizes).encode())
     return sizes
 

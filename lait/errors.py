@@ -79,7 +79,6 @@ class ReadOnly(StopRun):
     """The work directory (or the output folder) is on a read-only file system."""
 
 
-
 def stop_error(exc: BaseException) -> StopRun | None:
     """The `StopRun` that `exc` is or stands for (a bare full-disk or read-only file system
     OSError), else None."""

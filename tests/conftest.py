@@ -61,7 +61,7 @@ def _leftover_places() -> list[Path]:
 # Entries of the home and temporary folders that are not a test run's to answer for: caches
 # shared by every run (made once per machine, as `pip`'s is), and the files the run's own
 # machinery keeps while it runs (pytest's and xdist's, the group file below).
-_SHARED = {".cache", ".local", ".config", ".ray", ".npm", ".ipython", ".keras", "ray", "pytest-of-"}
+_SHARED = {".cache", ".local", ".config", ".ray", ".npm", ".ipython", ".keras", "ray"}
 
 
 def _entries() -> set[Path]:

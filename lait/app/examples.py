@@ -28,25 +28,27 @@ COLUMNS = ["reason", "image_url", "page_url", "text", "detail"]
 
 
 def stage_settings(work: WorkDir, stage: str) -> dict[str, Any]:
-    """The settings `stage` last completed with in `work` (`_configs/STAGE.yaml`), {} when none
-    or unreadable: what the report shows the run's own thresholds from."""
-    import yaml
+    """The settings `stage` last completed with in `work` (`steps.recorded_settings`), {} when
+    none or unreadable (a report says what it can): the run's own thresholds."""
+    from lait.app.steps import recorded_settings
+    from lait.config import ConfigError
 
-    path = work.root / "_configs" / f"{stage}.yaml"
     try:
-        data = yaml.safe_load(storage.read_text(path)) if storage.exists(path) else {}
-    except (yaml.YAMLError, OSError, ValueError) as exc:
-        log.warning("stats: cannot read %s: %s", path, exc)
+        return recorded_settings(work.url, stage)[0]
+    except (ConfigError, OSError) as exc:
+        log.warning("stats: %s", exc)
         return {}
-    return data if isinstance(data, dict) else {}
 
 
-def run_max_unsafe(work: WorkDir) -> float:
-    """The max_unsafe stage 2 ran with (its default when unknown): thumbnails above it are blurred."""
+def run_max_unsafe(work: WorkDir, filter_settings: dict[str, Any] | None = None) -> float:
+    """The max_unsafe stage 2 ran with (its default when unknown): thumbnails above it are
+    blurred. `filter_settings`: stage 2's `stage_settings`, when the caller has read them."""
     from lait.filters.unsafe import DEFAULT_MAX_UNSAFE
 
+    if filter_settings is None:
+        filter_settings = stage_settings(work, "filter")
     try:
-        return float(stage_settings(work, "filter").get("max_unsafe", DEFAULT_MAX_UNSAFE))
+        return float(filter_settings.get("max_unsafe", DEFAULT_MAX_UNSAFE))
     except (TypeError, ValueError):
         return DEFAULT_MAX_UNSAFE
 

@@ -29,8 +29,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
-
 from lait import storage
 from lait.app.consent import consent_counts, consent_html, consent_text
 from lait.app.examples import EXAMPLES_PER_REASON, Example, reject_examples, run_max_unsafe, stage_settings
@@ -38,6 +36,7 @@ from lait.app.funnel import DERIVED, IMAGES, FunnelRow, funnel, reason_unit
 from lait.app.pagecopies import write_page_copies
 from lait.app.plots import THRESHOLD_COLOR, Threshold, plots, score_histogram_svg
 from lait.build.shards import shard_files
+from lait.filters.unsafe import DEFAULT_MAX_UNSAFE
 from lait.parts import WorkDir
 from lait.reasons import REASONS
 from lait.storage import Location
@@ -68,7 +67,7 @@ class DatasetStats:
     samples: list[dict[str, Any]] = field(default_factory=list)  # sidecar rows of kept samples
     shards: int = 0
     shard_bytes: int = 0
-    max_unsafe: float = 0.8  # the run's (stage 2's settings), set by `gather`
+    max_unsafe: float = DEFAULT_MAX_UNSAFE  # the run's (stage 2's settings), set by `gather`
     faces: dict[str, Any] = field(default_factory=dict)  # what stage 2 found and stage 5 blurred (`face_counts`)
 
     @property
@@ -118,19 +117,24 @@ def _scores(work: WorkDir) -> tuple[list[float], list[float]]:
     return every, best
 
 
-def _build_settings(work: WorkDir) -> dict[str, Any]:
-    """The settings the shards were built with: shards/stats.json, else _configs/build.yaml."""
-    for path, load in ((work.root / "shards" / "stats.json", json.loads), (work.root / "_configs" / "build.yaml",
-                                                                           yaml.safe_load)):
-        try:
-            if storage.exists(path):
-                data = load(storage.read_text(path)) or {}
-                settings = data.get("config", data) if isinstance(data, dict) else {}
-                if isinstance(settings, dict):
-                    return settings
-        except (ValueError, yaml.YAMLError, OSError) as exc:
-            log.warning("stats: cannot read %s: %s", path, exc)
-    return {}
+def _shard_stats(work: WorkDir) -> dict[str, Any]:
+    """shards/stats.json (the build's settings and counters), {} when absent or unreadable."""
+    path = work.root / "shards" / "stats.json"
+    try:
+        data = json.loads(storage.read_text(path)) if storage.exists(path) else {}
+    except (ValueError, OSError) as exc:
+        log.warning("stats: cannot read %s: %s", path, exc)
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _build_settings(work: WorkDir, shard_stats: dict[str, Any]) -> dict[str, Any]:
+    """The settings the shards were built with: shards/stats.json's, else _configs/build.yaml."""
+    if shard_stats:
+        settings = shard_stats.get("config", shard_stats)
+        if isinstance(settings, dict):
+            return settings
+    return stage_settings(work, "build")
 
 
 def thresholds(settings: dict[str, Any], kept_scores: list[float]) -> list[Threshold]:
@@ -153,7 +157,7 @@ def gather(work_root: str | Path, *, examples_per_reason: int = 1, thumbnails: b
     st.rejects = Counter(_columns(work, "rejected", "reason")[0])
     st.examples = reject_examples(work, st.rejects, max(1, examples_per_reason), thumbnails)
     st.reject_units = {r: reason_unit(r, vars(es[0])) if es else "rows" for r, es in st.examples.items()}
-    st.widths, st.heights = _columns(work, "images_ok", "width", "height")
+    st.widths, st.heights, boxes = _columns(work, "images_ok", "width", "height", "face_bboxes")
     st.scored_scores, st.best_scores = _scores(work)
     for tar in shard_files(work):
         side = tar.with_suffix(".parquet")
@@ -163,27 +167,21 @@ def gather(work_root: str | Path, *, examples_per_reason: int = 1, thumbnails: b
         st.shards += 1
         st.shard_bytes += storage.size(tar)
     st.funnel = funnel(work, st.rejects, st.reject_units, len(st.samples) if st.shards else None)
-    build_settings = _build_settings(work)
+    shard_stats = _shard_stats(work)
+    build_settings = _build_settings(work, shard_stats)
     st.thresholds = thresholds(build_settings, st.kept_scores)
-    st.max_unsafe = run_max_unsafe(work)
-    st.faces = face_counts(work, st.samples, build_settings)
+    filter_settings = stage_settings(work, "filter")
+    st.max_unsafe = run_max_unsafe(work, filter_settings)
+    st.faces = face_counts(boxes, st.samples, build_settings, filter_settings, shard_stats.get("counters") or {})
     return st
 
 
-def face_counts(work: WorkDir, samples: list[dict[str, Any]], build_settings: dict[str, Any]) -> dict[str, Any]:
+def face_counts(boxes: list[Any], samples: list[dict[str, Any]], build_settings: dict[str, Any],
+                filter_settings: dict[str, Any], counters: dict[str, Any]) -> dict[str, Any]:
     """Stage 2's face search and stage 5's blurring, counted: images searched (`face_bboxes`
-    not null in images_ok/), those with a face, the boxes; samples with a face in the shards,
+    of images_ok/ not null), those with a face, the boxes; samples with a face in the shards,
     the faces the build blurred (its `build/faces_blurred` counter), and the settings."""
-    boxes = _columns(work, "images_ok", "face_bboxes")[0]
     searched = [b for b in boxes if b is not None]
-    filter_settings = stage_settings(work, "filter")
-    counters = {}
-    try:
-        stats_path = work.root / "shards" / "stats.json"
-        if storage.exists(stats_path):
-            counters = json.loads(storage.read_text(stats_path)).get("counters") or {}
-    except (ValueError, OSError, AttributeError):
-        counters = {}
     return {"searched": len(searched), "images_with_faces": sum(1 for b in searched if b),
             "faces": sum(len(b) for b in searched), "samples_with_faces": sum(1 for s in samples if s.get("face_bboxes")),
             "faces_in_samples": sum(len(s.get("face_bboxes") or ()) for s in samples),
@@ -241,7 +239,7 @@ def summary_text(st: DatasetStats) -> str:
 
 # -- samples --------------------------------------------------------------------------------
 def thumbnails(shard_dir: Location, keys_by_tar: dict[str, set[str]], punsafe: dict[str, float] | None = None,
-               blurred: set[str] | None = None, max_unsafe: float = 0.8) -> dict[str, str]:
+               blurred: set[str] | None = None, max_unsafe: float = DEFAULT_MAX_UNSAFE) -> dict[str, str]:
     """key -> JPEG data URI of a small thumbnail, read from the tars that hold the keys.
 
     A sample whose `punsafe` (from its sidecar row) is above `max_unsafe` (the run's), or

@@ -33,10 +33,10 @@ STEPS = (
 STEP_NAMES = [s.name for s in STEPS]
 
 
-def recorded_settings(work: str, name: str, cls: type[Config]) -> tuple[dict, str | None]:
+def recorded_settings(work: str, name: str, cls: type[Config] | None = None) -> tuple[dict, str | None]:
     """The settings command `name` (a stage) last completed with in `work`
-    (`WORK/_configs/NAME.yaml`), those that change what it writes only (not workers, progress,
-    force), and the file they come from; ({}, None) when it has none."""
+    (`WORK/_configs/NAME.yaml`), with `cls` those that change what it writes only (not workers,
+    progress, force), and the file they come from; ({}, None) when it has none."""
     import yaml
 
     from lait import storage
@@ -54,8 +54,8 @@ def recorded_settings(work: str, name: str, cls: type[Config]) -> tuple[dict, st
         raise ConfigError(f"{path}: not valid YAML ({exc}); give --config") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of settings; give --config")
-    written = {f.name for f, _ in cls._fields() if not f.metadata.get("run")}
-    return {k: v for k, v in data.items() if k in written and k != "work"}, str(path)
+    written = None if cls is None else {f.name for f, _ in cls._fields() if not f.metadata.get("run")}
+    return {k: v for k, v in data.items() if (written is None or k in written) and k != "work"}, str(path)
 
 
 def load_pipeline_yaml(path: str | None) -> dict[str, dict]:
