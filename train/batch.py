@@ -44,6 +44,8 @@ class Batch:
     region_targets: torch.Tensor | None = None  # [B,R,D] unmasked features, MRFR target
     region_masked: torch.Tensor | None = None  # [B,R] regions whose losses count
     moc_labels: torch.Tensor | None = None  # [B,R] long (IGNORE) or [B,R,C] soft
+    tag_ids: torch.Tensor | None = None  # [B,K] object tag word ids of the image side (regions.tags)
+    tag_mask: torch.Tensor | None = None  # [B,K]
     images: torch.Tensor | None = None  # [B,3,S,S]
     image_index: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
     # Flat positions of what the losses read, found on the host by `collate` (None: the losses
@@ -74,6 +76,8 @@ class Batch:
         n = int(self.text_mask.sum())
         if self.region_valid is not None:
             n += int(self.region_valid.sum())
+        if self.tag_mask is not None:
+            n += int(self.tag_mask.sum())
         return n
 
 

@@ -38,6 +38,9 @@ class RegionConfig(Config):
     detector_weights: str | None = setting("DEFAULT", "torchvision weights enum name or a .pth path")
     detector_score_threshold: float = setting(0.2, "detections below this score are not regions")
     allow_random_weights: bool = setting(False, "tests only: a frozen tower without pretrained weights")
+    tags: int = setting(0, "object tags (Oscar): the packaged CNN's top-N ImageNet classes of the whole image, fed "
+                         "as words beside the regions (needs its features: source cnn, or shard regions it "
+                         "wrote); 0: none")
 
 
 @dataclass
@@ -187,9 +190,13 @@ class EvalConfig(Config):
     split: str = setting("test", "split of the Karpathy JSON")
     limit: int | None = setting(None, "evaluate on the first N images")
     mode: str = setting("full", "full: ITM on every pair; shortlist: ITM re-ranks the embedding top-k; "
-                        "embedding: the embeddings' cosine alone (no cross-encoder)",
-                        choices=["full", "shortlist", "embedding"])
+                        "embedding: the embeddings' cosine alone (no cross-encoder); itm: the ITM head's "
+                        "accuracy on each image with its first caption and another image's",
+                        choices=["full", "shortlist", "embedding", "itm"])
     shortlist_k: int = setting(20, "candidates per query in shortlist mode")
+    shortlist_score: str = setting("sum", "how shortlist mode ranks its candidates: sum (the ITM margin plus the "
+                                   "embeddings' contrastive logit, as BLIP) or itm (the cross-encoder alone); "
+                                   "both are in the output", choices=["sum", "itm"])
     batch_size: int = setting(256, "pairs per ITM forward")
     device: str = setting("auto", "auto, cpu or cuda")
     precision: str = setting("auto", "auto is bf16 on CUDA, fp32 on the CPU", choices=PRECISIONS)

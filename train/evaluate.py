@@ -98,27 +98,34 @@ class RetrievalScorer:
     """Encodes a retrieval set once, then scores pairs with ITM or embeddings."""
 
     def __init__(self, model, data: RetrievalSet, special, max_text_len: int, max_regions: int, online, device, autocast, batch_size: int,
-                 show_progress: bool = True):
+                 show_progress: bool = True, tags=None):
         self.model, self.device, self.autocast, self.bs = model.eval().to(device), device, autocast, batch_size
         self.show_progress = show_progress
         g = torch.Generator().manual_seed(0)
         # Regions for all images (collate pads them; the online model fills them on the device).
-        feats, locs, valid = [], [], []
+        from lait.train.regions import add_tags, fill_regions
+
+        feats, locs, valid, tag_ids = [], [], [], []
         for i in range(0, len(data.images), batch_size):
             chunk = data.images[i : i + batch_size]
             b = collate(chunk, special, max_text_len, max_regions, g, mask_prob=0.0, region_mask_prob=0.0).to(device)
             if online is not None:
-                from lait.train.regions import fill_regions
-
                 b = fill_regions(b, online, 0.0)
+            b = add_tags(b, tags)
             feats.append(b.region_features)
             locs.append(b.region_locations)
             valid.append(b.region_valid)
+            tag_ids.append(b.tag_ids)
         r = max(f.shape[1] for f in feats)
         pad = lambda x, v=0: torch.nn.functional.pad(x, (0, 0, 0, r - x.shape[1]), value=v) if x.dim() == 3 else torch.nn.functional.pad(x, (0, r - x.shape[1]), value=v)  # noqa: E731
         self.feats = torch.cat([pad(f) for f in feats])
         self.locs = torch.cat([pad(x) for x in locs])
         self.valid = torch.cat([pad(v, False) for v in valid])
+        self.tag_ids = self.tag_mask = None
+        if tags is not None:
+            k = max(x.shape[1] for x in tag_ids)
+            self.tag_ids = torch.cat([torch.nn.functional.pad(x, (0, k - x.shape[1]), value=special.pad) for x in tag_ids])
+            self.tag_mask = self.tag_ids != special.pad
         t = round_up(max(len(x) for x in data.texts[:]) + 2 if data.texts else 8)
         t = min(t, round_up(max_text_len))
         ids = torch.full((len(data.texts), t), special.pad, dtype=torch.long)
@@ -127,6 +134,12 @@ class RetrievalScorer:
             ids[row, : len(toks) + 2] = torch.tensor([special.cls, *toks, special.sep])
         self.ids = ids.to(device)
         self.text_mask = self.ids != special.pad
+
+    def _tags(self, rows) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The object tags of some images (indices or a slice), or (None, None) without tags."""
+        if self.tag_ids is None:
+            return None, None
+        return self.tag_ids[rows], self.tag_mask[rows]
 
     @torch.no_grad()
     def itm(self, text_idx: torch.Tensor, image_idx: torch.Tensor) -> torch.Tensor:
@@ -137,7 +150,7 @@ class RetrievalScorer:
             mask = self.text_mask[ti]
             n = round_up(int(mask.sum(1).max()))
             with self.autocast():
-                h = self.model(self.ids[ti][:, :n], mask[:, :n], self.feats[ii], self.locs[ii], self.valid[ii])
+                h = self.model(self.ids[ti][:, :n], mask[:, :n], self.feats[ii], self.locs[ii], self.valid[ii], *self._tags(ii))
                 out.append(self.model.itm_score(h[:, 0]).float().cpu())
         return torch.cat(out) if out else torch.zeros(0)
 
@@ -145,14 +158,36 @@ class RetrievalScorer:
     def embeddings(self) -> tuple[np.ndarray, np.ndarray]:
         ims, txs = [], []
         for i in range(0, len(self.feats), self.bs):
+            rows = slice(i, i + self.bs)
+            tags, tag_mask = self._tags(rows)
             with self.autocast():
-                h = self.model(None, None, self.feats[i : i + self.bs], self.locs[i : i + self.bs], self.valid[i : i + self.bs])
-                ims.append(self.model.embed(h, self.valid[i : i + self.bs]).float().cpu())
+                h = self.model(None, None, self.feats[rows], self.locs[rows], self.valid[rows], tags, tag_mask)
+                ims.append(self.model.embed(h, self.model.image_mask(tag_mask, self.valid[rows])).float().cpu())
         for i in range(0, len(self.ids), self.bs):
             with self.autocast():
                 h = self.model(self.ids[i : i + self.bs], self.text_mask[i : i + self.bs], None, None, None)
                 txs.append(self.model.embed(h, self.text_mask[i : i + self.bs]).float().cpu())
         return torch.cat(ims).numpy(), torch.cat(txs).numpy()
+
+    def itm_accuracy(self, text_to_image: np.ndarray, seed: int = 0) -> dict:
+        """The ITM head as a classifier on held-out pairs: every image with its first caption
+        (a match) and with the first caption of another image drawn at random (no match). A pair
+        counts as right when its score (the match logit's margin) has the right sign."""
+        n_img = len(self.feats)
+        owner = torch.from_numpy(np.asarray(text_to_image))
+        first = torch.full((n_img,), -1, dtype=torch.long)
+        for t in range(len(owner) - 1, -1, -1):
+            first[owner[t]] = t
+        if n_img < 2 or bool((first < 0).any()):
+            raise ValueError("itm mode needs at least two images, each with a caption")
+        g = torch.Generator().manual_seed(seed)
+        other = (torch.arange(n_img) + torch.randint(1, n_img, (n_img,), generator=g)) % n_img  # never itself
+        images = torch.arange(n_img)
+        pos = self.itm(first, images)
+        neg = self.itm(first[other], images)
+        pos_acc, neg_acc = float((pos > 0).float().mean()), float((neg <= 0).float().mean())
+        return {"itm_acc": (pos_acc + neg_acc) / 2, "itm_pos_acc": pos_acc, "itm_neg_acc": neg_acc,
+                "itm_auc": float((pos[:, None] > neg[None, :]).float().mean())}
 
     def full(self) -> np.ndarray:
         """ITM score of every pair: [images, texts]."""
@@ -163,8 +198,9 @@ class RetrievalScorer:
             scores[i] = self.itm(txt, torch.full((n_txt,), i)).numpy()
         return scores
 
-    def shortlist(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Per-direction score matrices: ITM on the embedding top-k, -inf elsewhere."""
+    def shortlist(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per-direction score matrices (ITM on the embedding top-k, -inf elsewhere) and the
+        embeddings' cosine of every pair."""
         import faiss
 
         img_emb, txt_emb = self.embeddings()
@@ -182,14 +218,14 @@ class RetrievalScorer:
         i2t[img_idx.numpy(), top_t.reshape(-1)] = self.itm(torch.from_numpy(top_t.reshape(-1)).long(), img_idx).numpy()
         txt_idx = torch.arange(n_txt).repeat_interleave(top_i.shape[1])
         t2i[top_i.reshape(-1), txt_idx.numpy()] = self.itm(txt_idx, torch.from_numpy(top_i.reshape(-1)).long()).numpy()
-        return i2t, t2i
+        return i2t, t2i, img_emb @ txt_emb.T
 
 
 def run_eval(cfg: EvalConfig) -> dict:
     """Evaluate a checkpoint; returns (and optionally writes) the metrics with their mode."""
     from lait.train.data import Decoder, default_tokenizer, expand_shards
     from lait.train.finetune import load_trained
-    from lait.train.pretrain import check_shard_regions, region_setup
+    from lait.train.pretrain import check_shard_regions, region_setup, with_tags
     from lait.train.runtime import setup_runtime
 
     cfg.validate()
@@ -200,31 +236,44 @@ def run_eval(cfg: EvalConfig) -> dict:
     tok = default_tokenizer(data_cfg.tokenizer, run_cfg.get("init_from") if not str(run_cfg.get("init_from", "")).endswith(".pt") else None)
     if urls:
         check_shard_regions(data_cfg.regions, urls)
-    regions = region_setup(data_cfg.regions, rt.device)
+    regions = with_tags(region_setup(data_cfg.regions, rt.device), data_cfg.regions, tok, rt.device)
     decoder = Decoder(tok, data_cfg.regions.source, data_cfg.regions.image_size, regions.patches)
     if cfg.karpathy_json:
         data = load_karpathy_set(cfg.karpathy_json, cfg.image_root or str(Path(cfg.karpathy_json).parent), cfg.split, decoder, cfg.limit)
     else:
         data = load_shard_set(urls, decoder, cfg.limit)
     t0 = time.perf_counter()
+    extra: dict = {}
     scorer = RetrievalScorer(model, data, tok.special, data_cfg.max_text_len, data_cfg.regions.max_regions, regions.online,
-                             rt.device, rt.autocast, cfg.batch_size, show_progress=cfg.progress)
+                             rt.device, rt.autocast, cfg.batch_size, show_progress=cfg.progress, tags=regions.tags)
     if cfg.mode == "full":
         s = scorer.full()
         metrics = recall_at_k(s, s, data.text_to_image)
         pairs = s.size
     elif cfg.mode == "shortlist":
-        i2t, t2i = scorer.shortlist(cfg.shortlist_k)
-        metrics = recall_at_k(i2t, t2i, data.text_to_image)
+        i2t, t2i, cos = scorer.shortlist(cfg.shortlist_k)
+        itm_only = recall_at_k(i2t, t2i, data.text_to_image)
+        # `sum`: the ITM logit margin plus the embeddings' contrastive logit (cosine / the ITC
+        # temperature) of the shortlisted pairs, as BLIP ranks its top-k (Li et al., 2022);
+        # `itm`: the cross-encoder's score alone. Both are reported; `shortlist_score` says which
+        # one the headline figures are.
+        from lait.train.model import TEMPERATURE
+
+        summed = recall_at_k(i2t + cos / TEMPERATURE, t2i + cos / TEMPERATURE, data.text_to_image)
+        metrics = summed if cfg.shortlist_score == "sum" else itm_only
+        extra = {"shortlist_score": cfg.shortlist_score, "itm_only": itm_only, "itm_plus_itc": summed}
         pairs = int(np.isfinite(i2t).sum() + np.isfinite(t2i).sum())
+    elif cfg.mode == "itm":
+        metrics = scorer.itm_accuracy(data.text_to_image)
+        pairs = 2 * len(data.images)
     elif cfg.mode == "embedding":
         img_emb, txt_emb = scorer.embeddings()
         s = img_emb @ txt_emb.T
         metrics = recall_at_k(s, s, data.text_to_image)
         pairs = 0
     else:
-        raise ValueError(f"eval mode must be full, shortlist or embedding, not {cfg.mode!r}")
-    result = {"mode": f"shortlist@{cfg.shortlist_k}" if cfg.mode == "shortlist" else cfg.mode, **metrics,
+        raise ValueError(f"eval mode must be full, shortlist, embedding or itm, not {cfg.mode!r}")
+    result = {"mode": f"shortlist@{cfg.shortlist_k}" if cfg.mode == "shortlist" else cfg.mode, **metrics, **extra,
               "images": len(data.images), "texts": len(data.texts), "itm_pairs_scored": pairs,
               "seconds": time.perf_counter() - t0, "checkpoint": str(cfg.checkpoint)}
     log.info("eval/%s %s", result["mode"], json.dumps({k: round(v, 4) for k, v in metrics.items()}))

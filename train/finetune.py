@@ -43,8 +43,8 @@ def text_embeddings(model: ImageBert, batch: Batch) -> torch.Tensor:
 
 
 def image_embeddings(model: ImageBert, batch: Batch) -> torch.Tensor:
-    h = model(None, None, batch.region_features, batch.region_locations, batch.region_valid)
-    return model.embed(h, batch.region_valid)
+    h = model(None, None, batch.region_features, batch.region_locations, batch.region_valid, batch.tag_ids, batch.tag_mask)
+    return model.embed(h, model.image_mask(batch.tag_mask, batch.region_valid))
 
 
 def mine_negatives(sim: torch.Tensor, k: int, hard: bool, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -73,8 +73,9 @@ class FinetuneTask(nn.Module):
     def pair_scores(self, batch: Batch, text_idx: torch.Tensor, image_idx: torch.Tensor) -> torch.Tensor:
         """ITM logits [N,2] of (text_idx[n], image_idx[n]) pairs, in one forward pass."""
         m = self.model
+        tags = (None, None) if batch.tag_ids is None else (batch.tag_ids[image_idx], batch.tag_mask[image_idx])
         h = m(batch.input_ids[text_idx], batch.text_mask[text_idx], batch.region_features[image_idx],
-              batch.region_locations[image_idx], batch.region_valid[image_idx])
+              batch.region_locations[image_idx], batch.region_valid[image_idx], *tags)
         return m.itm_logits(h[:, 0]).float()
 
     def forward(self, batch: Batch):
@@ -122,6 +123,7 @@ def run_finetune(cfg: FinetuneConfig) -> list[dict]:
         region_setup,
         stage_steps,
         stream_factory,
+        with_tags,
     )
     from lait.train.runtime import start_training
 
@@ -139,6 +141,7 @@ def run_finetune(cfg: FinetuneConfig) -> list[dict]:
         tok = default_tokenizer(cfg.data.tokenizer, cfg.init_from)
         model = build_model(cfg.model, regions, cfg.init_from)
     cfg.data.tokenizer = tok.path
+    with_tags(regions, cfg.data.regions, tok, rt.device)
     out = Path(cfg.output_dir)
     if rt.is_main:
         cfg.write_resolved(out)

@@ -88,7 +88,7 @@ class Embeddings(nn.Module):
         self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, input_ids, region_features, region_locations) -> torch.Tensor:
+    def forward(self, input_ids, region_features, region_locations, tag_ids=None) -> torch.Tensor:
         parts = []
         if input_ids is not None:
             t = input_ids.shape[1]
@@ -97,6 +97,15 @@ class Embeddings(nn.Module):
                 self.word_embeddings(input_ids)
                 + self.position_embeddings(pos)[None]
                 + self.token_type_embeddings.weight[0]
+            )
+        if tag_ids is not None:
+            # Object tags are words of the image side: the image's segment, positions from 0 (the
+            # same wherever the text's padding ends).
+            pos = torch.arange(tag_ids.shape[1], device=tag_ids.device)
+            parts.append(
+                self.word_embeddings(tag_ids)
+                + self.position_embeddings(pos)[None]
+                + self.token_type_embeddings.weight[1]
             )
         if region_features is not None:
             parts.append(
@@ -195,10 +204,13 @@ class ImageBert(nn.Module):
         region_features: torch.Tensor | None,
         region_locations: torch.Tensor | None,
         region_valid: torch.Tensor | None,
+        tag_ids: torch.Tensor | None = None,
+        tag_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Encode a text, regions, or both; masks are bool with True = real token/region."""
-        x = self.embeddings(input_ids, region_features, region_locations)
-        keep = [m for m in (text_mask, region_valid) if m is not None]
+        """Encode a text, an image side (object tags and regions), or both, in the order
+        ``[text] [tags] [regions]``; masks are bool with True = real token/region."""
+        x = self.embeddings(input_ids, region_features, region_locations, tag_ids)
+        keep = [m for m in (text_mask, tag_mask if tag_ids is not None else None, region_valid) if m is not None]
         key_mask = keep[0] if len(keep) == 1 else torch.cat(keep, dim=1)
         # No mask when nothing is padded; on a GPU the mask goes in regardless, as asking would
         # make the host wait for the device.
@@ -221,6 +233,11 @@ class ImageBert(nn.Module):
         """A scalar match score per pair (logit margin), used for ranking."""
         logits = self.itm_logits(cls_hidden).float()
         return logits[:, 1] - logits[:, 0]
+
+    @staticmethod
+    def image_mask(tag_mask: torch.Tensor | None, region_valid: torch.Tensor) -> torch.Tensor:
+        """The key mask of an image-side pass: its tags (when there are any), then its regions."""
+        return region_valid if tag_mask is None else torch.cat([tag_mask, region_valid], dim=1)
 
     def embed(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """L2-normalised mean-pooled unimodal embedding (for faiss shortlists and hard negatives)."""

@@ -99,7 +99,9 @@ def itc_loss(model: ImageBert, batch: Batch, temperature: float):
     mask = batch.text_mask[pos]
     t = model.embed(model(ids, mask, None, None, None), mask)
     valid = batch.region_valid[pos]
-    i = model.embed(model(None, None, batch.region_targets[pos], batch.region_locations[pos], valid), valid)
+    tags, tag_mask = (None, None) if batch.tag_ids is None else (batch.tag_ids[pos], batch.tag_mask[pos])
+    h = model(None, None, batch.region_targets[pos], batch.region_locations[pos], valid, tags, tag_mask)
+    i = model.embed(h, model.image_mask(tag_mask, valid))
     sim = t @ i.t() / temperature
     target = torch.arange(n, device=sim.device)
     loss = (F.cross_entropy(sim, target) + F.cross_entropy(sim.t(), target)) / 2
@@ -107,7 +109,7 @@ def itc_loss(model: ImageBert, batch: Batch, temperature: float):
 
 
 class PretrainTask(nn.Module):
-    """MLM + MOC + MRFR + ITM on ``[CLS] text [SEP] regions``, optionally ITC on unimodal passes."""
+    """MLM + MOC + MRFR + ITM on ``[CLS] text [SEP] (tags) regions``, optionally ITC on unimodal passes."""
 
     def __init__(self, model: ImageBert, weights: TaskWeights):
         super().__init__()
@@ -120,9 +122,11 @@ class PretrainTask(nn.Module):
 
     def forward(self, batch: Batch):
         m = self.model
-        hidden = m(batch.input_ids, batch.text_mask, batch.region_features, batch.region_locations, batch.region_valid)
+        hidden = m(batch.input_ids, batch.text_mask, batch.region_features, batch.region_locations, batch.region_valid,
+                   batch.tag_ids, batch.tag_mask)
         t = batch.input_ids.shape[1]
-        text_h, region_h = hidden[:, :t], hidden[:, t:]
+        k = 0 if batch.tag_ids is None else batch.tag_ids.shape[1]
+        text_h, region_h = hidden[:, :t], hidden[:, t + k:]
         w = self.weights
         losses: dict[str, torch.Tensor] = {}
         report: dict[str, float] = {}

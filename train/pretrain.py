@@ -30,7 +30,7 @@ from lait.train.data import (
 )
 from lait.train.loop import StagePlan, Trainer
 from lait.train.model import ImageBert, ImageBertConfig
-from lait.train.regions import PatchPooling, build_online_regions, fill_regions
+from lait.train.regions import PatchPooling, add_tags, build_online_regions, fill_regions
 from lait.train.runtime import Runtime, start_training
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,7 @@ class RegionSetup:
     online: torch.nn.Module | None
     feature_dim: int | None  # None: whatever the shards hold (checked on the first batch)
     num_classes: int | None
+    tags: torch.nn.Module | None = None  # regions.tags: the object tagger (`with_tags`)
 
 
 def region_setup(cfg: RegionConfig, device: torch.device) -> RegionSetup:
@@ -60,6 +61,24 @@ def region_setup(cfg: RegionConfig, device: torch.device) -> RegionSetup:
     if online is None:
         return RegionSetup(None, None, None, None)
     return RegionSetup(None, online.to(device), online.feature_dim, online.num_classes or None)
+
+
+def with_tags(setup: RegionSetup, cfg: RegionConfig, tokenizer, device: torch.device) -> RegionSetup:
+    """Attach the object tagger that ``regions.tags`` asks for (it needs the run's tokenizer)."""
+    if cfg.tags < 0:
+        raise ConfigError(f"data.regions.tags: {cfg.tags} is negative (0 turns tags off)")
+    if cfg.tags:
+        from lait.models import ModelUnavailable
+        from lait.train.regions import ObjectTags
+
+        if cfg.source not in ("cnn", "shard"):
+            raise ConfigError(f"data.regions.tags needs the CNN's features: source cnn, or shard regions it "
+                              f"wrote (not {cfg.source})")
+        try:
+            setup.tags = ObjectTags(cfg, tokenizer, device)
+        except ModelUnavailable as exc:
+            raise ConfigError(f"data.regions.tags: {exc}") from None
+    return setup
 
 
 def build_model(model: str, regions: RegionSetup, init_from: str | None) -> ImageBert:
@@ -86,6 +105,7 @@ def make_prepare(model: ImageBert, regions: RegionSetup, region_mask_prob: float
     def prepare(batch: Batch) -> Batch:
         if regions.online is not None:
             batch = fill_regions(batch, regions.online, region_mask_prob)
+        batch = add_tags(batch, regions.tags)
         d = batch.region_features.shape[-1]
         if d != model.config.region_feature_dim:
             raise ValueError(f"region features are {d}-d but the model expects {model.config.region_feature_dim}; set region_feature_dim in the model config")
@@ -160,7 +180,7 @@ def run_pretrain(cfg: PretrainConfig) -> list[dict]:
     out = Path(cfg.output_dir)
     tok = default_tokenizer(cfg.data.tokenizer, cfg.init_from)
     cfg.data.tokenizer = tok.path  # resolved, so finetune and eval find it in the checkpoint
-    regions = region_setup(cfg.data.regions, rt.device)
+    regions = with_tags(region_setup(cfg.data.regions, rt.device), cfg.data.regions, tok, rt.device)
     model = build_model(cfg.model, regions, cfg.init_from)
     if tok.special.vocab_size > model.config.vocab_size:
         raise ConfigError(f"data.tokenizer: {tok.path} has {tok.special.vocab_size} tokens, but the model's "
@@ -188,4 +208,4 @@ def run_pretrain(cfg: PretrainConfig) -> list[dict]:
     return Trainer.for_run(task, model, rt, cfg).run(plans, resume=cfg.resume)
 
 
-__all__ = ["RegionSetup", "build_model", "region_setup", "run_pretrain"]
+__all__ = ["RegionSetup", "build_model", "region_setup", "run_pretrain", "with_tags"]

@@ -168,6 +168,66 @@ class DetectorRegions(torch.nn.Module):
         return feats, out_boxes, valid, labels
 
 
+class ObjectTags(torch.nn.Module):
+    """Object tags as in Oscar (Li et al., 2020): the words of what is in the picture, fed to the
+    transformer beside its regions so that text and image meet on words the text encoder already
+    knows. Here the tags are the packaged CNN's top ``count`` ImageNet classes of the whole image:
+    its linear head applied to the mean of the region cells (the pooled feature it was trained
+    on), each class name as WordPieces, joined by commas and closed by [SEP]. They are computed
+    from the regions themselves, so they follow an image wherever a batch pairs it."""
+
+    def __init__(self, cfg: RegionConfig, tokenizer, device: torch.device | str = "cpu"):
+        super().__init__()
+        from lait.models import imagenet_classes, load_image_classifier
+
+        fc = load_image_classifier(cfg.cnn_model, "cpu").net._fc  # packaged weights, or ModelUnavailable
+        self.head = torch.nn.Linear(fc.in_features, fc.out_features).requires_grad_(False)
+        self.head.load_state_dict(fc.state_dict())
+        self.count = cfg.tags
+        self.feature_dim = fc.in_features
+        special = tokenizer.special
+        comma = tokenizer.encode(",")
+        words = [tokenizer.encode(name) + comma for name in imagenet_classes()]
+        width = max(len(w) for w in words)
+        table = torch.full((len(words), width), special.pad, dtype=torch.long)
+        for i, w in enumerate(words):
+            table[i, : len(w)] = torch.tensor(w)
+        self.register_buffer("words", table, persistent=False)  # [classes, width], comma-ended
+        self.register_buffer("lengths", torch.tensor([len(w) for w in words]), persistent=False)
+        self.pad, self.sep = special.pad, special.sep
+        self.to(device)
+
+    @torch.no_grad()
+    def forward(self, features: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B,R,D] region features, [B,R] valid -> ([B,K] tag ids, [B,K] mask)."""
+        if features.shape[-1] != self.feature_dim:
+            raise ValueError(f"regions.tags reads the CNN's {self.feature_dim}-d cells, but the regions are "
+                             f"{features.shape[-1]}-d (use regions.source cnn, or shards written by it)")
+        m = valid.to(self.head.weight.dtype)[..., None]
+        pooled = (features.to(self.head.weight.dtype) * m).sum(1) / m.sum(1).clamp_min(1.0)
+        top = self.head(pooled).topk(self.count, dim=-1).indices  # [B,count], most likely first
+        words, lengths = self.words[top], self.lengths[top]  # [B,count,W], [B,count]
+        keep = torch.arange(words.shape[-1], device=words.device) < lengths[..., None]
+        b = top.shape[0]
+        n = lengths.sum(1)  # the last comma becomes [SEP]
+        k = round_up(int(n.max()))
+        ids = torch.full((b, k), self.pad, dtype=torch.long, device=words.device)
+        flat = words[keep]  # row-major: each image's words in order
+        cols = torch.cat([torch.arange(int(x), device=words.device) for x in n.tolist()])
+        rows = torch.arange(b, device=words.device).repeat_interleave(n)
+        ids[rows, cols] = flat
+        ids[torch.arange(b, device=words.device), n - 1] = self.sep
+        return ids, ids != self.pad
+
+
+def add_tags(batch: Batch, tagger: ObjectTags | None) -> Batch:
+    """Set a batch's object tags from its (unmasked) region features; no-op without a tagger."""
+    if tagger is not None:
+        feats = batch.region_targets if batch.region_targets is not None else batch.region_features
+        batch.tag_ids, batch.tag_mask = tagger(feats, batch.region_valid)
+    return batch
+
+
 def build_online_regions(cfg: RegionConfig) -> torch.nn.Module | None:
     """The frozen model that computes regions on the training device, or None for shard/patches."""
     if cfg.source == "clip":

@@ -120,6 +120,36 @@ def test_cnn_regions_pool_the_feature_map_and_label_cells(shared_data):
     assert full.num_classes == 1000 and full.feature_dim == 1280
 
 
+def test_object_tags_are_the_cnns_top_classes_of_the_valid_cells_as_words(shared_data):
+    import torch
+
+    from lait.models import imagenet_classes
+    from lait.train.bert_init import bundled_minilm_dir
+    from lait.train.config import RegionConfig
+    from lait.train.data import WordPiece, image_tensor
+    from lait.train.regions import ObjectTags, build_online_regions
+
+    items = flickr8k(shared_data, "val", 4)
+    x = torch.stack([image_tensor(it["bytes"], 224) for it in items])
+    cnn = build_online_regions(RegionConfig(source="cnn", max_regions=16))
+    feats, _, valid, _ = cnn(x)
+    # Padding regions hold garbage that must not sway the tags: the last four cells of two images.
+    valid[1:3, 12:] = False
+    feats[1:3, 12:] = 50.0
+    tok = WordPiece(bundled_minilm_dir())
+    tags = ObjectTags(RegionConfig(source="cnn", tags=3), tok)
+    ids, mask = tags(feats, valid)
+    assert ids.shape[1] % 8 == 0 and torch.equal(mask, ids != tok.special.pad)
+    names = imagenet_classes()
+    for i in range(4):
+        cells = feats[i][valid[i]]
+        top = cnn.classifier.classify(cells.mean(0)).topk(3).indices.tolist()
+        row = ids[i][mask[i]].tolist()
+        assert row[-1] == tok.special.sep and tok.special.sep not in row[:-1]
+        expect = tok.encode(", ".join(names[j] for j in top))
+        assert row[:-1] == expect, (tok.tokenizer.decode(row), [names[j] for j in top])
+
+
 def test_eval_data_overrides_keep_the_checkpoints_other_settings():
     from lait.train.config import EvalConfig
 
@@ -191,3 +221,25 @@ def test_static_minilm_table_must_match_the_vocabulary(tmp_path, monkeypatch):
     monkeypatch.setattr(models, "STATIC_MINILM", tmp_path / "missing.npz")
     with pytest.raises(ModelUnavailable, match="distil_minilm_static.py"):
         models._load_static_encoder(models.entry("minilm-static"))
+
+
+def test_object_tags_need_the_cnn_features():
+    import torch
+
+    from lait.config import ConfigError
+    from lait.train.bert_init import bundled_minilm_dir
+    from lait.train.config import RegionConfig
+    from lait.train.data import WordPiece
+    from lait.train.pretrain import RegionSetup, with_tags
+
+    tok = WordPiece(bundled_minilm_dir())
+    setup = RegionSetup(None, None, None, None)
+    with pytest.raises(ConfigError, match="source cnn, or shard"):
+        with_tags(setup, RegionConfig(source="patches", tags=3), tok, torch.device("cpu"))
+    with pytest.raises(ConfigError, match="negative"):
+        with_tags(setup, RegionConfig(source="cnn", tags=-1), tok, torch.device("cpu"))
+    assert with_tags(setup, RegionConfig(source="shard"), tok, torch.device("cpu")).tags is None
+    tags = with_tags(setup, RegionConfig(source="shard", tags=2), tok, torch.device("cpu")).tags
+    # Shards written by another region source (pixel patches: 48-d) cannot be tagged.
+    with pytest.raises(ValueError, match="1280-d cells"):
+        tags(torch.zeros(2, 4, 48), torch.ones(2, 4, dtype=torch.bool))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from lait.train.evaluate import recall_at_k
 
@@ -47,3 +48,32 @@ def test_recall_one_caption_per_image_and_perfect_scores():
     assert recall_at_k(scores, scores, np.arange(30)) == ref
     perfect = recall_at_k(np.eye(30), np.eye(30), np.arange(30))
     assert perfect["i2t_r1"] == perfect["t2i_r1"] == 1.0 and perfect["rsum"] == 6.0
+
+
+def test_itm_accuracy_pairs_each_image_with_its_first_caption_and_another_images():
+    import torch
+
+    from lait.train.evaluate import RetrievalScorer
+
+    owner = np.array([0, 0, 1, 2, 2, 2, 3])  # caption -> image; the first captions are 0, 2, 3, 6
+    scorer = object.__new__(RetrievalScorer)
+    scorer.feats = torch.zeros(4, 1, 1)
+    seen = []
+
+    def oracle(text_idx, image_idx):  # +1 for a caption of the image, -1 for another's
+        seen.append((text_idx.tolist(), image_idx.tolist()))
+        return torch.tensor([1.0 if owner[t] == i else -1.0 for t, i in zip(text_idx.tolist(), image_idx.tolist())])
+
+    scorer.itm = oracle
+    r = scorer.itm_accuracy(owner)
+    assert (r["itm_acc"], r["itm_pos_acc"], r["itm_neg_acc"], r["itm_auc"]) == (1.0, 1.0, 1.0, 1.0)
+    (pos_t, pos_i), (neg_t, neg_i) = seen
+    assert pos_t == [0, 2, 3, 6] and pos_i == neg_i == [0, 1, 2, 3]
+    assert set(neg_t) <= {0, 2, 3, 6} and all(owner[t] != i for t, i in zip(neg_t, neg_i))
+    # A head that says "match" to everything is right on half the pairs.
+    scorer.itm = lambda t, i: torch.ones(len(t))
+    r = scorer.itm_accuracy(owner)
+    assert (r["itm_acc"], r["itm_pos_acc"], r["itm_neg_acc"]) == (0.5, 1.0, 0.0)
+    with pytest.raises(ValueError, match="two images"):
+        scorer.feats = torch.zeros(5, 1, 1)  # image 4 has no caption
+        scorer.itm_accuracy(owner)

@@ -44,7 +44,7 @@ def test_pretrain_finetune_eval_pipeline(tmp_path, object_shards, minilm_dir, pr
     assert main(args) == 0
     ckpt = ft / "checkpoints" / "stage-0-ft.pt"
     results = {}
-    for mode in ("full", "shortlist", "embedding"):
+    for mode in ("full", "shortlist", "embedding", "itm"):
         capsys.readouterr()
         assert main(["eval", "--checkpoint", str(ckpt), "--shards", f"{object_shards}/00000.tar", "--limit", "24",
                      "--mode", mode, "--shortlist-k", "5", "--device", "cpu", "--output", str(tmp_path / f"{mode}.json")]) == 0
@@ -54,8 +54,17 @@ def test_pretrain_finetune_eval_pipeline(tmp_path, object_shards, minilm_dir, pr
     assert results["shortlist"]["itm_pairs_scored"] == 2 * 24 * 5
     assert results["embedding"]["mode"] == "embedding" and results["embedding"]["itm_pairs_scored"] == 0
     # The shortlist holds the embedding top 5, re-ordered within: at K = 5 both count the same hits.
+    short = results["shortlist"]
     for d in ("i2t", "t2i"):
-        assert results["shortlist"][f"{d}_r5"] == pytest.approx(results["embedding"][f"{d}_r5"])
+        assert short[f"{d}_r5"] == pytest.approx(results["embedding"][f"{d}_r5"])
+        assert short["itm_only"][f"{d}_r5"] == pytest.approx(results["embedding"][f"{d}_r5"])
+    # The headline is the summed score by default; the cross-encoder's own ranking sits beside it.
+    assert short["shortlist_score"] == "sum"
+    assert {k: short[k] for k in short["itm_plus_itc"]} == short["itm_plus_itc"]
+    itm = results.pop("itm")
+    assert itm["mode"] == "itm" and itm["itm_pairs_scored"] == 2 * 24
+    assert 0.0 <= itm["itm_pos_acc"] <= 1.0 and 0.0 <= itm["itm_neg_acc"] <= 1.0
+    assert itm["itm_acc"] == pytest.approx((itm["itm_pos_acc"] + itm["itm_neg_acc"]) / 2)
     for r in results.values():
         assert 0.0 <= r["i2t_r1"] <= r["i2t_r5"] <= r["i2t_r10"] <= 1.0
         assert abs(r["rsum"] - sum(r[f"{d}_r{k}"] for d in ("i2t", "t2i") for k in (1, 5, 10))) < 1e-9

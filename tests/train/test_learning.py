@@ -77,7 +77,7 @@ def learn(tmp_path, n_train=2000, pre_steps=250, ft_steps=100, batch=64, ft_batc
                  "--loss", "multiclass", "--set", "num_negatives=2"]) == 0
     t2 = time.perf_counter()
     results = {}
-    for mode in (["--mode", "shortlist", "--shortlist-k", "5"], ["--mode", "full"]):
+    for mode in (["--mode", "shortlist", "--shortlist-k", "5"], ["--mode", "full"], ["--mode", "itm"]):
         out = tmp_path / "eval.json"
         assert main(["eval", "--checkpoint", str(tmp_path / "ft" / "checkpoints" / "stage-0-ft.pt"),
                      "--shards", str(tmp_path / "test"), *mode, "--device", "cpu", "--set", "cpu_threads=1",
@@ -102,6 +102,9 @@ def test_pretrain_finetune_retrieves_held_out_scenes(tmp_path):
     assert result["i2t_r1"] >= 0.3, results
     assert result["t2i_r1"] >= 0.3, results
     assert results["full"]["i2t_r10"] > 0.1 and results["full"]["t2i_r10"] > 0.1, results  # chance: 0.1
+    # The cross-encoder as a classifier on held-out pairs (each scene with its caption and with
+    # another scene's): chance is 0.5.
+    assert results["itm"]["itm_acc"] > 0.6, results["itm"]
 
 
 if __name__ == "__main__":  # tuning aid: python tests/train/test_learning.py /tmp/dir
