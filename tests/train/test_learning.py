@@ -95,7 +95,8 @@ def test_pretrain_finetune_retrieves_held_out_scenes(tmp_path):
     results = learn(tmp_path)
     print(json.dumps(results, indent=2))
     # Asserted in the evaluator's shortlist mode (top 5 of 100 by embedding similarity, then ITM
-    # re-ranking), as the evaluator reports it. Full cross-encoder scoring of all 10,000 pairs is
+    # re-ranking), as the evaluator reports it: the ITM margin plus the contrastive logit (0.56 /
+    # 0.58 measured; the ITM margin alone, `itm_only`, 0.45 / 0.43). Full cross-encoder scoring of all 10,000 pairs is
     # printed beside it (R@1 0.24 / 0.31, R@10 0.80 / 0.92 measured with this budget).
     result = results["shortlist@5"]
     assert result["images"] == 100
@@ -104,7 +105,7 @@ def test_pretrain_finetune_retrieves_held_out_scenes(tmp_path):
     assert results["full"]["i2t_r10"] > 0.1 and results["full"]["t2i_r10"] > 0.1, results  # chance: 0.1
     # The cross-encoder as a classifier on held-out pairs (each scene with its caption and with
     # another scene's): chance is 0.5.
-    assert results["itm"]["itm_acc"] > 0.6, results["itm"]
+    assert results["itm"]["itm_acc"] > 0.6, results["itm"]  # measured: 0.825
 
 
 if __name__ == "__main__":  # tuning aid: python tests/train/test_learning.py /tmp/dir
