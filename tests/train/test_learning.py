@@ -103,9 +103,11 @@ def test_pretrain_finetune_retrieves_held_out_scenes(tmp_path):
     assert result["i2t_r1"] >= 0.3, results
     assert result["t2i_r1"] >= 0.3, results
     assert results["full"]["i2t_r10"] > 0.1 and results["full"]["t2i_r10"] > 0.1, results  # chance: 0.1
-    # The cross-encoder as a classifier on held-out pairs (each scene with its caption and with
-    # another scene's): chance is 0.5.
-    assert results["itm"]["itm_acc"] > 0.6, results["itm"]  # measured: 0.825
+    # The cross-encoder on held-out pairs (each scene with its caption and with another scene's):
+    # ranked, a match beats a non-match far above chance (0.5). Accuracy at the margin's sign is
+    # not asserted: the multiclass loss leaves the sign uncalibrated (0.825 alone, 0.54 in a
+    # full-suite run, where 89 % of the matches got a negative margin).
+    assert results["itm"]["itm_auc"] > 0.6, results["itm"]
 
 
 if __name__ == "__main__":  # tuning aid: python tests/train/test_learning.py /tmp/dir
