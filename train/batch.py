@@ -67,6 +67,12 @@ class Batch:
             **{f.name: getattr(self, f.name).pin_memory() for f in dataclasses.fields(self) if isinstance(getattr(self, f.name), torch.Tensor)},
         )
 
+    def tags_of(self, rows) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(tag ids, tag mask) of the image sides of some rows, or (None, None) without tags."""
+        if self.tag_ids is None:
+            return None, None
+        return self.tag_ids[rows], self.tag_mask[rows]
+
     @property
     def size(self) -> int:
         return self.input_ids.shape[0]

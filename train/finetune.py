@@ -73,9 +73,8 @@ class FinetuneTask(nn.Module):
     def pair_scores(self, batch: Batch, text_idx: torch.Tensor, image_idx: torch.Tensor) -> torch.Tensor:
         """ITM logits [N,2] of (text_idx[n], image_idx[n]) pairs, in one forward pass."""
         m = self.model
-        tags = (None, None) if batch.tag_ids is None else (batch.tag_ids[image_idx], batch.tag_mask[image_idx])
         h = m(batch.input_ids[text_idx], batch.text_mask[text_idx], batch.region_features[image_idx],
-              batch.region_locations[image_idx], batch.region_valid[image_idx], *tags)
+              batch.region_locations[image_idx], batch.region_valid[image_idx], *batch.tags_of(image_idx))
         return m.itm_logits(h[:, 0]).float()
 
     def forward(self, batch: Batch):

@@ -99,7 +99,7 @@ def itc_loss(model: ImageBert, batch: Batch, temperature: float):
     mask = batch.text_mask[pos]
     t = model.embed(model(ids, mask, None, None, None), mask)
     valid = batch.region_valid[pos]
-    tags, tag_mask = (None, None) if batch.tag_ids is None else (batch.tag_ids[pos], batch.tag_mask[pos])
+    tags, tag_mask = batch.tags_of(pos)
     h = model(None, None, batch.region_targets[pos], batch.region_locations[pos], valid, tags, tag_mask)
     i = model.embed(h, model.image_mask(tag_mask, valid))
     sim = t @ i.t() / temperature
