@@ -404,20 +404,14 @@ class FaceDetector:
 
 def _mtcnn(threads: int, min_face: int) -> Any:
     import torch
-    from facenet_pytorch import MTCNN
+
+    from lait.mtcnn import FastMTCNN
 
     torch.set_num_threads(threads)
-    # The first two stages' thresholds are the package's defaults; the final probability is left
-    # to the caller, so that one detector serves every --min-face-score.
-    net = MTCNN(keep_all=True, device="cpu", min_face_size=min_face, thresholds=[0.6, 0.7, 0.5])
-
-    def run(image: Any) -> list[tuple[list[float], float]]:
-        with torch.inference_mode():
-            boxes, probs = net.detect(image)
-        if boxes is None:
-            return []
-        return [([float(v) for v in b], float(p)) for b, p in zip(boxes, probs, strict=True)]
-    return run
+    # facenet-pytorch's networks, weights and cascade (its default thresholds for the first two
+    # stages; the final probability is left to the caller, so that one detector serves every
+    # --min-face-score), run by lait.mtcnn: the same boxes and scores at a fraction of the CPU time.
+    return FastMTCNN(min_face).detect
 
 
 def _haar(threads: int, min_face: int) -> Any:

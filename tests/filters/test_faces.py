@@ -133,3 +133,30 @@ def test_missing_detector_is_a_config_error_naming_the_install_and_the_way_out(m
     FilterConfig(work="w", unsafe_model="none", face_model="none").validate()
     with pytest.raises(Exception, match="min_face_score"):
         FilterConfig(work="w", unsafe_model="none", face_model="none", min_face_score=1.5).validate()
+
+
+def test_fast_mtcnn_gives_the_package_detectors_boxes_and_scores(photos, shared_data):
+    """lait.mtcnn runs facenet-pytorch's cascade and weights faster (issue 47): on real photos,
+    the crowds above and Flickr8k's 224 px ones, every face and non-face probability it reports
+    is the package's own, box for box, down to float rounding."""
+    import torch
+    from facenet_pytorch import MTCNN
+
+    from lait.filters.faces import MIN_FACE_PX, decode_for_faces
+    from lait.mtcnn import THRESHOLDS, FastMTCNN
+
+    flickr = sorted((shared_data / "photos" / "flickr8k").rglob("*.jpg"))[:40:4]
+    images = [decode_for_faces(b) for b in photos[:4]] + [decode_for_faces(p.read_bytes()) for p in flickr]
+    ref = MTCNN(keep_all=True, device="cpu", min_face_size=MIN_FACE_PX, thresholds=list(THRESHOLDS))
+    fast = FastMTCNN(MIN_FACE_PX)
+    n_faces = 0
+    for image in images:
+        with torch.inference_mode():
+            boxes, probs = ref.detect(image)
+        want = sorted(zip([list(b) for b in boxes], probs, strict=True), key=lambda d: -d[1]) if boxes is not None else []
+        got = sorted(fast.detect(image), key=lambda d: -d[1])
+        assert len(got) == len(want)
+        for (gb, gp), (wb, wp) in zip(got, want, strict=True):
+            assert gp == pytest.approx(wp, abs=1e-4) and gb == pytest.approx(wb, abs=1e-2)
+        n_faces += sum(p >= 0.8 for _, p in want)
+    assert n_faces >= 20  # the comparison covered real faces, not only empty pictures
