@@ -317,7 +317,7 @@ class ImageFilterStage(Stage):
 
     def _unsafe(self) -> UnsafeScorer | None:
         # Loaded when a partition starts, not in __init__: the stage object is sent to workers.
-        return None if self.cfg.unsafe_model == "none" else UnsafeScorer(self.cfg.unsafe_model)
+        return None if self.cfg.unsafe_model == "none" else UnsafeScorer(self.cfg.unsafe_model, self.cfg.max_unsafe)
 
     def _hash_list(self) -> Any:
         path = self.cfg.exclude_hashes

@@ -47,14 +47,15 @@ def check_unsafe_model(name: str) -> None:
 class UnsafeScorer:
     """The catalogued model of `name`, loaded once per process (`lait.models` caches it)."""
 
-    def __init__(self, name: str = DEFAULT_MODEL):
+    def __init__(self, name: str = DEFAULT_MODEL, max_unsafe: float = DEFAULT_MAX_UNSAFE):
         from lait.models import load_unsafe_classifier
 
-        self.name = name
+        self.name, self.max_unsafe = name, max_unsafe
         self.model = load_unsafe_classifier(name)
 
     def __call__(self, image: Image.Image) -> float:
-        return float(self.model.punsafe([image])[0])
+        """punsafe: the int8 model's, or the float model's near max_unsafe and above (lait.models)."""
+        return float(self.model.punsafe([image], self.max_unsafe)[0])
 
 
 def blurred(image: Image.Image) -> Image.Image:

