@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 BENCHES = [
     ("bench/crawl/bench_crawl.py", ("crawl", "crawl_images")),
     ("bench/download/bench_download.py", ("download",)),
-    ("bench/filter/bench_filter.py", ("filter",)),
+    ("bench/filter/bench_filter.py", ("filter", "filter_gates")),
     ("bench/clean/bench_clean.py", ("clean", "clean_judge")),
     ("bench/score/bench_score.py", ("score",)),
     ("bench/score/bench_decode.py", ("decode",)),

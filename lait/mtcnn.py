@@ -193,8 +193,10 @@ def _area_crops(sat: Any, rois: Any, n: int) -> Any:
     r0, r1 = y0 + i * (y1 - y0) // n, y0 + ((i + 1) * (y1 - y0) + n - 1) // n
     c0, c1 = x0 + i * (x1 - x0) // n, x0 + ((i + 1) * (x1 - x0) + n - 1) // n
     r0, r1, c0, c1 = r0[:, :, None], r1[:, :, None], c0[:, None, :], c1[:, None, :]
-    total = sat[r1, c1] - sat[r0, c1] - sat[r1, c0] + sat[r0, c0]
-    return total.float() / ((r1 - r0) * (c1 - c0))[..., None].float()
+    width = sat.shape[1]
+    corners = torch.stack([r1 * width + c1, r0 * width + c1, r1 * width + c0, r0 * width + c0])
+    s11, s01, s10, s00 = sat.reshape(-1, 3).index_select(0, corners.reshape(-1)).view(4, len(rois), n, n, 3)
+    return (s11 - s01 - s10 + s00).float() / ((r1 - r0) * (c1 - c0))[..., None].float()
 
 
 def _regress(boxes: Any, reg: Any) -> Any:

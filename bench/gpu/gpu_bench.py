@@ -439,7 +439,7 @@ def section_gates(args, res: Results) -> None:
     from lait.models import load_unsafe_classifier
 
     threads = os.cpu_count() or 1
-    model = load_unsafe_classifier("open-nsfw", threads)
+    model = load_unsafe_classifier("open-nsfw", threads, int8=have("onnx"))  # the int8 copy needs onnx to build
     x = [Image.fromarray(p) for p in frames[: min(n, 256)]]
     model.punsafe(x[:4])
     rate = _rate(len(x), lambda: [model.punsafe(x[i: i + batch]) for i in range(0, len(x), batch)])
