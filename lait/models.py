@@ -403,6 +403,24 @@ def open_nsfw_int8(calibration: Any = None) -> bytes:
     in memory from the package's float model and the shipped OPEN_NSFW_INT8_RANGES; with
     `calibration` (a CalibrationDataReader class taking the input's name) the ranges are measured
     and that file written instead (scripts/calibrate_open_nsfw.py)."""
+    import onnx
+
+    m = entry("open-nsfw")
+    if calibration is None and not OPEN_NSFW_INT8_RANGES.is_file():
+        raise ModelUnavailable(f"model {m.name}: its int8 ranges {OPEN_NSFW_INT8_RANGES} are missing "
+                               "(scripts/calibrate_open_nsfw.py writes them)")
+    model = onnx.load(str(_open_nsfw_path(m)))
+    # onnxruntime's quantisation tools log their steps at INFO, partly on the root logger: not
+    # a user's business at every worker start, so INFO and below are off while they run.
+    previous = logging.root.manager.disable
+    logging.disable(logging.INFO)
+    try:
+        return _quantise(model, calibration)
+    finally:
+        logging.disable(previous)
+
+
+def _quantise(model: Any, calibration: Any) -> bytes:
     import tempfile
 
     import onnx
@@ -410,11 +428,6 @@ def open_nsfw_int8(calibration: Any = None) -> bytes:
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    m = entry("open-nsfw")
-    if calibration is None and not OPEN_NSFW_INT8_RANGES.is_file():
-        raise ModelUnavailable(f"model {m.name}: its int8 ranges {OPEN_NSFW_INT8_RANGES} are missing "
-                               "(scripts/calibrate_open_nsfw.py writes them)")
-    model = onnx.load(str(_open_nsfw_path(m)))
     with tempfile.TemporaryDirectory(prefix="lait-nsfw-") as tmp:
         opset17, prepared, out = (str(Path(tmp) / f) for f in ("17.onnx", "pre.onnx", "int8.onnx"))
         onnx.save(version_converter.convert_version(model, 17), opset17)  # per-channel needs opset >= 13
