@@ -352,7 +352,7 @@ class UnsafeClassifier:
 
     Preprocessing is the package's, which reproduces Yahoo's reference (256 px resize, 224 px
     centre crop, a JPEG round trip, BGR minus the mean), so scores match the published model.
-    With an int8 session (`fast`), every image is scored by it first (a third of the float
+    With an int8 session (`fast`) and a `line`, every image is scored by it first (a third of the float
     model's CPU time) and those within RECHECK_MARGIN of `line` or above it again by the float
     model, whose score they keep: what is dropped at `line` is what the float model drops."""
 
@@ -369,10 +369,10 @@ class UnsafeClassifier:
         if not images:
             return np.zeros(0, np.float32)
         batch = np.stack([self.preprocess(im) for im in images])
-        if self.fast is None:
+        if self.fast is None or line is None:  # no line to be near: the float model alone
             return self._run(self.session, batch)
         out = self._run(self.fast, batch)
-        again = out >= (line if line is not None else 0.0) - RECHECK_MARGIN
+        again = out >= line - RECHECK_MARGIN
         if again.any():
             out[again] = self._run(self.session, batch[again])
             self.rechecked += int(again.sum())

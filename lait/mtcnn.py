@@ -35,8 +35,8 @@ def _pool(x: Any, k: int, s: int) -> Any:
     _, h, w, _ = x.shape
     oh, ow = -(-(h - k) // s) + 1, -(-(w - k) // s) + 1
     ph, pw = (oh - 1) * s + k - h, (ow - 1) * s + k - w
-    if ph > 0 or pw > 0:
-        x = torch.nn.functional.pad(x, (0, 0, 0, max(pw, 0), 0, max(ph, 0)), value=-math.inf)
+    if ph or pw:  # never negative: the last window starts inside the map
+        x = torch.nn.functional.pad(x, (0, 0, 0, pw, 0, ph), value=-math.inf)
     x = reduce(torch.maximum, [x[:, :, j:j + (ow - 1) * s + 1:s] for j in range(k)])
     return reduce(torch.maximum, [x[:, j:j + (oh - 1) * s + 1:s] for j in range(k)])
 
@@ -57,8 +57,6 @@ class _Layers:
         return y.permute(0, 2, 3, 1)  # a view: channels-last memory is NHWC
 
     def prelu(self, x: Any, name: str) -> Any:
-        import torch
-
         neg = x.clamp(max=0).mul_(self.w[f"{name}.weight"])
         return x.clamp(min=0).add_(neg)
 
@@ -131,7 +129,7 @@ class FastMTCNN:
     def _stage1(self, rgb: Any) -> Any:
         """P-Net over the pyramid: squared candidate boxes (x0, y0, x1, y1, score)."""
         import torch
-        from torchvision.ops import batched_nms, nms
+        from torchvision.ops import nms
 
         h, w = rgb.shape[:2]
         nchw = rgb.permute(2, 0, 1)[None]
@@ -152,7 +150,7 @@ class FastMTCNN:
         if not found:
             return torch.zeros(0, 5)
         b = torch.cat(found)
-        b = b[batched_nms(b[:, :4], b[:, 4], torch.zeros(len(b), dtype=torch.long), 0.7)]
+        b = b[nms(b[:, :4], b[:, 4], 0.7)]
         wh = (b[:, 2:4] - b[:, 0:2]).repeat(1, 2)
         return _square(torch.cat([b[:, :4] + b[:, 5:9] * wh, b[:, 4:5]], 1))
 

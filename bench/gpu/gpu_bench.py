@@ -441,8 +441,10 @@ def section_gates(args, res: Results) -> None:
     threads = os.cpu_count() or 1
     model = load_unsafe_classifier("open-nsfw", threads, int8=have("onnx"))  # the int8 copy needs onnx to build
     x = [Image.fromarray(p) for p in frames[: min(n, 256)]]
-    model.punsafe(x[:4])
-    rate = _rate(len(x), lambda: [model.punsafe(x[i: i + batch]) for i in range(0, len(x), batch)])
+    from lait.filters.unsafe import DEFAULT_MAX_UNSAFE  # scored against stage 2's line, as stage 2 does
+
+    model.punsafe(x[:4], DEFAULT_MAX_UNSAFE)
+    rate = _rate(len(x), lambda: [model.punsafe(x[i: i + batch], DEFAULT_MAX_UNSAFE) for i in range(0, len(x), batch)])
     res.add(f"open_nsfw (stage 2's unsafe model), onnxruntime {ort.__version__} on {threads} CPU threads", rate,
             "img/s", note=f"lait runs it on the CPU provider; providers here: {', '.join(ort.get_available_providers())}")
 
