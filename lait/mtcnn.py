@@ -7,10 +7,12 @@ facenet-pytorch spends ~60 ms on a 224 px photo, about 0.4 GMAC of convolutions,
 
 - torch's NCHW max-pool is slow on these few-channel maps (a third of its time): here the maps are
   kept channels-last and pooled with strided maxima, which give the same values;
-- each candidate is cut out and resized on its own (a hundred `interpolate` calls per photo):
-  here all of a stage's crops come from one `roi_align` call (bilinear samples averaged over each
-  output cell, which is area averaging up to the sample grid, so scores move by a few
-  thousandths; bench/safety/bench_faces.py holds precision and recall to the labels).
+- each candidate is cut out and resized on its own (a hundred `interpolate` calls per photo),
+  and each pyramid level is an `interpolate(mode="area")` of a channels-first copy: here every
+  resize, crops and levels alike, is read off one integer summed-area table of the picture, with
+  the same cells as torch's area resize (the sums are exact, so the values are too);
+- R-Net and O-Net see their candidates in chunks (CHUNK): a crowd gives R-Net over a thousand,
+  whose activations at once (85 MB) were mapped afresh and faulted in page by page.
 
 `detect(image)` gives ([x0, y0, x1, y1] in pixels, probability) per face, as facenet's `detect`.
 """
@@ -26,6 +28,7 @@ import numpy as np
 THRESHOLDS = (0.6, 0.7, 0.5)  # P-, R- and O-Net: facenet-pytorch's defaults
 FACTOR = 0.709  # between pyramid levels
 NORM_MEAN, NORM_SCALE = 127.5, 0.0078125
+CHUNK = 128  # candidates per R-Net / O-Net call
 
 
 def _pool(x: Any, k: int, s: int) -> Any:
@@ -57,8 +60,9 @@ class _Layers:
         return y.permute(0, 2, 3, 1)  # a view: channels-last memory is NHWC
 
     def prelu(self, x: Any, name: str) -> Any:
+        """In place: `x` is always a fresh output of the layer before."""
         neg = x.clamp(max=0).mul_(self.w[f"{name}.weight"])
-        return x.clamp(min=0).add_(neg)
+        return x.clamp_(min=0).add_(neg)
 
     def dense(self, x: Any, name: str) -> Any:
         import torch
@@ -69,10 +73,10 @@ class _Layers:
 class FastMTCNN:
     """facenet-pytorch's MTCNN networks and weights, run as described above."""
 
-    def __init__(self, min_face: int = 12, thresholds: tuple[float, float, float] = THRESHOLDS):
+    def __init__(self, min_face: int = 12, thresholds: tuple[float, float, float] = THRESHOLDS, chunk: int = CHUNK):
         from facenet_pytorch.models.mtcnn import ONet, PNet, RNet  # loads the package's data/*.pt
 
-        self.min_face, self.thresholds = min_face, thresholds
+        self.min_face, self.thresholds, self.chunk = min_face, thresholds, chunk
         self.p, self.r, self.o = _Layers(PNet()), _Layers(RNet()), _Layers(ONet())
 
     # -- the three networks -------------------------------------------------------------------
@@ -117,29 +121,29 @@ class FastMTCNN:
         import torch
 
         with torch.inference_mode():
-            rgb = torch.from_numpy(np.asarray(image.convert("RGB"), np.uint8).copy()).float()
-            boxes = self._stage1(rgb)
+            rgb = torch.from_numpy(np.asarray(image.convert("RGB"), np.uint8).copy())
+            # The summed-area table every resize below is read off: exact in int32 up to 2^31
+            # (8.4 M pixels of 255; stage 2 searches at most 640 px a side).
+            sat = torch.nn.functional.pad(rgb.int().cumsum(0).cumsum(1).int(), (0, 0, 1, 0, 1, 0))
+            boxes = self._stage1(sat)
             if len(boxes):
-                sat = torch.nn.functional.pad(rgb.int().cumsum(0).cumsum(1).int(), (0, 0, 1, 0, 1, 0))  # exact to 2^31
                 boxes = self._refine(sat, boxes, 24, self.rnet, self.thresholds[1])
                 if len(boxes):
                     boxes = self._refine(sat, boxes, 48, self.onet, self.thresholds[2], final=True)
             return [([float(v) for v in b[:4]], float(b[4])) for b in boxes.tolist()]
 
-    def _stage1(self, rgb: Any) -> Any:
+    def _stage1(self, sat: Any) -> Any:
         """P-Net over the pyramid: squared candidate boxes (x0, y0, x1, y1, score)."""
         import torch
         from torchvision.ops import nms
 
-        h, w = rgb.shape[:2]
-        nchw = rgb.permute(2, 0, 1)[None]
+        h, w = sat.shape[0] - 1, sat.shape[1] - 1
         scale, side = 12.0 / self.min_face, min(h, w) * 12.0 / self.min_face
         found = []
         while side >= 12:
             size = (int(h * scale + 1), int(w * scale + 1))
-            level = torch.nn.functional.interpolate(nchw, size=size, mode="area")
-            level = ((level - NORM_MEAN) * NORM_SCALE).permute(0, 2, 3, 1).contiguous()
-            prob, reg = self.pnet(level)
+            level = (_area_resize(sat, *size) - NORM_MEAN) * NORM_SCALE
+            prob, reg = self.pnet(level[None])
             ys, xs = torch.nonzero(prob >= self.thresholds[0], as_tuple=True)
             if len(ys):
                 cells = torch.stack([xs, ys], 1).float()
@@ -168,8 +172,11 @@ class FastMTCNN:
         boxes, rois = boxes[ok], torch.stack([x0, y0, x1, y1], 1)[ok]
         if not len(boxes):
             return boxes
-        crops = _area_crops(sat, rois, side)
-        prob, reg = net((crops - NORM_MEAN) * NORM_SCALE)
+        # In chunks: a crowd gives R-Net a thousand candidates or more, whose activations at once
+        # (85 MB at 1,571) are mapped afresh and faulted in page by page, and miss every cache.
+        outs = [net((_area_crops(sat, rois[i:i + self.chunk], side) - NORM_MEAN) * NORM_SCALE)
+                for i in range(0, len(rois), self.chunk)]
+        prob, reg = torch.cat([p for p, _ in outs]), torch.cat([r for _, r in outs])
         keep = prob > threshold
         boxes = torch.cat([boxes[keep, :4], prob[keep, None]], 1)
         reg = reg[keep]
@@ -180,21 +187,33 @@ class FastMTCNN:
         return boxes[_nms_min(boxes.numpy(), 0.7)]
 
 
-def _area_crops(sat: Any, rois: Any, n: int) -> Any:
-    """The (K, n, n, 3) crops [x0, x1) x [y0, y1) of the picture whose summed-area table is `sat`,
-    each resized to n x n by area averaging: the cells of torch's adaptive average pooling (what
-    `interpolate(mode="area")` does, one crop at a time in facenet-pytorch), read off the table."""
+def _area_crops(sat: Any, rois: Any, n: int, nw: int | None = None) -> Any:
+    """The (K, n, nw, 3) crops [x0, x1) x [y0, y1) of the picture whose summed-area table is `sat`,
+    each resized to n x nw (default n x n) by area averaging: the cells of torch's adaptive
+    average pooling (what `interpolate(mode="area")` does, one crop at a time in facenet-pytorch),
+    read off the table."""
     import torch
 
-    i = torch.arange(n)
-    x0, y0, x1, y1 = (rois[:, j:j + 1] for j in range(4))
+    nw = nw or n
+    i, j = torch.arange(n), torch.arange(nw)
+    x0, y0, x1, y1 = (rois[:, k:k + 1] for k in range(4))
     r0, r1 = y0 + i * (y1 - y0) // n, y0 + ((i + 1) * (y1 - y0) + n - 1) // n
-    c0, c1 = x0 + i * (x1 - x0) // n, x0 + ((i + 1) * (x1 - x0) + n - 1) // n
+    c0, c1 = x0 + j * (x1 - x0) // nw, x0 + ((j + 1) * (x1 - x0) + nw - 1) // nw
     r0, r1, c0, c1 = r0[:, :, None], r1[:, :, None], c0[:, None, :], c1[:, None, :]
     width = sat.shape[1]
     corners = torch.stack([r1 * width + c1, r0 * width + c1, r1 * width + c0, r0 * width + c0])
-    s11, s01, s10, s00 = sat.reshape(-1, 3).index_select(0, corners.reshape(-1)).view(4, len(rois), n, n, 3)
+    s11, s01, s10, s00 = sat.reshape(-1, 3).index_select(0, corners.reshape(-1)).view(4, len(rois), n, nw, 3)
     return (s11 - s01 - s10 + s00).float() / ((r1 - r0) * (c1 - c0))[..., None].float()
+
+
+def _area_resize(sat: Any, oh: int, ow: int) -> Any:
+    """The (oh, ow, 3) picture whose summed-area table is `sat`, resized by area averaging with
+    the cells of `interpolate(mode="area")` (adaptive average pooling), as facenet-pytorch builds
+    its pyramid; one gather instead of torch's per-cell loops over a channels-first copy."""
+    import torch
+
+    h, w = sat.shape[0] - 1, sat.shape[1] - 1
+    return _area_crops(sat, torch.tensor([[0, 0, w, h]]), oh, ow)[0]
 
 
 def _regress(boxes: Any, reg: Any) -> Any:

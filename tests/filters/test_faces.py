@@ -148,6 +148,8 @@ def test_fast_mtcnn_gives_the_package_detectors_boxes_and_scores(photos, shared_
     flickr = sorted((shared_data / "photos" / "flickr8k").rglob("*.jpg"))[:40:4]
     images = [decode_for_faces(b) for b in photos[:4]] + [decode_for_faces(p.read_bytes()) for p in flickr]
     ref = MTCNN(keep_all=True, device="cpu", min_face_size=MIN_FACE_PX, thresholds=list(THRESHOLDS))
+    # The crowds give R-Net 500 to 800 candidates: several chunks of lait.mtcnn.CHUNK, where the
+    # package scores them in one call.
     fast = FastMTCNN(MIN_FACE_PX)
     n_faces = 0
     for image in images:
