@@ -169,6 +169,9 @@ class FinetuneConfig(RunConfig):
     num_negatives: int = setting(3, "K negatives per positive")
     hard_negatives: bool = setting(True, "mine negatives by embedding similarity instead of at random")
     margin: float = setting(0.2, "margin of the triplet loss")
+    binary_weight: float = setting(0.0, "weight of a balanced match / no-match term added to the multiclass or "
+                                   "triplet loss: those train the margin between a match and its negatives, "
+                                   "not the margin's sign, so alone they leave ITM's yes / no uncalibrated")
     contrastive_weight: float = setting(1.0, "weight of the loss that trains the embeddings used for mining and shortlists")
     stage: TrainStageConfig = setting(TrainStageConfig(), "shards, steps, batch size and optimiser of the run")
 
@@ -197,6 +200,8 @@ class EvalConfig(Config):
     shortlist_score: str = setting("sum", "how shortlist mode ranks its candidates: sum (the ITM margin plus the "
                                    "embeddings' contrastive logit, as BLIP) or itm (the cross-encoder alone); "
                                    "both are in the output", choices=["sum", "itm"])
+    shortlist_itm_weight: float = setting(1.0, "in shortlist mode's sum, the weight of the ITM margin against the "
+                                          "contrastive logit (choose it on val: the output has a sweep)")
     batch_size: int = setting(256, "pairs per ITM forward")
     device: str = setting("auto", "auto, cpu or cuda")
     precision: str = setting("auto", "auto is bf16 on CUDA, fp32 on the CPU", choices=PRECISIONS)

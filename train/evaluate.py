@@ -221,6 +221,9 @@ class RetrievalScorer:
         return i2t, t2i, img_emb @ txt_emb.T
 
 
+ITM_WEIGHT_SWEEP = (0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
+
+
 def run_eval(cfg: EvalConfig) -> dict:
     """Evaluate a checkpoint; returns (and optionally writes) the metrics with their mode."""
     from lait.train.data import Decoder, default_tokenizer, expand_shards
@@ -259,9 +262,21 @@ def run_eval(cfg: EvalConfig) -> dict:
         # one the headline figures are.
         from lait.train.model import TEMPERATURE
 
-        summed = recall_at_k(i2t + cos / TEMPERATURE, t2i + cos / TEMPERATURE, data.text_to_image)
+        def summed_at(w: float) -> dict[str, float]:
+            # -inf outside the shortlist stays -inf, whatever the weight (0 * -inf is nan).
+            def score(s):
+                shortlisted = np.isfinite(s)
+                return np.where(shortlisted, w * np.where(shortlisted, s, 0.0) + cos / TEMPERATURE, -np.inf)
+            return recall_at_k(score(i2t), score(t2i), data.text_to_image)
+
+        w = cfg.shortlist_itm_weight
+        summed = summed_at(w)
         metrics = summed if cfg.shortlist_score == "sum" else itm_only
-        extra = {"shortlist_score": cfg.shortlist_score, "itm_only": itm_only, "itm_plus_itc": summed}
+        # The same shortlist under other weights of the margin (0: the embeddings' own order), so
+        # that one run on val is enough to choose `shortlist_itm_weight`.
+        sweep = {f"{v:g}": summed_at(v) for v in ITM_WEIGHT_SWEEP}
+        extra = {"shortlist_score": cfg.shortlist_score, "itm_weight": w, "itm_only": itm_only, "itm_plus_itc": summed,
+                 "itm_weight_sweep": sweep}
         pairs = int(np.isfinite(i2t).sum() + np.isfinite(t2i).sum())
     elif cfg.mode == "itm":
         metrics = scorer.itm_accuracy(data.text_to_image)

@@ -63,12 +63,13 @@ def mine_negatives(sim: torch.Tensor, k: int, hard: bool, generator: torch.Gener
 class FinetuneTask(nn.Module):
     """ITM retrieval loss over positives and mined negatives, plus the embedding contrastive loss."""
 
-    def __init__(self, model: ImageBert, loss: str, num_negatives: int, hard_negatives: bool, margin: float, contrastive_weight: float):
+    def __init__(self, model: ImageBert, loss: str, num_negatives: int, hard_negatives: bool, margin: float,
+                 contrastive_weight: float, binary_weight: float = 0.0):
         super().__init__()
         if loss not in ("binary", "multiclass", "triplet"):
             raise ValueError(f"loss must be binary, multiclass or triplet, not {loss!r}")
         self.model, self.loss, self.k, self.hard = model, loss, num_negatives, hard_negatives
-        self.margin, self.contrastive_weight = margin, contrastive_weight
+        self.margin, self.contrastive_weight, self.binary_weight = margin, contrastive_weight, binary_weight
 
     def pair_scores(self, batch: Batch, text_idx: torch.Tensor, image_idx: torch.Tensor) -> torch.Tensor:
         """ITM logits [N,2] of (text_idx[n], image_idx[n]) pairs, in one forward pass."""
@@ -93,11 +94,13 @@ class FinetuneTask(nn.Module):
         logits = self.pair_scores(batch, text_idx, image_idx)
         score = logits[:, 1] - logits[:, 0]
         pos, neg_i, neg_t = score[:b], score[b : b + b * k].view(b, k), score[b + b * k :].view(b, k)
-        if self.loss == "binary":
+        if self.loss == "binary" or self.binary_weight:
             labels = torch.zeros(len(score), dtype=torch.long, device=score.device)
             labels[:b] = 1
             per = F.cross_entropy(logits, labels, reduction="none")
-            itm = (per[:b].mean() + per[b:].mean()) / 2  # balance 1 positive against 2k negatives
+            binary = (per[:b].mean() + per[b:].mean()) / 2  # balance 1 positive against 2k negatives
+        if self.loss == "binary":
+            itm = binary
         elif self.loss == "multiclass":
             zeros = torch.zeros(b, dtype=torch.long, device=score.device)
             itm = (F.cross_entropy(torch.cat([pos[:, None], neg_i], 1), zeros)
@@ -106,8 +109,12 @@ class FinetuneTask(nn.Module):
             hardest = torch.maximum(neg_i.max(1).values, neg_t.max(1).values)
             itm = F.relu(self.margin - pos + hardest).mean()
         total = itm + self.contrastive_weight * itc
+        losses = {"itm": itm, "itc": itc}
+        if self.loss != "binary" and self.binary_weight:
+            total = total + self.binary_weight * binary
+            losses["itm_binary"] = binary
         acc = (pos[:, None] > torch.cat([neg_i, neg_t], 1)).all(1).float().mean().item()
-        return total, {"itm": itm, "itc": itc}, {"rank_acc": acc}
+        return total, losses, {"rank_acc": acc}
 
 
 def run_finetune(cfg: FinetuneConfig) -> list[dict]:
@@ -152,5 +159,6 @@ def run_finetune(cfg: FinetuneConfig) -> list[dict]:
     plan = StagePlan(0, cfg.stage, steps,
                      stream_factory(urls, decoder, cfg.stage.batch_size, cfg.seed * 1000 + 17, collate_kwargs, rt, cfg.data),
                      make_prepare(model, regions, 0.0))
-    task = FinetuneTask(model, cfg.loss, cfg.num_negatives, cfg.hard_negatives, cfg.margin, cfg.contrastive_weight)
+    task = FinetuneTask(model, cfg.loss, cfg.num_negatives, cfg.hard_negatives, cfg.margin, cfg.contrastive_weight,
+                        cfg.binary_weight)
     return Trainer.for_run(task, model, rt, cfg).run([plan], resume=cfg.resume)

@@ -134,6 +134,9 @@ def main() -> None:
     ap.add_argument("--precision", default="bf16", choices=["bf16", "fp32"],
                     help="autocast of training and evaluation (bf16: about twice as fast on CPUs with AVX-512 BF16)")
     ap.add_argument("--shortlist-k", type=int, default=10)
+    ap.add_argument("--shortlist-itm-weight", type=float, default=0.3,
+                    help="shortlist mode ranks by the contrastive logit plus this weight times the ITM margin "
+                         "(chosen on val from the sweep in the shortlist output: docs/learning.md)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--regions", type=int, default=16,
                     help="regions per photo: the 7 x 7 feature map average-pooled to the largest grid that fits "
@@ -187,7 +190,8 @@ def main() -> None:
             if tag not in args.checkpoints:
                 continue
             for mode, extra in (("embedding", ["--mode", "embedding"]),
-                                ("shortlist", ["--mode", "shortlist", "--shortlist-k", str(args.shortlist_k)]),
+                                ("shortlist", ["--mode", "shortlist", "--shortlist-k", str(args.shortlist_k),
+                                               "--set", f"shortlist_itm_weight={args.shortlist_itm_weight}"]),
                                 ("full", ["--mode", "full", "--limit", str(args.full_limit)]),
                                 ("itm", ["--mode", "itm"])):
                 key = f"eval_{tag}_{mode}"

@@ -114,14 +114,29 @@ def scene_samples(n: int, seed: int = 0, width: int = 192, height: int = 160, qu
 
 
 def train_wordpiece(texts: Iterable[str], out_dir: str | Path, vocab_size: int = 400) -> Path:
-    """Train a small lowercase WordPiece vocabulary (BERT special tokens) on ``texts``; returns
-    the ``vocab.txt`` path. A small vocabulary keeps tiny test models fast."""
-    from tokenizers import BertWordPieceTokenizer
+    """A small lowercase WordPiece vocabulary (BERT special tokens) for ``texts``; returns the
+    ``vocab.txt`` path. A small vocabulary keeps tiny test models fast.
 
-    tok = BertWordPieceTokenizer(lowercase=True)
-    tok.train_from_iterator(list(texts), vocab_size=vocab_size, min_frequency=1,
-                            special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+    Built here rather than by `tokenizers`' trainer, whose merges vary from one process to the
+    next (its hash maps are seeded at random, so ties between pair counts fall either way): the
+    ids of the learning test's words changed with every run, and with them the model it trains.
+    Here: the special tokens, every character alone and as a "##" suffix (so any word of these
+    characters can be spelled), then whole words, most frequent first, ties in alphabetical
+    order, up to ``vocab_size``."""
+    import re
+    from collections import Counter
+
+    words = Counter(w for t in texts for w in re.findall(r"\w+|[^\w\s]", t.lower()))
+    chars = sorted({c for w in words for c in w})
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars, *(f"##{c}" for c in chars if c.isalnum())]
+    seen = set(vocab)
+    for w, _ in sorted(words.items(), key=lambda kv: (-kv[1], kv[0])):
+        if len(vocab) >= vocab_size:
+            break
+        if w not in seen:
+            vocab.append(w)
+            seen.add(w)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tok.save_model(str(out))
+    (out / "vocab.txt").write_text("\n".join(vocab) + "\n")
     return out / "vocab.txt"

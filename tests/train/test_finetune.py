@@ -28,12 +28,18 @@ def _finetune_args(out, shards, tokenizer, loss, init_from=None):
     return args + (["--init-from", str(init_from)] if init_from else [])
 
 
-@pytest.mark.parametrize("loss", ["binary", "multiclass", "triplet"])
+@pytest.mark.parametrize("loss", ["binary", "multiclass", "triplet", "multiclass+binary"])
 def test_finetune_losses_run(tmp_path, object_shards, minilm_dir, loss):
     out = tmp_path / loss
-    assert main(_finetune_args(out, object_shards, minilm_dir, loss)) == 0
+    name, _, extra = loss.partition("+")
+    args = _finetune_args(out, object_shards, minilm_dir, name) + (["--set", "binary_weight=0.5"] if extra else [])
+    assert main(args) == 0
     logs = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
     assert len(logs) == 3 and all(torch.isfinite(torch.tensor([r["itm"], r["itc"]])).all() for r in logs)
+    # The balanced match / no-match term is logged beside the multiclass loss when it is added.
+    assert all(("itm_binary" in r) == bool(extra) for r in logs)
+    if extra:
+        assert all(r["itm_binary"] > 0 and r["itm_binary"] != r["itm"] for r in logs)
 
 
 def test_pretrain_finetune_eval_pipeline(tmp_path, object_shards, minilm_dir, pretrain_args, capsys):
@@ -61,6 +67,11 @@ def test_pretrain_finetune_eval_pipeline(tmp_path, object_shards, minilm_dir, pr
     # The headline is the summed score by default; the cross-encoder's own ranking sits beside it.
     assert short["shortlist_score"] == "sum"
     assert {k: short[k] for k in short["itm_plus_itc"]} == short["itm_plus_itc"]
+    # The sweep over the margin's weight: 0 is the embeddings' own order, 1 the headline.
+    sweep = short["itm_weight_sweep"]
+    assert short["itm_weight"] == 1.0 and sweep["1"] == short["itm_plus_itc"]
+    for k in ("i2t_r1", "t2i_r1", "i2t_r5", "t2i_r5"):
+        assert sweep["0"][k] == pytest.approx(results["embedding"][k])
     itm = results.pop("itm")
     assert itm["mode"] == "itm" and itm["itm_pairs_scored"] == 2 * 24
     assert 0.0 <= itm["itm_pos_acc"] <= 1.0 and 0.0 <= itm["itm_neg_acc"] <= 1.0
