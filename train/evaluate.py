@@ -224,6 +224,34 @@ class RetrievalScorer:
 ITM_WEIGHT_SWEEP = (0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
 
 
+def centre_margins(i2t: np.ndarray, t2i: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The shortlists' ITM margins less the candidate's own mean margin.
+
+    A cross-encoder can score one image above its neighbours whatever the caption (and one
+    caption whatever the image). Ranking images for a caption, that bias counts in full; ranking
+    captions for an image, the image's bias is the same for every candidate and drops out. So each
+    candidate's mean over every pair it was scored in (in both shortlists) is subtracted where it
+    is the candidate: the image's in the text-to-image matrix, the text's in the image-to-text one.
+    This is query-bank normalisation (Bogolin et al., 2022) with the shortlists as the bank."""
+    scored_i2t, scored_t2i = np.isfinite(i2t), np.isfinite(t2i)
+    total = np.where(scored_i2t, i2t, 0.0) + np.where(scored_t2i, t2i, 0.0)
+    count = scored_i2t.astype(np.int32) + scored_t2i
+    image_mean = total.sum(1) / np.maximum(count.sum(1), 1)  # [images]
+    text_mean = total.sum(0) / np.maximum(count.sum(0), 1)  # [texts]
+    return i2t - text_mean[None, :], t2i - image_mean[:, None]
+
+
+def save_shortlist(path: str, i2t: np.ndarray, t2i: np.ndarray, cos: np.ndarray, text_to_image: np.ndarray) -> None:
+    """The shortlisted pairs of each direction (image index, text index, ITM margin, cosine) as a
+    plain .npz (no pickle), for choosing how to rank them without scoring them again."""
+    out = {"text_to_image": np.asarray(text_to_image)}
+    for name, s in (("i2t", i2t), ("t2i", t2i)):
+        img, txt = np.nonzero(np.isfinite(s))
+        out.update({f"{name}_image": img, f"{name}_text": txt, f"{name}_itm": s[img, txt], f"{name}_cos": cos[img, txt]})
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, **out)
+
+
 def run_eval(cfg: EvalConfig) -> dict:
     """Evaluate a checkpoint; returns (and optionally writes) the metrics with their mode."""
     from lait.train.data import Decoder, default_tokenizer, expand_shards
@@ -262,21 +290,28 @@ def run_eval(cfg: EvalConfig) -> dict:
         # one the headline figures are.
         from lait.train.model import TEMPERATURE
 
-        def summed_at(w: float) -> dict[str, float]:
+        centred = centre_margins(i2t, t2i)
+
+        def summed_at(w: float, centre: bool = False) -> dict[str, float]:
             # -inf outside the shortlist stays -inf, whatever the weight (0 * -inf is nan).
             def score(s):
                 shortlisted = np.isfinite(s)
                 return np.where(shortlisted, w * np.where(shortlisted, s, 0.0) + cos / TEMPERATURE, -np.inf)
-            return recall_at_k(score(i2t), score(t2i), data.text_to_image)
+            a, b = centred if centre else (i2t, t2i)
+            return recall_at_k(score(a), score(b), data.text_to_image)
 
         w = cfg.shortlist_itm_weight
-        summed = summed_at(w)
+        summed = summed_at(w, cfg.shortlist_itm_centre)
         metrics = summed if cfg.shortlist_score == "sum" else itm_only
-        # The same shortlist under other weights of the margin (0: the embeddings' own order), so
-        # that one run on val is enough to choose `shortlist_itm_weight`.
+        # The same shortlist under other weights of the margin (0: the embeddings' own order), with
+        # and without centring, so that one run on val is enough to choose both settings.
         sweep = {f"{v:g}": summed_at(v) for v in ITM_WEIGHT_SWEEP}
-        extra = {"shortlist_score": cfg.shortlist_score, "itm_weight": w, "itm_only": itm_only, "itm_plus_itc": summed,
-                 "itm_weight_sweep": sweep}
+        sweep_centred = {f"{v:g}": summed_at(v, True) for v in ITM_WEIGHT_SWEEP}
+        extra = {"shortlist_score": cfg.shortlist_score, "itm_weight": w, "itm_centre": cfg.shortlist_itm_centre,
+                 "itm_only": itm_only, "itm_plus_itc": summed, "itm_weight_sweep": sweep,
+                 "itm_weight_sweep_centred": sweep_centred}
+        if cfg.scores_output:
+            save_shortlist(cfg.scores_output, i2t, t2i, cos, data.text_to_image)
         pairs = int(np.isfinite(i2t).sum() + np.isfinite(t2i).sum())
     elif cfg.mode == "itm":
         metrics = scorer.itm_accuracy(data.text_to_image)

@@ -77,3 +77,29 @@ def test_itm_accuracy_pairs_each_image_with_its_first_caption_and_another_images
     with pytest.raises(ValueError, match="two images"):
         scorer.feats = torch.zeros(5, 1, 1)  # image 4 has no caption
         scorer.itm_accuracy(owner)
+
+
+def test_centred_margins_remove_a_candidates_own_bias():
+    """An image that every caption 'matches' (a bias of +5 on all its pairs) wins every text-to-image
+    shortlist it is in until its own mean margin is subtracted; image-to-text rankings, where that
+    image's bias is shared by all its candidates, keep their order."""
+    from lait.train.evaluate import centre_margins
+
+    rng = np.random.default_rng(0)
+    n_img, n_txt = 6, 12
+    text_to_image = np.arange(n_txt) % n_img
+    truth = np.where(text_to_image[None, :] == np.arange(n_img)[:, None], 1.0, -1.0) + rng.normal(0, 0.1, (n_img, n_txt))
+    biased = truth + np.where(np.arange(n_img)[:, None] == 2, 5.0, 0.0)
+    shortlist = rng.random((n_img, n_txt)) < 0.7
+    shortlist[text_to_image, np.arange(n_txt)] = True
+    i2t = np.where(shortlist, biased, -np.inf)
+    t2i = np.where(shortlist, biased, -np.inf)
+    before = recall_at_k(i2t, t2i, text_to_image)
+    c_i2t, c_t2i = centre_margins(i2t, t2i)
+    after = recall_at_k(c_i2t, c_t2i, text_to_image)
+    assert before["t2i_r1"] < 0.7 and after["t2i_r1"] == 1.0
+    assert after["i2t_r1"] == before["i2t_r1"] == 1.0
+    assert np.isneginf(c_i2t[~shortlist]).all() and np.isneginf(c_t2i[~shortlist]).all()
+    # Within each image's text ranking the image's bias cancels: only text means move the order.
+    row = np.flatnonzero(shortlist[2])
+    assert np.argsort(-c_t2i[2, row]).tolist() == np.argsort(-(biased[2, row] - biased[2, row].mean())).tolist()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -53,7 +54,8 @@ def test_pretrain_finetune_eval_pipeline(tmp_path, object_shards, minilm_dir, pr
     for mode in ("full", "shortlist", "embedding", "itm"):
         capsys.readouterr()
         assert main(["eval", "--checkpoint", str(ckpt), "--shards", f"{object_shards}/00000.tar", "--limit", "24",
-                     "--mode", mode, "--shortlist-k", "5", "--device", "cpu", "--output", str(tmp_path / f"{mode}.json")]) == 0
+                     "--mode", mode, "--shortlist-k", "5", "--device", "cpu", "--output", str(tmp_path / f"{mode}.json"),
+                     "--set", f"scores_output={tmp_path / 'shortlist.npz'}"]) == 0
         results[mode] = json.loads((tmp_path / f"{mode}.json").read_text())
     assert results["full"]["mode"] == "full" and results["shortlist"]["mode"] == "shortlist@5"
     assert results["full"]["itm_pairs_scored"] == 24 * 24
@@ -72,6 +74,11 @@ def test_pretrain_finetune_eval_pipeline(tmp_path, object_shards, minilm_dir, pr
     assert short["itm_weight"] == 1.0 and sweep["1"] == short["itm_plus_itc"]
     for k in ("i2t_r1", "t2i_r1", "i2t_r5", "t2i_r5"):
         assert sweep["0"][k] == pytest.approx(results["embedding"][k])
+        assert short["itm_weight_sweep_centred"]["0"][k] == sweep["0"][k]
+    # The shortlisted pairs, written for choosing a ranking offline: 24 images x 5 each way.
+    saved = np.load(tmp_path / "shortlist.npz")
+    assert len(saved["i2t_itm"]) == len(saved["t2i_itm"]) == 24 * 5
+    assert np.isfinite(saved["i2t_cos"]).all() and saved["text_to_image"].shape == (24,)
     itm = results.pop("itm")
     assert itm["mode"] == "itm" and itm["itm_pairs_scored"] == 2 * 24
     assert 0.0 <= itm["itm_pos_acc"] <= 1.0 and 0.0 <= itm["itm_neg_acc"] <= 1.0
