@@ -202,8 +202,6 @@ class EvalConfig(Config):
                                    "both are in the output", choices=["sum", "itm"])
     shortlist_itm_weight: float = setting(1.0, "in shortlist mode's sum, the weight of the ITM margin against the "
                                           "contrastive logit (choose it on val: the output has a sweep)")
-    shortlist_itm_centre: bool = setting(False, "in shortlist mode, subtract from each candidate's ITM margin its mean "
-                                         "over all the pairs it was scored in (the output has both)")
     scores_output: str | None = setting(None, "shortlist mode: also write the shortlisted pairs' ITM margins and "
                                         "cosines here (.npz)")
     batch_size: int = setting(256, "pairs per ITM forward")
