@@ -73,10 +73,10 @@ class _Layers:
 class FastMTCNN:
     """facenet-pytorch's MTCNN networks and weights, run as described above."""
 
-    def __init__(self, min_face: int = 12, thresholds: tuple[float, float, float] = THRESHOLDS, chunk: int = CHUNK):
+    def __init__(self, min_face: int = 12, thresholds: tuple[float, float, float] = THRESHOLDS):
         from facenet_pytorch.models.mtcnn import ONet, PNet, RNet  # loads the package's data/*.pt
 
-        self.min_face, self.thresholds, self.chunk = min_face, thresholds, chunk
+        self.min_face, self.thresholds = min_face, thresholds
         self.p, self.r, self.o = _Layers(PNet()), _Layers(RNet()), _Layers(ONet())
 
     # -- the three networks -------------------------------------------------------------------
@@ -174,8 +174,8 @@ class FastMTCNN:
             return boxes
         # In chunks: a crowd gives R-Net a thousand candidates or more, whose activations at once
         # (85 MB at 1,571) are mapped afresh and faulted in page by page, and miss every cache.
-        outs = [net((_area_crops(sat, rois[i:i + self.chunk], side) - NORM_MEAN) * NORM_SCALE)
-                for i in range(0, len(rois), self.chunk)]
+        outs = [net((_area_crops(sat, rois[i:i + CHUNK], side) - NORM_MEAN) * NORM_SCALE)
+                for i in range(0, len(rois), CHUNK)]
         prob, reg = torch.cat([p for p, _ in outs]), torch.cat([r for _, r in outs])
         keep = prob > threshold
         boxes = torch.cat([boxes[keep, :4], prob[keep, None]], 1)

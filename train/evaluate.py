@@ -290,15 +290,16 @@ def run_eval(cfg: EvalConfig) -> dict:
         # one the headline figures are.
         from lait.train.model import TEMPERATURE
 
-        centred = centre_margins(i2t, t2i)
+        itc = cos / TEMPERATURE
+        # Outside the shortlist the margins are -inf and stay so, whatever the weight (0 * -inf is
+        # nan): the weighted sums are taken over the shortlisted pairs only.
+        listed = np.isfinite(i2t), np.isfinite(t2i)
+        raw = tuple(np.where(m, s, 0.0) for m, s in zip(listed, (i2t, t2i), strict=True))
+        centred = tuple(np.where(m, s, 0.0) for m, s in zip(listed, centre_margins(i2t, t2i), strict=True))
 
         def summed_at(w: float, centre: bool = False) -> dict[str, float]:
-            # -inf outside the shortlist stays -inf, whatever the weight (0 * -inf is nan).
-            def score(s):
-                shortlisted = np.isfinite(s)
-                return np.where(shortlisted, w * np.where(shortlisted, s, 0.0) + cos / TEMPERATURE, -np.inf)
-            a, b = centred if centre else (i2t, t2i)
-            return recall_at_k(score(a), score(b), data.text_to_image)
+            a, b = (np.where(m, w * s + itc, -np.inf) for m, s in zip(listed, centred if centre else raw, strict=True))
+            return recall_at_k(a, b, data.text_to_image)
 
         w = cfg.shortlist_itm_weight
         summed = summed_at(w)

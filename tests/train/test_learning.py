@@ -112,6 +112,7 @@ def test_pretrain_finetune_retrieves_held_out_scenes(tmp_path):
     assert results["itm"]["itm_acc"] > 0.6, results["itm"]
     assert results["itm"]["itm_auc"] > 0.6, results["itm"]
 
+
 if __name__ == "__main__":  # tuning aid: python tests/train/test_learning.py /tmp/dir
     import sys
     from pathlib import Path
