@@ -62,6 +62,7 @@ from PIL import Image
 from lait.build.pixels import pixel_diffs
 from lait.config import ConfigError
 from lait.imagehash import exif_orientation, phash_of, reduced_preview, to_rgb, upright
+from lait.storage import cache_root
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +193,7 @@ HASH_VERSION = 1  # of `view_hashes`: bump when it changes, so that no cached ha
 
 
 def _cache_dir() -> Path:
-    return Path(os.environ.get("LAIT_CACHE") or Path.home() / ".cache" / "lait") / "eval-hashes"
+    return cache_root() / "eval-hashes"
 
 
 def _content_digest(hashes: np.ndarray) -> str:

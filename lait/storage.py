@@ -332,6 +332,12 @@ def _read_table(path: Location, **kwargs: Any) -> pa.Table:
 
 
 # -- writing --------------------------------------------------------------------------------
+def cache_root() -> Path:
+    """The folder lait keeps what it can rebuild in (hashes, built models): `$LAIT_CACHE`, else
+    ~/.cache/lait. Nothing there is needed: a missing or damaged entry is built again."""
+    return Path(os.environ.get("LAIT_CACHE") or Path.home() / ".cache" / "lait")
+
+
 def make_dirs(path: Location) -> None:
     """Create a local folder; object storage has no folders, so nothing to do there."""
     if not isinstance(path, RemotePath):

@@ -46,8 +46,9 @@ def demo_scorer_dir(demo_dir: str | os.PathLike | None = None) -> Path:
     chosen = demo_dir or os.environ.get("LAIT_DEMO_MODEL_DIR")
     if chosen:
         return Path(chosen)
-    cache = os.environ.get("LAIT_CACHE") or Path.home() / ".cache" / "lait"
-    return Path(cache) / f"demo-scorer-{DEMO_VERSION}"
+    from lait.storage import cache_root
+
+    return cache_root() / f"demo-scorer-{DEMO_VERSION}"
 
 
 def resolve_model(cfg: ScoreConfig) -> tuple[str, str | None, str]:

@@ -252,3 +252,34 @@ def test_missing_int8_ranges_name_the_script_that_writes_them(monkeypatch, tmp_p
     monkeypatch.setattr(models, "OPEN_NSFW_INT8_RANGES", tmp_path / "absent.json")
     with pytest.raises(ModelUnavailable, match="calibrate_open_nsfw.py"):
         models.open_nsfw_int8.__wrapped__()
+
+
+def test_int8_copy_is_built_once_and_kept_only_while_its_bytes_check(monkeypatch, tmp_path, caplog):
+    """Every stage 2 worker needs the int8 copy, and building it costs seconds: the first build
+    is kept in $LAIT_CACHE and read back by the next process; a kept copy with a flipped byte is
+    built again, never trusted; a cache that cannot be written costs a warning, not the run."""
+    import lait.models as models
+
+    monkeypatch.setenv("LAIT_CACHE", str(tmp_path / "cache"))
+    built = models.open_nsfw_int8.__wrapped__()
+    (kept,) = (tmp_path / "cache" / models.INT8_CACHE).iterdir()
+    assert kept.read_bytes() == built
+
+    def no_build(*_):
+        raise AssertionError("built again")
+
+    monkeypatch.setattr(models, "_quantise", no_build)
+    assert models.open_nsfw_int8.__wrapped__() == built
+    damaged = bytearray(built)
+    damaged[len(damaged) // 2] ^= 1
+    kept.write_bytes(bytes(damaged))
+    with pytest.raises(AssertionError, match="built again"):
+        models.open_nsfw_int8.__wrapped__()
+
+    blocked = tmp_path / "a-file"  # a cache "folder" that is a file: no folder can be made in it
+    blocked.write_text("")
+    monkeypatch.setenv("LAIT_CACHE", str(blocked))
+    with caplog.at_level("WARNING", logger="lait.models"):
+        models._write_int8("k" * 32, built)
+    assert "cannot keep open_nsfw's int8 copy" in caplog.text
+    assert models._read_int8("k" * 32) is None
