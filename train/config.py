@@ -168,6 +168,10 @@ class FinetuneConfig(RunConfig):
     loss: str = setting("multiclass", "ITM retrieval loss", choices=["binary", "multiclass", "triplet"])
     num_negatives: int = setting(3, "K negatives per positive")
     hard_negatives: bool = setting(True, "mine negatives by embedding similarity instead of at random")
+    hard_sampling: str = setting("top", "how hard negatives are mined: top (the most similar non-matches) or "
+                                 "softmax (drawn with probability softmax(similarity / temperature), as ALBEF: "
+                                 "close but not always the closest, which may well be a true match)",
+                                 choices=["top", "softmax"])
     margin: float = setting(0.2, "margin of the triplet loss")
     binary_weight: float = setting(0.0, "weight of a balanced match / no-match term added to the multiclass or "
                                    "triplet loss: those train the margin between a match and its negatives, "

@@ -3,7 +3,8 @@
 Losses (``loss``): ``binary`` (match / no match, classes balanced), ``multiclass`` (the positive
 against K negatives, softmax over their ITM scores, both directions, as the paper's best), or
 ``triplet`` (hinge on the hardest of K negatives). Negatives are mined in the batch by embedding
-similarity (``hard_negatives``) or drawn at random. The embeddings come from the model's
+similarity (``hard_negatives``; the most similar, or drawn by similarity with ``hard_sampling:
+softmax``) or drawn at random. The embeddings come from the model's
 unimodal passes (text alone, regions alone) and an embedding head trained here with an in-batch
 contrastive loss; the same embeddings build the evaluator's faiss shortlist.
 """
@@ -47,10 +48,18 @@ def image_embeddings(model: ImageBert, batch: Batch) -> torch.Tensor:
     return model.embed(h, model.image_mask(batch.tag_mask, batch.region_valid))
 
 
-def mine_negatives(sim: torch.Tensor, k: int, hard: bool, generator: torch.Generator | None = None) -> torch.Tensor:
-    """[B,B] similarities (row = query) -> [B,k] indices of non-matching columns."""
+def mine_negatives(sim: torch.Tensor, k: int, hard: bool, generator: torch.Generator | None = None,
+                   sampled: bool = False) -> torch.Tensor:
+    """[B,B] similarities (row = query) -> [B,k] indices of non-matching columns: the k most
+    similar (`hard`), k drawn with probability softmax(similarity / TEMPERATURE) (`hard` and
+    `sampled`: ALBEF's mining, Li et al. 2021), or k at random."""
     b = sim.shape[0]
     k = min(k, b - 1)
+    if hard and sampled:
+        # On the CPU, as the random draw: a CPU generator cannot draw on another device.
+        w = torch.softmax(sim.detach().float().cpu() / TEMPERATURE, dim=1) + 1e-4  # every non-match can be drawn
+        w.fill_diagonal_(0.0)
+        return torch.multinomial(w, k, replacement=False, generator=generator).to(sim.device)
     if hard:
         s = sim.detach().float().clone()
         s.fill_diagonal_(float("-inf"))
@@ -64,12 +73,15 @@ class FinetuneTask(nn.Module):
     """ITM retrieval loss over positives and mined negatives, plus the embedding contrastive loss."""
 
     def __init__(self, model: ImageBert, loss: str, num_negatives: int, hard_negatives: bool, margin: float,
-                 contrastive_weight: float, binary_weight: float = 0.0):
+                 contrastive_weight: float, binary_weight: float = 0.0, hard_sampling: str = "top"):
         super().__init__()
         if loss not in ("binary", "multiclass", "triplet"):
             raise ValueError(f"loss must be binary, multiclass or triplet, not {loss!r}")
+        if hard_sampling not in ("top", "softmax"):
+            raise ValueError(f"hard_sampling must be top or softmax, not {hard_sampling!r}")
         self.model, self.loss, self.k, self.hard = model, loss, num_negatives, hard_negatives
         self.margin, self.contrastive_weight, self.binary_weight = margin, contrastive_weight, binary_weight
+        self.sampled = hard_sampling == "softmax"
 
     def pair_scores(self, batch: Batch, text_idx: torch.Tensor, image_idx: torch.Tensor) -> torch.Tensor:
         """ITM logits [N,2] of (text_idx[n], image_idx[n]) pairs, in one forward pass."""
@@ -84,8 +96,8 @@ class FinetuneTask(nn.Module):
         sim = t_emb @ i_emb.t()  # [text, image]
         target = torch.arange(b, device=sim.device)
         itc = (F.cross_entropy(sim / TEMPERATURE, target) + F.cross_entropy(sim.t() / TEMPERATURE, target)) / 2
-        neg_img = mine_negatives(sim, self.k, self.hard)  # for each text
-        neg_txt = mine_negatives(sim.t(), self.k, self.hard)  # for each image
+        neg_img = mine_negatives(sim, self.k, self.hard, sampled=self.sampled)  # for each text
+        neg_txt = mine_negatives(sim.t(), self.k, self.hard, sampled=self.sampled)  # for each image
         k = neg_img.shape[1]
         # Pairs: B positives, then B*k (text, negative image), then B*k (negative text, image).
         ar = target
@@ -160,5 +172,5 @@ def run_finetune(cfg: FinetuneConfig) -> list[dict]:
                      stream_factory(urls, decoder, cfg.stage.batch_size, cfg.seed * 1000 + 17, collate_kwargs, rt, cfg.data),
                      make_prepare(model, regions, 0.0))
     task = FinetuneTask(model, cfg.loss, cfg.num_negatives, cfg.hard_negatives, cfg.margin, cfg.contrastive_weight,
-                        cfg.binary_weight)
+                        cfg.binary_weight, cfg.hard_sampling)
     return Trainer.for_run(task, model, rt, cfg).run([plan], resume=cfg.resume)

@@ -20,6 +20,22 @@ def test_hard_negatives_are_most_similar_non_matches():
     assert all(i not in row for i, row in enumerate(rand.tolist()))
 
 
+def test_sampled_hard_negatives_follow_the_similarity_and_never_the_match():
+    """ALBEF's mining: a non-match is drawn with probability softmax(similarity / 0.05), so the
+    closest is the usual pick but not the only one (it may be a true match, captioned alike)."""
+    sim = torch.tensor([[0.9, 0.85, 0.8, 0.0], [0.5, 0.5, 0.5, 0.5], [0.1, 0.2, 0.9, 0.9], [0.0, 0.0, 0.0, 0.1]])
+    g = torch.Generator().manual_seed(0)
+    draws = torch.stack([mine_negatives(sim, 1, hard=True, generator=g, sampled=True)[:, 0] for _ in range(2000)])
+    counts = [torch.bincount(draws[:, i], minlength=4).tolist() for i in range(4)]
+    assert all(c[i] == 0 for i, c in enumerate(counts))  # never the match itself
+    # Row 0: e^(0.85/0.05) : e^(0.8/0.05) : e^0 = 0.73 : 0.27 : ~0.
+    assert 0.68 < counts[0][1] / 2000 < 0.78 and 0.22 < counts[0][2] / 2000 < 0.32 and counts[0][3] < 10
+    assert counts[2][3] / 2000 > 0.99  # the one as close as the match
+    assert min(counts[1][j] for j in (0, 2, 3)) > 550  # ties: as likely as each other
+    two = mine_negatives(sim, 2, hard=True, generator=g, sampled=True)
+    assert all(len(set(r)) == 2 and i not in r for i, r in enumerate(two.tolist()))
+
+
 def _finetune_args(out, shards, tokenizer, loss, init_from=None):
     stage = f"{{name: ft, shards: '{shards}', steps: 3, batch_size: 8, optim: {{lr: 1.0e-3}}}}"
     args = ["finetune", "--output-dir", str(out), "--device", "cpu", "--loss", loss,
@@ -33,7 +49,9 @@ def _finetune_args(out, shards, tokenizer, loss, init_from=None):
 def test_finetune_losses_run(tmp_path, object_shards, minilm_dir, loss):
     out = tmp_path / loss
     name, _, extra = loss.partition("+")
-    args = _finetune_args(out, object_shards, minilm_dir, name) + (["--set", "binary_weight=0.5"] if extra else [])
+    # The last case also mines its hard negatives as ALBEF does (drawn by similarity).
+    more = ["--set", "binary_weight=0.5", "--set", "hard_sampling=softmax"] if extra else []
+    args = _finetune_args(out, object_shards, minilm_dir, name) + more
     assert main(args) == 0
     logs = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
     assert len(logs) == 3 and all(torch.isfinite(torch.tensor([r["itm"], r["itc"]])).all() for r in logs)
