@@ -409,11 +409,10 @@ def open_nsfw_int8(calibration: Any = None) -> bytes:
     if calibration is None and not OPEN_NSFW_INT8_RANGES.is_file():
         raise ModelUnavailable(f"model {m.name}: its int8 ranges {OPEN_NSFW_INT8_RANGES} are missing "
                                "(scripts/calibrate_open_nsfw.py writes them)")
-    path = _open_nsfw_path(m)
     key = _int8_key() if calibration is None else None
     if key and (kept := _read_int8(key)) is not None:
-        return kept
-    model = onnx.load(str(path))
+        return kept  # the float model is checked where it loads (load_unsafe_classifier), not hashed twice
+    model = onnx.load(str(_open_nsfw_path(m)))
     # onnxruntime's quantisation tools log their steps at INFO, partly on the root logger: not
     # a user's business at every worker start, so INFO and below are off while they run.
     previous = logging.root.manager.disable
