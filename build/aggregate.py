@@ -97,6 +97,13 @@ class Image:
     punsafe: float | None = None  # stage 2's; None: not scored
     face_bboxes: list[list[float]] | None = None  # stage 2's; None: not searched
     rights: str | None = None  # what the image file declares (stage 2); None: nothing
+    fetched_sha256: str | None = None  # of the file as fetched (stage 2); None: sha256 is that too
+
+    @property
+    def fetched_digest(self) -> str:
+        """The SHA-256 of the file as fetched (provenance, hash lists): `sha256` is the stored
+        bytes' digest, the same unless stage 2 re-encoded the file."""
+        return self.fetched_sha256 or self.sha256
 
 
 @dataclass
@@ -137,7 +144,7 @@ class RejectSink:
 
 
 IMAGE_COLUMNS = ["image_url", "sha256", "phash", "width", "height", "format", "punsafe", "src_file", "row_group",
-                 "row_index", "face_bboxes", "rights"]
+                 "row_index", "face_bboxes", "rights", "fetched_sha256"]
 CAND_FIELDS = ["text", "source", "lang", "score", "page_url", "model", "pretrained", "license", "image_license"]
 
 
@@ -167,10 +174,10 @@ def load_images(work: WorkDir) -> list[Image]:
             cands = [Cand(text, share(source, source), share(lang, lang), score, share(page, page),
                           share(model, model), share(pre, pre), share(lic, lic), ilic, _norm(text))
                      for text, source, lang, score, page, model, pre, lic, ilic in zip(*fields)]
-            for i, (url, sha, ph, w, h, fmt, unsafe, src, grp, idx, faces, rights) in enumerate(zip(*cols)):
+            for i, (url, sha, ph, w, h, fmt, unsafe, src, grp, idx, faces, rights, fetched) in enumerate(zip(*cols)):
                 images.append(Image(url, sha, phash_int(ph), w, h, share(fmt, fmt), share(src, src), grp, idx,
                                     cands[offsets[i] - offsets[0]:offsets[i + 1] - offsets[0]], unsafe, faces,
-                                    rights))
+                                    rights, None if fetched == sha else fetched))
             del group
     # Sorting makes every later step independent of partition and part order.
     images.sort(key=lambda im: im.url)
@@ -554,11 +561,12 @@ def plan_metas(groups: list[Group], cfg: BuildConfig, extras: list[dict[str, Any
     n = len(groups)
     cand: dict[str, list[Any]] = {k: [] for k in ("lang", "page_url", "score", "source", "text")}
     n_cands, faces, urls, n_urls = [], [], [], []
-    row: dict[str, list[Any]] = {k: [] for k in ("caption", "height", "image_license", "image_license_from", "lang",
+    row: dict[str, list[Any]] = {k: [] for k in ("caption", "fetched_sha256", "height", "image_license",
+                                                 "image_license_from", "lang",
                                                  "license", "model", "n_candidates", "n_duplicates",
                                                  "original_format", "page_url", "pages", "phash", "pretrained",
                                                  "punsafe", "score", "sha256", "source", "url", "width")}
-    (caption, height, lic, lic_from, lang, license_, model, n_candidates, n_duplicates, fmt, page_url, pages, phash,
+    (caption, fetched, height, lic, lic_from, lang, license_, model, n_candidates, n_duplicates, fmt, page_url, pages, phash,
      pretrained, punsafe, score, sha256, source, url, width) = row.values()
     for g in groups:
         best, rep = g.candidates[0], g.rep
@@ -571,6 +579,7 @@ def plan_metas(groups: list[Group], cfg: BuildConfig, extras: list[dict[str, Any
             cand["source"].append(c.source)
             cand["text"].append(c.text)
         caption.append(best.text)
+        fetched.append(rep.fetched_digest)
         faces.append(_FACES_ENCODER.encode([[round(float(v), 4) for v in b] for b in rep.face_bboxes])
                      if rep.face_bboxes else "[]")
         height.append(rep.height)
@@ -608,7 +617,7 @@ def plan_metas(groups: list[Group], cfg: BuildConfig, extras: list[dict[str, Any
                       "}")
     out = jt.concat(
         '{"candidates": ', jt.lists(cands, np.array(n_cands, np.int64)), ', "caption": ', text(caption),
-        ', "face_bboxes": ', pa.array(faces, pa.string()), ', "height": ', ints(height), ', "image_license": ',
+        ', "face_bboxes": ', pa.array(faces, pa.string()), ', "fetched_sha256": ', text(fetched), ', "height": ', ints(height), ', "image_license": ',
         text(lic), ', "image_license_from": ', text(lic_from), ', "key": "", "lang": ', text(lang), ', "license": ',
         text(license_), ', "model": ', text(model), ', "n_candidates": ', ints(n_candidates), ', "n_duplicates": ',
         ints(n_duplicates), ', "original_format": ', text(fmt), ', "page_url": ', text(page_url), ', "pages": ',
@@ -642,6 +651,7 @@ def plan_meta(key: str, g: Group, cfg: BuildConfig, extra: dict[str, Any] | None
                         "source": c.source, "text": c.text} for c in g.candidates[:cfg.max_candidates]],
         "caption": best.text,
         "face_bboxes": [[round(float(v), 4) for v in b] for b in rep.face_bboxes or ()],
+        "fetched_sha256": rep.fetched_digest,
         "height": rep.height,
         "image_license": lic["image_license"],
         "image_license_from": lic["image_license_from"],

@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 # Scalar fields of the sidecar that go into the metadata, after clip-retrieval's own two.
 META_COLUMNS = ["key", "uid", "url", "score", "page_url", "source", "lang", "width", "height",
-                "original_width", "original_height", "sha256"]
+                "original_width", "original_height", "sha256", "fetched_sha256"]
 
 
 @dataclass

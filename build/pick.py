@@ -19,7 +19,7 @@ from lait.stage import PartContext, Stage
 
 OK_COLUMNS = ["image_url", "sha256", "phash", "width", "height", "format"]
 # Columns images_ok gained later: read when there, null otherwise.
-LATER_COLUMNS = {"punsafe": pa.float32(), "face_bboxes": pa.list_(pa.list_(pa.float32())), "rights": pa.string()}
+LATER_COLUMNS = {"fetched_sha256": pa.string(), "punsafe": pa.float32(), "face_bboxes": pa.list_(pa.list_(pa.float32())), "rights": pa.string()}
 CANDIDATE_TYPE = get_table("build_images").schema.field("candidates").type
 SCORED_COLUMNS = ["image_url"] + [f.name for f in CANDIDATE_TYPE.value_type]
 

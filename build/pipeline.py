@@ -43,8 +43,9 @@ BUILD_STEP = "build"  # the global step whose marker holds the build's fingerpri
 # The version of the build's rules: bump it when a change of code changes what the build writes,
 # so that a build made by an older lait is redone (2: the fixed sample schema, uids, the pool;
 # 3: duplicates confirmed by their pixels, texts of copies rescored against the kept image;
-# 4: a URL list's failed rows in the sidecars, its extra columns in the samples).
-VERSION = 4
+# 4: a URL list's failed rows in the sidecars, its extra columns in the samples; 5: KEY.json's
+# sha256 is the shipped bytes' digest, fetched_sha256 the fetched file's).
+VERSION = 5
 BUILD_TABLES = ("build_images", "build_plan", "pool", "build_failed")  # the build's own tables, cleared on a rebuild
 # Up to this many images the plan runs in this process: its heap stays under a few tens of MB,
 # and a child would cost more than it saves (40 ms of a 0.25 s plan of 2,000 images).

@@ -207,6 +207,13 @@ def transform(pixels: np.ndarray, opts: ImageOptions) -> np.ndarray | None:
     return out
 
 
+def stored_format(data, fmt: str) -> str:
+    """The format of the bytes stage 2 stored: JPEG when they are one (the kept JPEG, or the
+    re-encode of a PNG, WebP, CMYK JPEG ...: images_ok's `format` is the fetched file's), else
+    `fmt`, what stage 2 recorded (images_ok written by other tools)."""
+    return "JPEG" if bytes(data[:3]) == b"\xff\xd8\xff" else fmt
+
+
 def prepare(data: bytes, fmt: str, width: int, height: int, opts: ImageOptions,
             faces: list[list[float]] | None = None) -> ShardImage:
     """The shard's copy of an image (`fmt`, `width`, `height` as stage 2 found them): the bytes as

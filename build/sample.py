@@ -49,7 +49,9 @@ FIELDS: list[tuple[str, pa.DataType, str]] = [
     ("original_width", pa.int64(), "width of the image as fetched"),
     ("original_height", pa.int64(), "height of the image as fetched"),
     ("exif", pa.string(), "the EXIF tags as fetched, a JSON object of strings as text; \"{}\" for none"),
-    ("sha256", pa.string(), "SHA-256 of the image bytes as fetched"),
+    ("sha256", pa.string(), "SHA-256 of the image bytes in the tar (KEY.jpg, ...): what a reader checks them by"),
+    ("fetched_sha256", pa.string(), "SHA-256 of the image file as fetched (provenance, hash lists); the same as "
+                                    "sha256 when the file was shipped as it came"),
     ("original_format", pa.string(), "the fetched image's format (JPEG, PNG, WEBP, ...)"),
     ("phash", pa.string(), "64-bit perceptual hash of the image, 16 hex digits"),
     ("punsafe", pa.float64(), "probability that the image is unsafe (stage 2's model, as LAION's punsafe); "
@@ -129,7 +131,8 @@ def make_sample(meta: dict[str, Any], **image: Any) -> dict[str, Any]:
         "status": _text(v["status"]), "error_message": v["error_message"],
         "width": _int(v["width"]), "height": _int(v["height"]),
         "original_width": _int(v["original_width"]), "original_height": _int(v["original_height"]),
-        "exif": _text(v["exif"]), "sha256": _text(v["sha256"]), "original_format": _text(v["original_format"]),
+        "exif": _text(v["exif"]), "sha256": _text(v["sha256"]), "fetched_sha256": _text(v["fetched_sha256"]),
+        "original_format": _text(v["original_format"]),
         "phash": _text(v["phash"]), "punsafe": float(v["punsafe"]),
         "face_bboxes": [[float(x) for x in b] for b in v["face_bboxes"] or ()],
         "page_url": _text(v["page_url"]), "score": float(v["score"]), "source": _text(v["source"]),
@@ -247,6 +250,7 @@ META = pa.schema([
                                                pa.field("score", pa.float64()), pa.field("source", pa.string()),
                                                pa.field("text", pa.string())]))),
     pa.field("caption", pa.string()), pa.field("face_bboxes", pa.list_(pa.list_(pa.float64()))),
+    pa.field("fetched_sha256", pa.string()),
     pa.field("height", pa.int64()), pa.field("image_license", pa.string()),
     pa.field("image_license_from", pa.string()), pa.field("key", pa.string()), pa.field("lang", pa.string()),
     pa.field("license", pa.string()), pa.field("model", pa.string()), pa.field("n_candidates", pa.int64()),
@@ -330,12 +334,13 @@ class PlannedSamples:
         face_json = jt.lists(jt.lists(jt.floats(faces.flatten().flatten()),
                                       pc.list_value_length(faces.flatten()).to_numpy(zero_copy_only=False)), n_faces)
         urls = col["urls"]
-        # Before the image's measures ("width": ...) and after them ("sha256": ...).
+        # Before the image's measures ("width": ... "sha256": ...) and after them ("fetched_sha256": ...).
         head = jt.concat('{"key": ', jt.strings(self.keys), ', "uid": ', jt.strings(self.uids), ', "url": ',
                          jt.strings(col["url"]), ', "caption": ', jt.strings(col["caption"]),
                          f', "status": "{SUCCESS}", "error_message": null, "width": ')
         tail = jt.concat(
-            ', "sha256": ', jt.strings(col["sha256"]), ', "original_format": ', jt.strings(col["original_format"]),
+            ', "fetched_sha256": ', jt.strings(col["fetched_sha256"]), ', "original_format": ',
+            jt.strings(col["original_format"]),
             ', "phash": ', jt.strings(col["phash"]), ', "punsafe": ', jt.floats(col["punsafe"]), ', "face_bboxes": ',
             face_json, ', "page_url": ', jt.strings(col["page_url"]), ', "score": ', jt.floats(col["score"]),
             ', "source": ', jt.strings(col["source"]), ', "lang": ', jt.strings(self.texts["lang"]), ', "license": ',
@@ -349,15 +354,18 @@ class PlannedSamples:
         self._head: list[bytes] = head.cast(pa.binary()).to_pylist()
         self._tail: list[bytes] = tail.cast(pa.binary()).to_pylist()
 
-    def json(self, i: int, width: int, height: int, original_width: int, original_height: int, exif: str) -> bytes:
-        """KEY.json of sample i, a success, with the image's measures and EXIF as written."""
+    def json(self, i: int, width: int, height: int, original_width: int, original_height: int, exif: str,
+             sha256: str) -> bytes:
+        """KEY.json of sample i, a success, with the image's measures, EXIF and digest as written."""
         return b"".join((self._head[i], (f'{int(width)}, "height": {int(height)}, "original_width": '
                                          f'{int(original_width)}, "original_height": {int(original_height)}, '
-                                         f'"exif": {encode_basestring(exif)}').encode("utf-8"), self._tail[i]))
+                                         f'"exif": {encode_basestring(exif)}, "sha256": "{sha256}"').encode("utf-8"),
+                         self._tail[i]))
 
     def sidecar(self, rows: list[int], width: list[int], height: list[int], original_width: list[int],
-                original_height: list[int], exif: list[str]) -> pa.Table:
-        """The SIDECAR rows of samples `rows`, successes, with their image's measures and EXIF."""
+                original_height: list[int], exif: list[str], sha256: list[str]) -> pa.Table:
+        """The SIDECAR rows of samples `rows`, successes, with their image's measures, EXIF and
+        digest."""
         idx = pa.array(rows, pa.int64())
         col = {name: a.take(idx) for name, a in self.col.items() if name != "candidates"}
         texts = {name: a.take(idx) for name, a in self.texts.items()}
@@ -371,6 +379,7 @@ class PlannedSamples:
             "width": pa.array(width, pa.int64()), "height": pa.array(height, pa.int64()),
             "original_width": pa.array(original_width, pa.int64()),
             "original_height": pa.array(original_height, pa.int64()), "exif": pa.array(exif, pa.string()),
+            "sha256": pa.array(sha256, pa.string()),
             "candidates": candidates, REASON: pa.nulls(n, pa.string()),
         }
         return pa.table([side[f.name].cast(f.type) for f in SIDECAR], schema=SIDECAR)

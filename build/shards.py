@@ -35,7 +35,7 @@ from lait import errors, storage
 from lait.build.books import TYPES, type_of
 from lait.build.card import CARD_FILE, REGION_MEMBERS, dataset_card, sample_schema
 from lait.build.regions import RegionReader
-from lait.build.resize import ImageOptions, exif_json, prepare
+from lait.build.resize import ImageOptions, exif_json, prepare, stored_format
 from lait.build.sample import (
     FAILED_TO_DOWNLOAD,
     FAILED_TO_RESIZE,
@@ -366,7 +366,7 @@ class ShardStage(Stage):
         metas = read_metas(table.column("meta").combine_chunks()) if table.num_rows else None
         planned = PlannedSamples(metas, table.column("key").to_pylist()) if metas is not None else None
         written: list[int] = []  # with `planned`: the rows written into the tar, and their image's measures
-        measures: tuple[list[int], list[int], list[int], list[int], list[str]] = ([], [], [], [], [])
+        measures: tuple[list[int], list[int], list[int], list[int], list[str], list[str]] = ([], [], [], [], [], [])
         tar = TarShardWriter(out_dir / f"{name}.tar")
         sidecar: list[dict[str, Any]] = []
         try:
@@ -378,11 +378,14 @@ class ShardStage(Stage):
                 try:
                     if data is None:
                         raise MissingBytes("images_ok row has no bytes")
-                    if sha256 and source.sha256(r["row_index"]) != sha256:
+                    stored_sha = source.sha256(r["row_index"])
+                    if sha256 and stored_sha != sha256:
                         raise CorruptImage(f"{r['src_file']} row group {r['row_group']} row {r['row_index']}: "
-                                           f"SHA-256 {source.sha256(r['row_index'])}, not the "
-                                           f"{sha256} stage 2 recorded")
-                    image = prepare(data, r["format"], r["width"], r["height"], self.images, faces)
+                                           f"SHA-256 {stored_sha}, not the {sha256} stage 2 recorded")
+                    # What the bytes are now decides what is done with them: stage 2 stores a PNG
+                    # or WebP as a JPEG, which a JPEG shard takes as it is (no second encode).
+                    fmt = stored_format(data, r["format"])
+                    image = prepare(data, fmt, r["width"], r["height"], self.images, faces)
                 except Exception as exc:  # a broken image is recorded, the shard goes on
                     # Without object addresses, so that reruns write identical sidecars.
                     err = re.sub(r" at 0x[0-9a-fA-F]+", "", f"{type(exc).__name__}: {exc}")[:500]
@@ -399,19 +402,23 @@ class ShardStage(Stage):
                     ctx.count("build/reencoded")
                 if faces and self.images.blur_faces:
                     ctx.count("build/faces_blurred", len(faces))
-                exif = exif_json(data, r["format"])
+                exif = exif_json(data, fmt)
+                # KEY.json's sha256 is the digest of the bytes shipped, which readers check.
+                shipped_sha = hashlib.sha256(image.data).hexdigest() if image.reencoded or not stored_sha \
+                    else stored_sha
                 if planned is None:
-                    sample = make_sample(meta, key=r["key"], status=SUCCESS, width=image.width, height=image.height,
+                    sample = make_sample({**meta, "sha256": shipped_sha}, key=r["key"], status=SUCCESS,
+                                         width=image.width, height=image.height,
                                          original_width=image.original_width,
                                          original_height=image.original_height, exif=exif)
                     sample_bytes = sample_json(sample)
                     sidecar.append(sample)
                 else:
                     sample_bytes = planned.json(i, image.width, image.height, image.original_width,
-                                                image.original_height, exif)
+                                                image.original_height, exif, shipped_sha)
                     written.append(i)
                     for values, v in zip(measures, (image.width, image.height, image.original_width,
-                                                    image.original_height, exif)):
+                                                    image.original_height, exif, shipped_sha)):
                         values.append(v)
                 members = {image.ext: image.data, "txt": r["caption"].encode("utf-8"), "json": sample_bytes}
                 if regions is not None:

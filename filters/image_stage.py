@@ -291,7 +291,9 @@ class ImageFilterStage(Stage):
     name = "filter"
     input_table = "images"
     output_tables = ("images_ok",)
-    version = 2  # 2: the rights the image file declares (`rights`)
+    # 2: the rights the image file declares (`rights`); 3: sha256 is the stored bytes' digest
+    # (it was the fetched file's, so stage 5 took every re-encoded image for corrupt).
+    version = 3
 
     def __init__(self, cfg: FilterConfig):
         self.cfg = cfg
@@ -438,7 +440,11 @@ class ImageFilterStage(Stage):
             kept_sha[sha] = row["image_url"]
             near.add(row["image_url"], phash, thumb)
         out = {k: row.get(k) for k in ("image_url", "page_url", "mime", "status", "fetched_at", "error")}
+        # sha256 is the digest of the bytes stored, which stage 5 checks and ships; a re-encoded
+        # file keeps its fetched digest beside it, for provenance and hash lists.
+        stored_sha = sha if stored is data else hashlib.sha256(stored).hexdigest()
         out.update(bytes=stored, mime="image/jpeg", width=header.width, height=header.height,
-                   format=header.format, sha256=sha, phash=f"{phash:016x}", punsafe=punsafe,
+                   format=header.format, sha256=stored_sha, fetched_sha256=sha, phash=f"{phash:016x}",
+                   punsafe=punsafe,
                    face_bboxes=boxes, face_scores=scores, rights=file_rights(header.image, data, header.format))
         return out

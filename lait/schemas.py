@@ -47,8 +47,12 @@ IMAGES_OK = pa.schema(
     + [
         pa.field("width", pa.int32(), nullable=False),
         pa.field("height", pa.int32(), nullable=False),
-        pa.field("format", pa.string(), nullable=False),
+        pa.field("format", pa.string(), nullable=False),  # of the file as fetched (PNG, WEBP, ...)
+        # SHA-256 of `bytes`, the bytes stored (a re-encoded JPEG unless the fetched JPEG is kept).
         pa.field("sha256", pa.string(), nullable=False),
+        # SHA-256 of the file as fetched: provenance and hash lists; equal to sha256 when it was
+        # kept as it is. Null in parts written before it existed, whose sha256 is this digest.
+        pa.field("fetched_sha256", pa.string()),
         # 64-bit perceptual hash as 16 hex digits (imagehash.phash).
         pa.field("phash", pa.string(), nullable=False),
         # Probability that the image is unsafe (stage 2's model, LAION's punsafe); null: not scored.
@@ -204,7 +208,8 @@ BUILD_CANDIDATE = pa.struct([
 
 BUILD_IMAGES = pa.schema([
     pa.field("image_url", pa.string(), nullable=False),
-    pa.field("sha256", pa.string(), nullable=False),
+    pa.field("sha256", pa.string(), nullable=False),  # images_ok's: of the bytes stored
+    pa.field("fetched_sha256", pa.string()),  # images_ok's: of the file as fetched; null: as sha256
     pa.field("phash", pa.string(), nullable=False),
     pa.field("width", pa.int32(), nullable=False),
     pa.field("height", pa.int32(), nullable=False),

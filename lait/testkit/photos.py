@@ -1,7 +1,8 @@
 """Real photos served as they are, from loopback hosts: the far end of a URL list or of an
 archive's image references, for tests and benchmarks of `lait download` and `ingest-warc`.
 
-`PhotoSite` answers the paths it was given with their bytes and everything else with 404, plus
+`PhotoSite` answers the paths it was given with their bytes (typed by their suffix, so a page
+ending in `.html` can show the photos to a crawler) and everything else with 404, plus
 two kinds of broken answers real URL lists meet: `NOT_AN_IMAGE_PREFIX` paths answer 200 with
 an HTML page, `MISSING_PREFIX` paths 404. `PhotoServer` serves one on a loopback address,
 over HTTP or, with `tls=True`, HTTPS with a self-signed certificate (the crawler, like Scrapy,
@@ -29,7 +30,8 @@ from lait.testkit.server import RoutableSite, SiteServer
 NOT_AN_IMAGE_PREFIX = "/not-an-image/"
 MISSING_PREFIX = "/missing/"
 TYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png", ".gif": "image/gif",
-         ".webp": "image/webp"}
+         ".webp": "image/webp", ".bmp": "image/bmp", ".tif": "image/tiff", ".tiff": "image/tiff",
+         ".html": "text/html; charset=utf-8"}
 
 
 class PhotoSite:

@@ -37,7 +37,9 @@ def check_export(out: Path, shards: Path) -> None:
     assert [(m["image_path"], m["url"], m["caption"], m["uid"]) for m in meta] == \
            [(r["key"], r["url"], r["caption"], r["uid"]) for r in side]
     for i, m in enumerate(meta):  # row i is the sample's own image and caption
-        assert np.array_equal(img[i], data.image_vector(m["sha256"]))
+        # The test kit keys an image's vector by its images_ok digest, which is the file as
+        # fetched here (kept as it came); `sha256` is the shard's bytes, re-encoded for the PNG.
+        assert np.array_equal(img[i], data.image_vector(m["fetched_sha256"]))
         assert np.array_equal(txt[i], data.text_vector(m["caption"]))
     index = faiss.IndexFlatIP(img.shape[1])
     index.add(img.astype(np.float32))

@@ -105,7 +105,7 @@ def test_huggingface_infers_the_same_types_in_any_order(built, tmp_path):
 def test_make_sample_refuses_unknown_and_missing_keys():
     meta = {"key": "0", "url": "u", "caption": "c", "status": "success", "width": 1, "height": 1,
             "original_width": 1, "original_height": 1, "exif": "{}", "sha256": hashlib.sha256(b"").hexdigest(),
-            "original_format": "JPEG", "phash": "0" * 16, "punsafe": 0.01, "face_bboxes": [[0.1, 0.2, 0.3, 0.4]],
+            "fetched_sha256": hashlib.sha256(b"x").hexdigest(), "original_format": "JPEG", "phash": "0" * 16, "punsafe": 0.01, "face_bboxes": [[0.1, 0.2, 0.3, 0.4]],
             "page_url": "p", "score": 0.5,
             "source": "alt",
             "model": "m", "pages": 1, "urls": ["u"], "n_duplicates": 0, "n_candidates": 1,
@@ -160,13 +160,18 @@ def test_samples_made_by_column_are_byte_identical_to_samples_made_one_by_one(bu
     keys = [f"{i:09d}" for i in range(n)]
     dims = [[17 + i, 5 + 2 * i, 30 + i, 9 + i] for i in range(n)]
     exif = ["{}" if i % 2 else json.dumps({"Image Make": NASTY[i % len(NASTY)]}, ensure_ascii=False) for i in range(n)]
+    # The digest of the bytes shipped: the stored one, or a re-encode's (every other sample).
+    shipped = [json.loads(m)["sha256"] if i % 2 else hashlib.sha256(b"%d" % i).hexdigest()
+               for i, m in enumerate(metas)]
     planned = PlannedSamples(read_metas(pa.array(metas)), keys)
-    one_by_one = [make_sample(json.loads(m), key=k, status="success", width=w, height=h, original_width=ow,
-                              original_height=oh, exif=e) for m, k, (w, h, ow, oh), e in zip(metas, keys, dims, exif)]
+    one_by_one = [make_sample({**json.loads(m), "sha256": sha}, key=k, status="success", width=w, height=h,
+                              original_width=ow, original_height=oh, exif=e)
+                  for m, k, (w, h, ow, oh), e, sha in zip(metas, keys, dims, exif, shipped)]
     for i in range(n):
-        assert planned.json(i, *dims[i], exif[i]) == sample_json(one_by_one[i]), metas[i]
+        assert planned.json(i, *dims[i], exif[i], shipped[i]) == sample_json(one_by_one[i]), metas[i]
     rows = [i for i in range(n) if i % 3]  # a failed sample is not among them
-    table = planned.sidecar(rows, *[[dims[i][k] for i in rows] for k in range(4)], [exif[i] for i in rows])
+    table = planned.sidecar(rows, *[[dims[i][k] for i in rows] for k in range(4)], [exif[i] for i in rows],
+                            [shipped[i] for i in rows])
     assert table.schema == SIDECAR
     assert table.to_pylist() == [{**one_by_one[i], "reason": None} for i in rows]
 

@@ -323,3 +323,30 @@ def test_a_changed_hash_list_redoes_the_filter(make_work, td, tmp_path):
     listed.write_text(listed.read_text() + hashlib.md5(data["http://site.test/1.jpg"]).hexdigest() + "\n")
     run_filter(work, exclude_hashes=str(listed))  # same path, new content: the partition is redone
     assert set(outcome(work)[1]) == {"http://site.test/0.jpg", "http://site.test/1.jpg"}
+
+
+def test_a_reencoded_photo_records_the_stored_and_the_fetched_digest(make_work, td, shared_data, tmp_path):
+    """Issue 59: a PNG or CMYK JPEG is stored as a JPEG; its row's sha256 is the stored bytes'
+    digest (what stage 5 checks and ships), fetched_sha256 the served file's, and a hash list
+    is matched against the file as fetched, as its maintainers hashed it."""
+    photos = sorted((shared_data / "photos" / "coco_train").glob("*.jpg"))[:3]
+    with Image.open(photos[0]) as a, Image.open(photos[1]) as b:
+        files = {"http://photos.test/a.png": td.encode(a, "PNG"),
+                 "http://photos.test/b.jpg": td.encode(b.convert("CMYK"), "JPEG", quality=90),
+                 "http://photos.test/c.jpg": photos[2].read_bytes()}
+    listed = tmp_path / "hashes.txt"
+    with Image.open(photos[0]) as a:  # the PNG of a second URL is listed
+        files["http://photos.test/listed.png"] = td.encode(a.rotate(90, expand=True), "PNG")
+    listed.write_text(f"sha256:{hashlib.sha256(files['http://photos.test/listed.png']).hexdigest()}\n")
+    work = make_work()
+    td.write_table(work, "images", [td.image_row(u, d) for u, d in files.items()], "image_url")
+    run_filter(work, exclude_hashes=str(listed))
+    kept = {r["image_url"]: r for r in work.iter_rows("images_ok")}
+    assert set(kept) == {"http://photos.test/a.png", "http://photos.test/b.jpg", "http://photos.test/c.jpg"}
+    for url, row in kept.items():
+        assert row["sha256"] == hashlib.sha256(row["bytes"]).hexdigest(), url
+        assert row["fetched_sha256"] == hashlib.sha256(files[url]).hexdigest(), url
+    assert kept["http://photos.test/c.jpg"]["bytes"] == files["http://photos.test/c.jpg"]  # kept as it came
+    assert kept["http://photos.test/a.png"]["sha256"] != kept["http://photos.test/a.png"]["fetched_sha256"]
+    assert (kept["http://photos.test/a.png"]["format"], kept["http://photos.test/b.jpg"]["format"]) == ("PNG", "JPEG")
+    assert outcome(work)[1]["http://photos.test/listed.png"][0] == "filter/excluded_hash"
