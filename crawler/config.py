@@ -296,7 +296,10 @@ def _crawl_settings(cfg: CrawlConfig) -> dict[str, Any]:
         s["JOBDIR"] = cfg.jobdir
     if cfg.redis_url:
         s.update({
-            "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+            # scrapy-redis's, with leases on the requests each crawler holds (a killed crawler's
+            # go back to the queue) and quiet retries while Redis is away: `lait.crawler.lease`.
+            "SCHEDULER": "lait.crawler.lease.LeasedScheduler",
+            "LAIT_REDIS_KEY": cfg.redis_key,
             "DUPEFILTER_CLASS": "lait.crawler.fingerprints.KindRedisDupeFilter",
             "REDIS_URL": cfg.redis_url,
             "SCHEDULER_PERSIST": True,

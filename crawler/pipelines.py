@@ -55,6 +55,7 @@ class PartsPipeline:
         self.parts: RollingPartitionedWriter | None = None
         self._pages_written: set[str] = set()
         self.crawler = None
+        self.spider = None
         self.stopped = False  # a full disk: nothing more is written, the crawl is closing
 
     @classmethod
@@ -75,14 +76,25 @@ class PartsPipeline:
         self._lock = locked(self.work, "scrapy crawl lait", shared=bool(self.redis_url))
         self._lock.__enter__()
         self.run_id = getattr(spider, "run_id", None) or self.run_id
+        # Scrapy 2.13+ calls open_spider() without the spider: the crawler has it.
+        self.spider = spider if spider is not None else getattr(self.crawler, "spider", None)
+        lease = getattr(self.spider, "lease", None)
+        if lease is not None:  # an idle crawler commits its parts, then lets its requests go
+            lease.commit_parts = self._commit_for_lease
         # Small row groups: a crawler holds one open part per (table, partition).
         self.parts = RollingPartitionedWriter(
             self.work, f"crawl-{self.run_id}", part_rows=self.part_rows, part_bytes=self.part_bytes,
             part_seconds=self.part_seconds, buffer_bytes=self.buffer_bytes,
-            on_event=lambda event: self._inc(f"crawl/{event}"),
+            on_event=self._on_event,
             row_group_rows=256, row_group_bytes=8 << 20, extra_stats={"writer": "crawl"})
         log.info("writing pages/ and images/ into %s (%d partitions, parts crawl-%s-*)",
                  self.out, self.work.n_partitions, self.run_id)
+
+    def _on_event(self, event: str) -> None:
+        self._inc(f"crawl/{event}")
+        lease = getattr(self.spider, "lease", None)  # a Redis-shared crawl (`lait.crawler.lease`)
+        if event == "all_committed" and lease is not None:
+            lease.committed()
 
     def process_item(self, item, spider=None):
         if self.stopped:
@@ -126,6 +138,18 @@ class PartsPipeline:
     def commit_all(self) -> None:
         """Close every open part, so that everything written so far is durable."""
         self.parts.commit_all()
+
+    def _commit_for_lease(self) -> bool:
+        """Commit every open part for the Redis lease; False when rows may have been lost (a
+        full disk), so that the requests stay held for another crawler."""
+        if self.stopped:
+            return False
+        try:
+            self.commit_all()
+        except Exception as exc:
+            self._stop(exc)
+            return False
+        return True
 
     def close_spider(self, spider=None):
         try:

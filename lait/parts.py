@@ -770,7 +770,8 @@ class RollingPartitionedWriter(PartitionedWriter):
     holds `part_rows` rows or `part_bytes` bytes, and every part is committed every
     `part_seconds` seconds. The open parts' buffers share a cap, `buffer_bytes`: past it, the
     fullest buffers are written out as (smaller) row groups until half of it remains.
-    `on_event(name)` hears `parts_committed` and `buffer_flushes`.
+    `on_event(name)` hears `parts_committed`, `buffer_flushes` and `all_committed` (every open
+    part was committed: what was written before is durable).
     """
 
     def __init__(self, work: WorkDir, tag: str, *, part_rows: int, part_bytes: int, part_seconds: float,
@@ -832,6 +833,7 @@ class RollingPartitionedWriter(PartitionedWriter):
             self.commit(*key)
         self._buffered = 0
         self._last_commit = time.monotonic()
+        self._event("all_committed")
 
     def close(self) -> dict[str, int]:
         self.commit_all()

@@ -289,6 +289,7 @@ class LaitSpider(scrapy.Spider):
     def parse_page(self, response):
         yield from self._parse_page(response)
         yield from self.top_up()
+        self._finished(response.request)
 
     def _parse_page(self, response):
         meta = response.meta
@@ -367,11 +368,20 @@ class LaitSpider(scrapy.Spider):
         self._count("image_ok" if item.error is None else f"image_{item.error}")
         yield item
         yield from self.top_up()
+        self._finished(response.request)
 
     def on_error(self, failure):
         """A request that got no response: refused, forbidden by robots.txt, or failed."""
         yield from self._on_error(failure)
         yield from self.top_up()
+        self._finished(failure.request)
+
+    def _finished(self, request) -> None:
+        """A request's callback has run through: with a Redis frontier its lease learns it
+        (`lait.crawler.lease`), and lets the request go once its rows are committed."""
+        lease = getattr(self, "lease", None)
+        if lease is not None and request is not None:
+            lease.finished(request)
 
     def _on_error(self, failure):
         request = failure.request
@@ -440,6 +450,14 @@ class LaitSpider(scrapy.Spider):
             raise DontCloseSpider
         if self.idle_seconds <= 0:
             return
+        lease = getattr(self, "lease", None)
+        if lease is not None:
+            lease.idle()
+        if lease is not None and lease.others_hold_requests():
+            # Another crawler's requests may still bring links, or come back to the queue when
+            # its lease expires: the crawl is not over.
+            self._idle_since = None
+            raise DontCloseSpider
         now = time.monotonic()
         if self._idle_since is None:
             self._idle_since = now

@@ -27,7 +27,7 @@ def test_flags_become_a_config_and_scrapy_settings(tmp_path):
     assert cfg.max_pages == 7 and cfg.allow_loopback and not cfg.allow_private
     s = scrapy_settings(cfg)
     assert s["LAIT_ALLOW_LOOPBACK"] is True and s["AUTOTHROTTLE_ENABLED"] is False
-    assert s["SCHEDULER"] == "scrapy_redis.scheduler.Scheduler"
+    assert s["SCHEDULER"] == "lait.crawler.lease.LeasedScheduler"
     assert s["SCHEDULER_SERIALIZER"] == "lait.crawler.jsonqueue"  # never pickle in the shared queue
 
 
