@@ -19,7 +19,10 @@ A file that is not a list of its format (a text file named `.parquet`, binary by
 `.csv`, a `.jsonl` whose first line is no JSON object, a damaged `.gz`) and a Parquet caption
 column that does not hold strings are one-line errors (ConfigError) naming the file, raised by
 the first row's read, before the command writes anything: a caption is text, never Python's
-repr of a list or a float.
+repr of a list or a float. Text lists are decoded with the list's encoding (UTF-8 unless
+given, `ListText`): a byte that is not text in it is a one-line error naming the file, the
+byte offset and the line, never a caption with U+FFFD in it, unless errors "replace" was asked
+for, which counts what it replaced.
 
 The images are fetched afterwards by the crawler's fetcher (`lait.crawler.run.fetch_images`);
 stage 3 makes each caption a candidate text with source `list`.
@@ -33,6 +36,7 @@ marker matches and redoes a changed or interrupted one, replacing its parts.
 from __future__ import annotations
 
 import bz2
+import codecs
 import csv
 import glob
 import gzip
@@ -70,6 +74,7 @@ SUFFIX_FORMATS = {".txt": "txt", ".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl"
 _BINARY = re.compile(r"[\ufffd\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 # Scrapy drops requests for longer URLs (URLLENGTH_LIMIT) without a word: refused here instead.
 MAX_URL_LENGTH = 2083
+DEFAULT_ENCODING = "utf-8"
 
 
 @dataclass
@@ -85,6 +90,12 @@ class ListOptions:
     # The fetcher's address allowances, applied to page URLs too (`page_address_problem`).
     allow_loopback: bool = False
     allow_private: bool = False
+    # How text lists (csv, tsv, jsonl, txt) are decoded (`ListText`); Parquet holds UTF-8 itself.
+    encoding: str = DEFAULT_ENCODING
+    encoding_errors: str = "strict"  # or "replace": each undecodable byte sequence read as U+FFFD, counted
+
+    def decoding(self) -> Decoding:
+        return Decoding(self.encoding, self.encoding_errors)
 
     def columns(self) -> list[str]:
         return [c for c in dict.fromkeys([self.url_col, self.caption_col, self.page_col, *self.extra_cols]) if c]
@@ -104,6 +115,7 @@ class ListReport:
     rows: int = 0
     kept: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
+    replaced: int = 0  # undecodable bytes read as U+FFFD (--encoding-errors replace)
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -154,12 +166,108 @@ def list_format(path: str, input_format: str = "auto") -> str:
     return fmt
 
 
-def _open_text(loc: Location, path: str) -> io.TextIOBase:
+def check_encoding(encoding: str) -> None:
+    """ConfigError unless `encoding` names a text encoding Python knows (`latin-1`, `cp1252`)."""
+    try:
+        info = codecs.lookup(encoding)
+    except LookupError:
+        raise ConfigError(f"--encoding {encoding!r}: not an encoding Python knows (utf-8, latin-1, cp1252, "
+                          "utf-16, shift_jis, ...)") from None
+    if not getattr(info, "_is_text_encoding", True):  # base64, zlib, rot13: bytes-to-bytes codecs
+        raise ConfigError(f"--encoding {encoding!r}: not a text encoding")
+
+
+def _open_binary(loc: Location, path: str) -> io.IOBase:
     raw = storage.open_input(loc)
     _, comp = _suffixes(path)
-    if comp:
-        raw = COMPRESSIONS[comp](raw)
-    return io.TextIOWrapper(raw, encoding="utf-8-sig", errors="replace", newline="")
+    return COMPRESSIONS[comp](raw) if comp else raw
+
+
+# Bytes the decoder replaced so far in this process (`ListText` counts its own as differences).
+_REPLACED = [0]
+
+
+def _counted_replace(exc: UnicodeError) -> tuple[str, int]:
+    if not isinstance(exc, UnicodeDecodeError):
+        raise exc
+    _REPLACED[0] += exc.end - exc.start
+    return "\ufffd", exc.end
+
+
+codecs.register_error("lait-counted-replace", _counted_replace)
+
+
+@dataclass
+class Decoding:
+    """How a text list is decoded (`ListText`), and the bytes it replaced with errors "replace"."""
+
+    encoding: str = DEFAULT_ENCODING
+    errors: str = "strict"
+    replaced: int = 0
+
+
+class ListText:
+    """The lines of a text list (newlines kept, as `csv` wants them), decoded with the list's
+    encoding; a UTF-8 byte-order mark is skipped. Bytes that are not text in that encoding stop
+    the read with a ConfigError naming the file, the byte offset and the line; with errors
+    "replace" each such byte sequence is read as U+FFFD and counted in `decoding.replaced`."""
+
+    def __init__(self, loc: Location, path: str, fmt: str, decoding: Decoding):
+        self.loc, self.path, self.fmt, self.decoding = loc, path, fmt, decoding
+        self.encoding = decoding.encoding
+        codec = "utf-8-sig" if codecs.lookup(self.encoding).name == "utf-8" else self.encoding
+        handler = "lait-counted-replace" if decoding.errors == "replace" else "strict"
+        self._file = io.TextIOWrapper(_open_binary(loc, path), encoding=codec, errors=handler, newline="")
+
+    def __enter__(self) -> ListText:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._file.close()
+
+    def __iter__(self) -> Iterator[str]:
+        while True:
+            before = _REPLACED[0]
+            try:
+                line = self._file.readline()
+            except UnicodeDecodeError as exc:
+                raise self._undecodable(exc) from None
+            self.decoding.replaced += _REPLACED[0] - before
+            if not line:
+                return
+            yield line
+
+    def _undecodable(self, exc: UnicodeDecodeError) -> ConfigError:
+        """The one line for the first bytes that are not text in the encoding: where they are,
+        found by decoding the file again up to them (the text reader's chunks hide the offset)."""
+        offset, line, bad = undecodable_at(_open_binary(self.loc, self.path), self.encoding)
+        name = "UTF-8" if codecs.lookup(self.encoding).name == "utf-8" else self.encoding
+        of = " of the uncompressed text" if _suffixes(self.path)[1] else ""
+        at = f"byte {bad.hex(' ')} at offset {offset:,}{of}, line {line:,}" if bad else exc.reason
+        return ConfigError(f"list {self.path}: not {FORMAT_NAMES.get(self.fmt, self.fmt)} text in {name} ({at}); "
+                           "give the list's encoding with --encoding (latin-1, cp1252, ...), or "
+                           "--encoding-errors replace to read such bytes as U+FFFD, counted in the summary")
+
+
+def undecodable_at(f: io.IOBase, encoding: str, chunk: int = 1 << 20) -> tuple[int, int, bytes]:
+    """(byte offset, 1-based line, the bytes) of the first bytes of the binary file `f` that
+    are not text in `encoding`; (-1, -1, b"") when there are none. Closes `f`."""
+    decoder = codecs.getincrementaldecoder(encoding)("strict")
+    consumed = lines = 0
+    with f:
+        while True:
+            data = f.read(chunk)
+            pending = len(decoder.getstate()[0])
+            try:
+                decoder.decode(data, final=not data)
+            except UnicodeDecodeError as exc:
+                start = consumed - pending + exc.start  # the error indexes pending + data
+                head = exc.object[: exc.start]
+                return start, lines + head[pending:].count(b"\n") + 1, bytes(exc.object[exc.start: exc.end])
+            if not data:
+                return -1, -1, b""
+            consumed += len(data)
+            lines += data.count(b"\n")
 
 
 # -- reading rows ------------------------------------------------------------------------------
@@ -180,7 +288,7 @@ FORMAT_NAMES = {"txt": "text", "csv": "CSV", "tsv": "TSV", "jsonl": "JSON lines"
 
 
 def read_rows(path: str, fmt: str, columns: list[str], typed: Sequence[str] = (),
-              text: Sequence[str] = ()) -> Iterator[RawRow]:
+              text: Sequence[str] = (), decoding: Decoding | None = None) -> Iterator[RawRow]:
     """The rows of a list, streaming. ConfigError, one line naming the file, when a wanted
     column is missing, when the file is not a list of its format (a text file named `.parquet`,
     binary bytes named `.csv`, a `.jsonl` whose first line is no JSON object, a damaged `.gz`),
@@ -188,11 +296,12 @@ def read_rows(path: str, fmt: str, columns: list[str], typed: Sequence[str] = ()
     the columns whose CSV or TSV text becomes the numbers and booleans pyarrow's CSV reader
     makes of it (`csv_types`), as img2dataset reads such lists; Parquet and JSON carry their
     own types. A JSON value of a `text` column that is not a string (a list, a number) makes
-    its row a problem, never Python's repr of it."""
+    its row a problem, never Python's repr of it. `decoding`: how a text list is decoded (UTF-8,
+    strict, by default: bytes that are not UTF-8 are a ConfigError naming where they are)."""
     import pyarrow as pa
 
     try:
-        yield from _read_rows(path, fmt, columns, typed, text)
+        yield from _read_rows(path, fmt, columns, typed, text, decoding or Decoding())
     except (*_UNREADABLE, pa.ArrowException) as exc:
         if isinstance(exc, ConfigError):
             raise
@@ -210,19 +319,20 @@ def _why(exc: BaseException) -> str:
     return " ".join(why.split())[:200]
 
 
-def _read_rows(path: str, fmt: str, columns: list[str], typed: Sequence[str], text: Sequence[str]) -> Iterator[RawRow]:
+def _read_rows(path: str, fmt: str, columns: list[str], typed: Sequence[str], text: Sequence[str],
+               decoding: Decoding) -> Iterator[RawRow]:
     loc = storage.location(path)
     if fmt == "parquet":
         yield from _parquet_rows(loc, path, columns, text)
     elif fmt == "jsonl":
-        yield from _jsonl_rows(loc, path, columns, text)
+        yield from _jsonl_rows(ListText(loc, path, fmt, decoding), path, columns, text)
     elif fmt in ("csv", "tsv"):
-        yield from _csv_rows(loc, path, columns, "\t" if fmt == "tsv" else ",", typed)
+        yield from _csv_rows(ListText(loc, path, fmt, decoding), path, columns, "\t" if fmt == "tsv" else ",", typed)
     elif fmt == "txt":
         if columns[1:]:
             raise ConfigError(f"list {path}: a txt list holds URLs only, one a line; it has no "
                               f"column {columns[1]!r} (set --caption-col '' or use csv)")
-        with _open_text(loc, path) as f:
+        with ListText(loc, path, fmt, decoding) as f:
             n = 0
             for line in f:
                 line = line.strip()
@@ -233,11 +343,12 @@ def _read_rows(path: str, fmt: str, columns: list[str], typed: Sequence[str], te
         raise ConfigError(f"unknown list format {fmt!r}; known: {', '.join(FORMATS)}")
 
 
-def check_not_empty(path: str, fmt: str, columns: list[str], text: Sequence[str] = ()) -> None:
+def check_not_empty(path: str, fmt: str, columns: list[str], text: Sequence[str] = (),
+                    decoding: Decoding | None = None) -> None:
     """ConfigError when a list holds no row at all (an empty file, a header alone, comments
     only), or cannot be read as its format (`read_rows`): a command given nothing to do, or
     the wrong file, says so at once, before it writes anything. Reads up to the first row only."""
-    rows = read_rows(path, fmt, columns, text=text)
+    rows = read_rows(path, fmt, columns, text=text, decoding=decoding)
     try:
         first = next(rows, None)
     finally:
@@ -307,10 +418,10 @@ def csv_types(sample: list[str], delimiter: str, typed: Sequence[str]) -> dict[s
     return out
 
 
-def _csv_rows(loc: Location, path: str, columns: list[str], delimiter: str,
+def _csv_rows(lines: ListText, path: str, columns: list[str], delimiter: str,
               typed: Sequence[str] = ()) -> Iterator[RawRow]:
     csv.field_size_limit(1 << 24)
-    with _open_text(loc, path) as f:
+    with lines as f:
         sample: list[str] = []
         size = 0
         for line in f:
@@ -323,10 +434,10 @@ def _csv_rows(loc: Location, path: str, columns: list[str], delimiter: str,
         if header is None:
             return
         header = [h.strip() for h in header]
-        if any(_BINARY.search(h) for h in header):  # read with errors="replace": bytes that are no UTF-8
+        if any(_BINARY.search(h) for h in header):  # control characters, or bytes replaced (errors replace)
             name = "TSV" if delimiter == "\t" else "CSV"
             raise ConfigError(f"list {path}: not {name} text: its first line holds bytes that are not "
-                              "UTF-8 text (a binary file?); a list needs a header row naming its columns")
+                              f"{lines.encoding} text (a binary file?); a list needs a header row naming its columns")
         if any(c not in header for c in columns):
             raise _missing(path, columns, header)
         index = {c: header.index(c) for c in columns}
@@ -356,8 +467,8 @@ def _csv_rows(loc: Location, path: str, columns: list[str], delimiter: str,
 _JSON_TYPES = {dict: "object", list: "list", str: "string", int: "number", float: "number", bool: "boolean"}
 
 
-def _jsonl_rows(loc: Location, path: str, columns: list[str], text: Sequence[str] = ()) -> Iterator[RawRow]:
-    with _open_text(loc, path) as f:
+def _jsonl_rows(lines: ListText, path: str, columns: list[str], text: Sequence[str] = ()) -> Iterator[RawRow]:
+    with lines as f:
         n = 0
         checked = False
         for line in f:
@@ -493,6 +604,11 @@ def _fingerprint(path: str, opts: ListOptions) -> dict[str, Any]:
         st = loc.stat()
         version, size = str(st.st_mtime_ns), st.st_size
     settings = {k: v for k, v in asdict(opts).items() if k != "force"}
+    # The default decoding is how lists were read before these settings: their markers stay current.
+    if codecs.lookup(settings["encoding"]).name == codecs.lookup(DEFAULT_ENCODING).name:
+        del settings["encoding"]
+    if settings["encoding_errors"] == "strict":
+        del settings["encoding_errors"]
     return {"path": path, "size": size, "version": version, "settings": settings}
 
 
@@ -558,8 +674,10 @@ def _read_list(path: str, fmt: str, work: WorkDir, opts: ListOptions, seen: _Url
         parts.reject(f"{STAGE}/{rule}", parts.partition_of(key), detail=f"{name} {detail}", **ids)
         rejected[f"{STAGE}/{rule}"] += 1
 
+    decoding = opts.decoding()
     try:
-        for raw in read_rows(path, fmt, opts.columns(), typed=opts.extra_cols, text=opts.text_columns()):
+        for raw in read_rows(path, fmt, opts.columns(), typed=opts.extra_cols, text=opts.text_columns(),
+                             decoding=decoding):
             report.rows += 1
             bar.update(1)
             where = f"row {raw.number}"
@@ -601,6 +719,10 @@ def _read_list(path: str, fmt: str, work: WorkDir, opts: ListOptions, seen: _Url
         parts.abort()
         raise
     report.rejected = dict(sorted(rejected.items()))
+    report.replaced = decoding.replaced
+    if decoding.replaced:
+        log.warning("list %s: %d bytes that are not %s text read as U+FFFD (--encoding-errors replace)",
+                    path, decoding.replaced, opts.encoding)
     report.seconds = round(time.perf_counter() - start, 3)
     atomic_write_json(marker_path(work, tag), {**_fingerprint(path, opts), "report": report.to_dict()})
     return report

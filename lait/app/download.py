@@ -36,7 +36,10 @@ clean/..., build/... after `lait run`).
 
 formats: csv, tsv (a header row names the columns), jsonl (one JSON object a line), parquet,
 txt (one URL a line); compressed .gz, .bz2, .xz; local paths, s3://... URLs and globs of
-either. --input-format auto tells them apart by suffix.
+either. --input-format auto tells them apart by suffix. Text lists are read as --encoding
+(UTF-8 unless given): a byte that is not text in it stops the command with one line naming the
+file, the byte offset and the line, before that list's rows are kept; --encoding-errors replace
+reads such bytes as U+FFFD instead and the summary counts them.
 
 reruns: each list writes parts tagged with its path and a marker in WORK/_done/download/; a list
 already read is skipped (--force reads it again), and images already in images/ are not fetched
@@ -68,6 +71,11 @@ class DownloadConfig(UnitsConfig, FetchConfig, RetrySettings):
     page_col: str = setting("", "column holding the URL of the page the image was found on (optional)")
     save_additional_columns: list[str] = setting([], "more columns to keep with each row (url_list/ extra)",
                                                  metavar="COLUMN")
+    encoding: str = setting("utf-8", "text encoding of csv, tsv, jsonl and txt lists (latin-1, cp1252, ...; "
+                            "a UTF-8 byte-order mark is skipped)")
+    encoding_errors: str = setting("strict", "bytes that are not text in --encoding: strict stops with one line "
+                                   "naming the file, byte offset and line; replace reads each as U+FFFD and "
+                                   "counts them in the summary", choices=["strict", "replace"])
     n_partitions: int = setting(0, "partitions of a new work directory (0: 16)")
     processes: int = setting(0, "fetcher processes side by side (0: one per CPU core, at most 4); the "
                              "hosts are split among them and --concurrency with them")
@@ -82,6 +90,9 @@ class DownloadConfig(UnitsConfig, FetchConfig, RetrySettings):
         self.validate_retry()
         if not self.url_col:
             raise ConfigError("--url-col must name a column")
+        from lait.crawler.url_list import check_encoding
+
+        check_encoding(self.encoding)
         if self.n_partitions < 0 or self.processes < 0:
             raise ConfigError("n_partitions and processes must be >= 0")
         from lait.build.sample import KEYS, REASON
@@ -101,8 +112,10 @@ def summary(reports, stats: dict | None) -> str:
     for r in reports:
         rejected.update(r.rejected)
     skipped = sum(r.skipped for r in reports)
+    replaced = sum(r.replaced for r in reports)
     lines = [f"lists: {len(reports)} ({skipped} read before); rows read now: {rows}, kept: {kept}"
-             + "".join(f", {k}: {v}" for k, v in sorted(rejected.items()))]
+             + "".join(f", {k}: {v}" for k, v in sorted(rejected.items()))
+             + (f", undecodable bytes read as U+FFFD (--encoding-errors replace): {replaced}" if replaced else "")]
     if stats is not None:
         crawl = {k: v for k, v in sorted(stats.items()) if k.startswith("crawl/")}
         lines.append("images: " + json.dumps(crawl, sort_keys=True))
@@ -120,11 +133,13 @@ def run(cfg: DownloadConfig) -> int:
     paths = expand_lists(cfg.lists)
     opts = ListOptions(input_format=cfg.input_format, url_col=cfg.url_col, caption_col=cfg.caption_col,
                        page_col=cfg.page_col, extra_cols=list(cfg.save_additional_columns), force=cfg.force,
-                       allow_loopback=cfg.allow_loopback, allow_private=cfg.allow_private)
+                       allow_loopback=cfg.allow_loopback, allow_private=cfg.allow_private,
+                       encoding=cfg.encoding, encoding_errors=cfg.encoding_errors)
     for p in paths:
-        # An unknown suffix, a file that is not of its format, a missing or non-text caption column
-        # or an empty list fails before the work directory is made.
-        check_not_empty(p, list_format(p, cfg.input_format), opts.columns(), opts.text_columns())
+        # An unknown suffix, a file that is not of its format, a missing or non-text caption column,
+        # a first line that is not text in --encoding or an empty list fails before the work
+        # directory is made.
+        check_not_empty(p, list_format(p, cfg.input_format), opts.columns(), opts.text_columns(), opts.decoding())
     work = open_work_dir(cfg.out, create=True, n_partitions=cfg.n_partitions or None)
     with locked(work, "lait download"):
         work.write_config("download", cfg.to_yaml())

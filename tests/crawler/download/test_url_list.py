@@ -265,3 +265,70 @@ def test_nan_in_a_kept_column_is_null_not_invalid_json(tmp_path):
 
     extras = {r["row"]: strict(r["extra"]) for r in work.iter_rows("url_list")}
     assert extras == {1: {"punsafe": None, "scores": [1.0, None]}, 2: {"punsafe": 0.25, "scores": [0.5]}}
+
+
+# -- the list's encoding (issue 59) --------------------------------------------------------------
+
+def _latin_1_rows(n: int) -> bytes:
+    return ("url,caption\n" + "".join(f"http://a.test/{i}.jpg,un café noir {i}\n" for i in range(n))).encode("latin-1")
+
+
+@pytest.mark.parametrize("name", ["list.csv", "list.csv.gz", "list.jsonl.bz2", "list.txt"])
+def test_a_byte_that_is_not_utf_8_deep_in_a_list_is_named_by_offset_and_line(tmp_path, name):
+    """Far past the first chunk the text reader decodes at once, in a compressed file too: the
+    offset (of the uncompressed text) and the line are those of the byte, and nothing is kept."""
+    if ".jsonl" in name:
+        good = "".join(json.dumps({"url": f"http://a.test/{i}.jpg", "caption": f"café {i}"}) + "\n"
+                       for i in range(20_000))
+    elif ".csv" in name:
+        good = "url,caption\n" + "".join(f"http://a.test/{i}.jpg,café {i}\n" for i in range(20_000))
+    else:
+        good = "".join(f"http://a.test/{i}.jpg\n" for i in range(20_000))
+    raw = good.encode() + b"http://a.test/x\xe9.jpg\n"
+    offset, line = len(good.encode()) + len(b"http://a.test/x"), good.count("\n") + 1
+    path = tmp_path / name
+    opener = {".gz": gzip.open, ".bz2": bz2.open}.get(path.suffix, open)
+    with opener(path, "wb") as f:
+        f.write(raw)
+    kw = {"caption_col": ""} if name.endswith(".txt") else {}
+    with pytest.raises(ConfigError) as err:
+        read(tmp_path / "W", [path], **kw)
+    message = str(err.value)
+    assert f"byte e9 at offset {offset:,}" in message and f"line {line:,}" in message, message
+    assert ("of the uncompressed text" in message) == (path.suffix in (".gz", ".bz2")), message
+    assert WorkDir(tmp_path / "W").count("url_list") == 0
+
+
+def test_encoding_errors_replace_counts_the_bytes_it_replaced(tmp_path):
+    path = tmp_path / "list.csv"
+    path.write_bytes(_latin_1_rows(3) + "http://a.test/9.jpg,gar\u00e7on \u00e9t\u00e9\n".encode("latin-1"))
+    work, (report,) = read(tmp_path / "W", [path], encoding_errors="replace")
+    kept, _ = outcome(work)
+    assert [c for _, c, _, _ in kept] == ["un caf\ufffd noir 0", "un caf\ufffd noir 1", "un caf\ufffd noir 2",
+                                          "gar\ufffdon \ufffdt\ufffd"]
+    assert report.replaced == 6
+
+
+def test_a_list_in_another_encoding_reads_with_it_and_a_byte_order_mark_is_skipped(tmp_path):
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes(_latin_1_rows(2))
+    utf16 = tmp_path / "utf16.csv"
+    utf16.write_text("url,caption\nhttp://b.test/1.jpg,crème brûlée\n", encoding="utf-16")
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes(b"\xef\xbb\xbf" + "url,caption\nhttp://c.test/1.jpg,naïve\n".encode())
+    captions = []
+    for path, encoding in ((latin, "latin-1"), (utf16, "utf-16"), (bom, "utf-8")):
+        work, (report,) = read(tmp_path / f"W-{path.stem}", [path], encoding=encoding)
+        captions += [c for _, c, _, _ in outcome(work)[0]]
+        assert report.replaced == 0
+    assert captions == ["un café noir 0", "un café noir 1", "crème brûlée", "naïve"]
+
+
+def test_the_default_decoding_keeps_the_markers_of_lists_read_before(tmp_path):
+    """Lists read before these settings existed are not read again for them; another encoding is
+    another reading, so it redoes the list."""
+    from lait.crawler.url_list import _fingerprint
+
+    path = write_csv(tmp_path / "list.csv", ROWS[:2])
+    assert "encoding" not in _fingerprint(str(path), ListOptions())["settings"]
+    assert _fingerprint(str(path), ListOptions(encoding="latin-1"))["settings"]["encoding"] == "latin-1"
