@@ -42,7 +42,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from lait import storage
-from lait.errors import on_write_error
+from lait.errors import corrupt, on_write_error
 from lait.reasons import check as check_reason
 from lait.schemas import get_table
 from lait.storage import Location, RemotePath
@@ -406,6 +406,38 @@ class PartWriter:
                 self._out.discard()
 
 
+def schema_problem(table: str, found: pa.Schema, columns: Iterable[str] | None = None) -> str | None:
+    """Why the columns of a part of `table` (its file's schema, `found`) are not the table's, or
+    None: a column the table requires that the part lacks, a column of another type, a column
+    named twice. A nullable column it lacks was added to the table after the part was written,
+    and reads as nulls. `columns`: only these (what a reader asked for)."""
+    wanted = None if columns is None else set(columns)
+    for f in get_table(table).schema:
+        if wanted is not None and f.name not in wanted:
+            continue
+        at = found.get_all_field_indices(f.name)
+        if not at:
+            if f.nullable:
+                continue
+            return f"it has no column {f.name!r}, which the {table} table requires"
+        if len(at) > 1:
+            return f"it has {len(at)} columns named {f.name!r}"
+        if not found.field(at[0]).type.equals(f.type):
+            return f"its column {f.name!r} holds {found.field(at[0]).type}, not the {f.type} of the {table} table"
+    return None
+
+
+def open_part(table: str, path: Location, columns: Iterable[str] | None = None) -> storage.CheckedParquetFile:
+    """A part of `table` opened to be read, page checksums verified (`storage.parquet_file`);
+    a part whose columns are not the table's (`schema_problem`) raises `CorruptPart` naming the
+    file and the column, rather than reading nulls or text where the table has numbers."""
+    pf = storage.parquet_file(path)
+    problem = schema_problem(table, pf.schema_arrow, columns)
+    if problem:
+        raise corrupt(path, problem)
+    return pf
+
+
 def stats_path(part: Location) -> Location:
     return part.with_name(part.name[: -len(".parquet")] + ".stats.json")
 
@@ -482,14 +514,18 @@ class WorkDir:
         return sorted({int(_PART_RE.match(p.name).group(1)) for p in self.part_files(table)})
 
     def read(self, table: str, partition: int | None = None, columns: list[str] | None = None) -> pa.Table:
-        """A partition (or the whole table) as one Arrow table, in part-name order."""
+        """A partition (or the whole table) as one Arrow table, in part-name order; a part whose
+        columns are not the table's raises `CorruptPart` naming it (`open_part`)."""
         schema = get_table(table).schema
         files = self.part_files(table, partition)
         if columns is not None:
             schema = pa.schema([schema.field(c) for c in columns])
         if not files:
             return schema.empty_table()
-        tables = [storage.read_table(f, columns=columns, schema=schema) for f in files]
+        tables = []
+        for f in files:
+            open_part(table, f, columns)  # its columns checked against the table's first: one footer read
+            tables.append(storage.read_table(f, columns=columns, schema=schema))
         return pa.concat_tables(tables)
 
     def iter_rows(self, table: str, partition: int | None = None, columns: list[str] | None = None,
@@ -510,7 +546,7 @@ class WorkDir:
         `read_ahead` may be a `helper_thread` to share, else the reader starts its own; an int
         N > 1 reads the next N row groups at once, on N threads of its own."""
         groups = ((pf, i) for f in self.part_files(table, partition)
-                  for pf in (storage.parquet_file(f),) for i in range(pf.num_row_groups))
+                  for pf in (open_part(table, f, columns),) for i in range(pf.num_row_groups))
         if not read_ahead:
             for pf, i in groups:
                 group = pf.read_row_group(i, columns=columns)

@@ -62,7 +62,9 @@ the pipeline (LAIT, ImageBERT paper):
   lait demo --out demo/                             the whole job offline on a built-in web
   lait models                                       the pretrained models that load offline
 
-`lait COMMAND --help` explains each command.
+`lait COMMAND --help` explains each command. A config file (--config) may be at most 1 MiB.
+Output piped into a reader that stops early (`lait status work/ | head -3`) ends the command
+quietly, with exit status 141 (128 + SIGPIPE) as the shell's own tools give.
 """
 
 
@@ -93,7 +95,14 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None and args.command in STAGE1_COMMANDS:
         skip_pandas_probe()  # the process is this command, which sees no pandas objects: see lait.startup
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        if sys.stdout is not None:
+            sys.stdout.flush()  # here, not at exit, so that a reader gone early is seen below
+        return code
+    except BrokenPipeError:
+        if not stdout_closed():
+            raise  # another pipe than stdout (a child's): not the reader being done
+        return quiet_exit_on_closed_stdout()
     except ConfigError as exc:
         print(f"lait {args.command}: {exc}", file=sys.stderr)
         return 2
@@ -109,9 +118,31 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"lait {args.command}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # `lait stats work/ | head`: the reader has what it wanted
-        sys.stderr.close()
-        return 141
+
+
+def stdout_closed() -> bool:
+    """Whether stdout is a pipe or socket whose reader has gone (`lait status work/ | head -3`
+    once head has its lines): polled, so a broken pipe of something else is not taken for it."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll here, or stdout not a real file
+        return False
+
+
+def quiet_exit_on_closed_stdout() -> int:
+    """End a command whose stdout reader has gone as `head`'s writer ends in a shell: quietly,
+    with status 141 (128 + SIGPIPE), as a program killed by SIGPIPE reports. stdout is pointed at
+    /dev/null, so that Python's flush at exit does not print the error once more."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 141
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@ import sys
 import time
 from typing import Any, Callable
 
-from lait.app.steps import STEP_NAMES, STEPS, load_pipeline_yaml
-from lait.config import Config, ConfigError
+from lait.app.steps import STEP_NAMES, STEPS, pipeline_sections, recorded_sections
+from lait.config import MAX_CONFIG_TEXT, Config, ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +66,10 @@ RUNNERS: dict[str, Callable[[Any], bool]] = {
 
 
 def resolve_configs(work: str, sections: dict[str, dict], steps: list[str],
-                    overrides: dict[str, Any] | None = None, where: str = "pipeline") -> dict[str, Config]:
-    """One validated config per step: the YAML section, then `work` and the shared overrides."""
+                    overrides: dict[str, Any] | None = None, where: str | dict[str, str] = "pipeline"
+                    ) -> dict[str, Config]:
+    """One validated config per step: the YAML section, then `work` and the shared overrides.
+    `where`: what a mistake is said to be in, for every step or by step name."""
     out = {}
     for step in STEPS:
         if step.name not in steps:
@@ -76,14 +78,16 @@ def resolve_configs(work: str, sections: dict[str, dict], steps: list[str],
         data = {**sections.get(step.name, {}), "work": work}
         known = {f.name for f, _ in cls._fields()}
         data.update({k: v for k, v in (overrides or {}).items() if v is not None and k in known})
-        cfg = cls.from_dict(data, where=f"{where}: {step.name}")
+        place = where.get(step.name, "pipeline") if isinstance(where, dict) else where
+        cfg = cls.from_dict(data, where=f"{place}: {step.name}")
         cfg.validate()
         out[step.name] = cfg
     return out
 
 
 def run_pipeline(work: str, sections: dict[str, dict], *, steps: list[str] | None = None,
-                 overrides: dict[str, Any] | None = None, where: str = "pipeline", note: str | None = None) -> bool:
+                 overrides: dict[str, Any] | None = None, where: str | dict[str, str] = "pipeline",
+                 note: str | None = None) -> bool:
     """Run the steps in order; stops at the first that fails. Returns True when all succeeded.
     `note`: a line saying where the settings come from, printed once the run holds the work directory."""
     from lait.app.status import status_text
@@ -127,26 +131,16 @@ of one YAML file that has a section per stage:
   score:  {model: ViT-B-32, pretrained: laion2b_s34b_b79k}
   build:  {min_score: 0.28, samples_per_shard: 10000}
 
+A stage the file has a section for runs with that section over the defaults; a stage it has no
+section for continues with the settings the work directory was last made with by it
+(WORK/_configs/STAGE.yaml, as `lait STAGE WORK` without --config does), else the defaults. So
+a file about stage 5 does not redo stage 2 with other settings; an empty section (`filter: {}`)
+asks for the defaults. Without --config every stage continues so.
+
 Resumable: every stage skips the partitions that are up to date and redoes those whose settings or
 input changed, so rerun the same command after an interruption or a change. It prints `lait
 status` first.
 """
-
-
-def last_settings(work: str) -> tuple[dict[str, dict], list[str]]:
-    """The sections of the settings each stage of `work` last completed with
-    (`WORK/_configs/STAGE.yaml`, `steps.recorded_settings`), and the files read; empty when the
-    directory has none."""
-    from lait.app.steps import STEPS, recorded_settings
-
-    sections: dict[str, dict] = {}
-    used: list[str] = []
-    for step in STEPS:
-        data, path = recorded_settings(work, step.name, step.config_class())
-        if path is not None:
-            sections[step.name] = data
-            used.append(f"{step.name}.yaml")
-    return sections, used
 
 
 def run_run(args: argparse.Namespace) -> int:
@@ -154,14 +148,22 @@ def run_run(args: argparse.Namespace) -> int:
     if not steps:
         raise ConfigError(f"--from {args.from_stage} comes after --to {args.to_stage}")
     overrides = {"workers": args.workers, "progress": args.progress}
-    note = None
+    recorded = f"{args.work}/_configs"
     if args.config:
-        sections, where = load_pipeline_yaml(args.config), args.config
+        # A stage the file has no section for continues as `lait STAGE WORK` would: with the
+        # settings it last completed with, not the defaults (which would silently redo it).
+        sections, used = pipeline_sections(args.work, args.config)
+        where = {name: recorded if name in sections and f"{name}.yaml" in used else args.config
+                 for name in STEP_NAMES}
+        kept = [u.removesuffix(".yaml") for u in used]
+        note = (f"lait run: {args.config} has no section for {', '.join(kept)}: continuing with the settings "
+                f"{args.work} was last made with ({recorded}/: {', '.join(used)}); an empty section "
+                f"(`{kept[0]}: {{}}`) means the defaults") if used else None
     else:
         # Without --config a rerun keeps the settings the directory was built with: the defaults
         # would silently redo stages with other settings (and a demo's `model: demo` would be lost).
-        sections, used = last_settings(args.work)
-        where = f"{args.work}/_configs"
+        sections, used = recorded_sections(args.work)
+        where = recorded
         if used:
             rest = "" if len(used) == len(STEP_NAMES) else "; the defaults for the other stages"
             note = (f"lait run: no --config given: using the settings {args.work} was last built with "
@@ -179,7 +181,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        epilog="example:\n  lait run work/ --config pipeline.yaml\n"
                               "  lait run work/ --config pipeline.yaml --from score")
     p.add_argument("work", metavar="WORK", help="work directory holding pages/ and images/ (from a crawl)")
-    p.add_argument("--config", metavar="YAML", help="pipeline YAML with filter/clean/score/build sections")
+    p.add_argument("--config", metavar="YAML",
+                   help=f"pipeline YAML with filter/clean/score/build sections (at most {MAX_CONFIG_TEXT}); "
+                        "a stage without one continues with its recorded settings")
     p.add_argument("--from", dest="from_stage", choices=STEP_NAMES, default="filter", help="first stage to run")
     p.add_argument("--to", dest="to_stage", choices=STEP_NAMES, default="build", help="last stage to run")
     p.add_argument("--workers", type=int, default=None, metavar="N",

@@ -5,8 +5,9 @@ what it fetched, where from, and whether it is known to have finished; a crawl h
 partitions to compare (it resumes from what it stored), so its line counts rows instead. Then
 for every stage of `lait run` (filter, clean, score, build) it compares each partition's
 completion marker with the fingerprint the partition would have now (`lait.fingerprint`):
-settings from `--config pipeline.yaml` when given (to ask "what would this change redo?"),
-else those the stage last ran with (`WORK/_configs/STAGE.yaml`), else the defaults. A stage
+settings from `--config pipeline.yaml` when given (to ask "what would this change redo?"; a
+stage it has no section for keeps its recorded settings, as in `lait run`), else those the
+stage last ran with (`WORK/_configs/STAGE.yaml`), else the defaults. A stage
 whose input comes from a stage with work left is marked as waiting on it: its own input will
 change when that one runs. `lait run` prints the same view before it starts.
 """
@@ -236,14 +237,16 @@ def status_text(work_url: str, sections: dict[str, dict] | None = None) -> str:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from lait.app.steps import load_pipeline_yaml
+    from lait.app.steps import pipeline_sections
     from lait.drivers import open_work_dir
 
     try:
         open_work_dir(args.work, initialized=True)
     except ConfigError as exc:
         raise ConfigError(f"{exc}; crawl into it first") from None
-    sections = load_pipeline_yaml(args.config) if args.config else None
+    # With --config, what `lait run --config` would do: a stage the file has no section for
+    # continues with its recorded settings.
+    sections = pipeline_sections(args.work, args.config)[0] if args.config else None
     print(status_text(args.work, sections))
     return 0
 

@@ -4,6 +4,7 @@ the pipeline YAML that holds a section of settings per stage."""
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from lait.config import Config, ConfigError, read_yaml_mapping
@@ -56,6 +57,32 @@ def recorded_settings(work: str, name: str, cls: type[Config] | None = None) -> 
         raise ConfigError(f"{path}: expected a mapping of settings; give --config")
     written = None if cls is None else {f.name for f, _ in cls._fields() if not f.metadata.get("run")}
     return {k: v for k, v in data.items() if (written is None or k in written) and k != "work"}, str(path)
+
+
+def recorded_sections(work: str, skip: Iterable[str] = ()) -> tuple[dict[str, dict], list[str]]:
+    """The settings each stage of `work` last completed with (`recorded_settings`), as sections
+    of a pipeline YAML, for every stage not in `skip`; and the names of the files read."""
+    sections: dict[str, dict] = {}
+    used: list[str] = []
+    for step in STEPS:
+        if step.name in skip:
+            continue
+        data, path = recorded_settings(work, step.name, step.config_class())
+        if path is not None:
+            sections[step.name] = data
+            used.append(f"{step.name}.yaml")
+    return sections, used
+
+
+def pipeline_sections(work: str, path: str) -> tuple[dict[str, dict], list[str]]:
+    """The settings `lait run WORK --config PATH` runs each stage with, as `lait STAGE WORK`
+    would: a stage the file has a section for takes that section over the defaults (as `lait
+    STAGE --config`), one it has none for continues with the settings WORK was last made with
+    (as `lait STAGE` without --config), so a file about stage 5 does not redo stage 2 with the
+    defaults. Returns the sections and the recorded files continued with."""
+    given = load_pipeline_yaml(path)
+    recorded, used = recorded_sections(work, skip=given)
+    return {**recorded, **given}, used
 
 
 def load_pipeline_yaml(path: str | None) -> dict[str, dict]:

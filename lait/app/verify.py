@@ -7,10 +7,13 @@
   rebuild is unfinished, both the shards it staged in `shards.next/` and the earlier set still
   shipped in `shards/` (their records kept by the rebuild's staging flag).
 
-Each problem is one line naming the file, its partition and what will redo it. With `--repair`
-the damaged files and the markers of the tasks that wrote them are removed, so that the next run
-of that stage (or `lait run`) redoes exactly those partitions and what depends on them. Exit 0
-when everything is intact, 1 when something is not.
+Each problem is one line naming the file, its partition and the commands that redo it. A
+part's columns are checked against its table's too (a dropped `score` column, numbers turned
+text). A damaged shard is noticed by the next `lait build` itself; a damaged part is not (its
+task's marker still says done), so its line names `lait verify WORK --repair` first: with
+`--repair` the damaged files and the markers of the tasks that wrote them are removed, so that
+the next run of that stage (or `lait run`) redoes exactly those partitions and what depends on
+them. Exit 0 when everything is intact, 1 when something is not.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import argparse
 import hashlib
 import json
 import re
+import shlex
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -36,17 +40,30 @@ class Damage:
     problem: str
     stage: str | None = None
     partition: int | None = None  # the writer's task (its input partition)
+    # Whether the stage's next run notices the damage itself: a recorded file (a shard) is
+    # compared with its task's marker. A damaged part is not (its task's marker still says
+    # done): `--repair` removes both, then the stage redoes it.
+    noticed: bool = False
 
-    def line(self, root: Any) -> str:
+    def line(self, root: Any, *, repaired: bool = False) -> str:
+        """What is damaged and the commands that redo it, as they are typed (`repaired`: this
+        run of verify removed it)."""
         name = str(self.path).removeprefix(str(root)).lstrip("/")
         m = re.match(r"p(\d{5})-", self.path.name)
         table_partition = int(m.group(1)) if m else self.partition
         where = f" (partition {table_partition:05d})" if table_partition is not None else ""
         redo = REDO.get(self.stage or "")
-        then = (f"{redo} redoes it" if redo else
-                f"written by {self.stage or 'stage 1 (crawl, download, ingest-warc)'}: cannot be redone "
-                f"from the work directory; fetch it again or remove it")
-        return f"{name}{where}: {self.problem}; {then}"
+        work = shlex.quote(str(root))
+        if not redo:
+            then = (f"written by {self.stage or 'stage 1 (crawl, download, ingest-warc)'}: cannot be redone "
+                    f"from the work directory; fetch it again or remove it")
+        elif self.noticed:
+            then = f"{redo} redoes it"
+        elif repaired:
+            then = f"removed with its task's marker: `{redo} {work}` redoes it"
+        else:
+            then = f"`lait verify {work} --repair` removes it and its task's marker, then `{redo} {work}` redoes it"
+        return f"{name}{where}: {self.problem.rstrip('.')}; {then}"
 
 
 def _writer_of(part: Any) -> tuple[str | None, int | None]:
@@ -66,10 +83,13 @@ def check_part(work: Any, table: str, part: Any) -> tuple[str | None, int]:
     None, and the bytes read."""
     from lait import storage
     from lait.errors import CorruptPart
-    from lait.parts import binary_views
+    from lait.parts import binary_views, schema_problem
 
     try:
         pf = storage.parquet_file(part)
+        problem = schema_problem(table, pf.schema_arrow)  # a dropped column, a number turned text
+        if problem:
+            return problem, storage.size(part)
         for i in range(pf.num_row_groups):
             group = pf.read_row_group(i)
             if table == "images_ok":
@@ -97,7 +117,7 @@ def check_recorded(folder: Any, files: dict[str, Any], stage: str, partition: in
     for name, rec in files.items():
         problem = file_change(folder, name, rec, read=True)
         if problem:
-            damaged.append(Damage(folder / name, problem.removeprefix("is "), stage, partition))
+            damaged.append(Damage(folder / name, problem.removeprefix("is "), stage, partition, noticed=True))
     return damaged
 
 
@@ -149,11 +169,12 @@ def run_verify(args: argparse.Namespace) -> int:
     work = open_work_dir(args.work, initialized=True)
     with locked(work, "lait verify"):
         damaged, counts = verify(work, progress=not args.quiet)
-        for d in damaged:
-            print(d.line(work.root), file=sys.stderr)
         if damaged and args.repair:
             repair(work, damaged)
-            print("verify: removed the damaged files the pipeline can redo; rerun the commands named above",
+        for d in damaged:
+            print(d.line(work.root, repaired=args.repair), file=sys.stderr)
+        if damaged and args.repair:
+            print("verify: removed the damaged files the pipeline can redo; run the commands named above",
                   file=sys.stderr)
     state = f"{len(damaged)} damaged" if damaged else "all intact"
     staged = (f" ({counts['staged']} of them staged in shards.next/ by a rebuild not finished yet: "
