@@ -35,6 +35,28 @@ def _worker_env() -> dict[str, Any]:
     return {"env_vars": arrow_env()}
 
 
+# A Ray that lait starts for itself (`--executor ray` without `--ray-address`) is one node that
+# nothing joins. Ray's switch for such a Ray (the one it uses on macOS and Windows, where it
+# supports no cluster) makes it take the loopback address as its own and bind every server to
+# it, instead of finding the machine's address by a route towards 8.8.8.8 and listening on every
+# interface. It is read when ray is imported, so it is set before. A cluster of several nodes
+# (`ray start`, --ray-address) cannot have it: Ray then binds its GCS and raylets to every
+# interface whatever --node-ip-address says (docs/scaling.md).
+SINGLE_NODE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def single_node_env() -> None:
+    """Set Ray's single-node switch for a Ray started here (unless the user set it), before ray
+    is imported; a ray imported earlier keeps what it read, said in one log line."""
+    import os
+    import sys
+
+    if "ray" in sys.modules and os.environ.get(SINGLE_NODE_ENV) != "0":
+        log.info("ray was imported before lait started its own Ray: it listens as Ray decides")
+        return
+    os.environ.setdefault(SINGLE_NODE_ENV, "0")
+
+
 def _import_ray() -> Any:
     try:
         import ray
@@ -58,6 +80,8 @@ class RayExecutor:
         self.init_kwargs = dict(init_kwargs or {})
 
     def _connect(self) -> Any:
+        if not self.address:
+            single_node_env()
         ray = _import_ray()
         if not ray.is_initialized():
             kwargs = {"include_dashboard": False, "log_to_driver": True, **self.init_kwargs}

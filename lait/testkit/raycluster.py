@@ -9,6 +9,10 @@ with a token of the cluster's own: written into its temporary folder and named b
 cluster runs), so that every node and the driver read it. `ray start --head` does not create a
 missing token: on a fresh machine without ~/.ray/auth_token it failed.
 
+Every node is started with `--node-ip-address 127.0.0.1`, but a Ray of several nodes still binds
+its GCS and raylets to every interface: Ray has no setting against it where nodes join
+(docs/scaling.md, "What a Ray listens on"); lait's own one-node Ray listens on loopback only.
+
     with LocalRayCluster(workers=2, cpus_per_worker=1) as cluster:
         ray.init(address=cluster.address)
         ...

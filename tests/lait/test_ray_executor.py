@@ -8,7 +8,7 @@ ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 import cloudpickle  # noqa: E402  (ships with ray)
 
 from lait.executor import LocalExecutor  # noqa: E402
-from lait.ray_executor import RayExecutor  # noqa: E402
+from lait.ray_executor import SINGLE_NODE_ENV, RayExecutor  # noqa: E402
 from lait.testkit import toy_stage as toy  # noqa: E402
 
 # Ray workers cannot import a test module by name: ship its code with the task.
@@ -86,3 +86,36 @@ def test_ray_workers_allocate_from_the_system_pool(tmp_path, ray_cluster):
     assert report.ok, report.summary()
     seen = {p.read_text() for p in tmp_path.glob("pool-*")}
     assert seen == {"system system 0"}
+
+
+
+def test_a_ray_lait_starts_for_itself_listens_on_loopback_only(tmp_path, ray_temp_dir):
+    """Issue 59: `--executor ray` without an address started a Ray that found the machine's
+    address by a route towards 8.8.8.8 and listened on every interface. Lait's own Ray is one node
+    that nothing joins: every socket its processes listen on is a loopback one. (A cluster of
+    several nodes cannot be bound so: docs/scaling.md.)"""
+    import os
+    import subprocess
+    import sys
+
+    code = f"""
+from lait.ray_executor import RayExecutor
+ray = RayExecutor(workers=1, init_kwargs={{"_temp_dir": {ray_temp_dir!r}, "log_to_driver": False}})._connect()
+import psutil  # the copy Ray ships (ray/thirdparty_files), on the path once ray is imported
+ray.get(ray.remote(lambda: 1).remote())  # a worker running too
+print(sorted({{n["NodeManagerAddress"] for n in ray.nodes()}}))
+mine = {{p.pid for p in psutil.Process().children(recursive=True)}}
+for c in psutil.net_connections("inet"):
+    if c.status == psutil.CONN_LISTEN and c.pid in mine:  # this session's GCS, raylet, workers
+        print("listen", psutil.Process(c.pid).name(), c.laddr.ip)
+ray.shutdown()
+"""
+    env = {k: v for k, v in os.environ.items() if k != SINGLE_NODE_ENV}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert "['127.0.0.1']" in lines
+    listening = [line.split() for line in lines if line.startswith("listen ")]
+    assert {name for _, name, _ in listening} >= {"gcs_server", "raylet"}, lines
+    assert all(ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for _, _, ip in listening), listening
