@@ -28,6 +28,7 @@ from lait.train.checkpoint import (
     load_weights,
     make_payload,
     prune,
+    remove_orphans,
     rng_state,
     save_checkpoint,
     set_rng_state,
@@ -139,6 +140,8 @@ class Trainer:
 
     # ---- stages ----------------------------------------------------------------------------------
     def run(self, stages: list[StagePlan], resume: str | None = None) -> list[dict]:
+        if self.rt.is_main:  # the only writer of checkpoints clears what a killed one left
+            remove_orphans(self.ckpt_dir)
         ck = self.resume_point(resume)
         pos = Position(**ck["position"]) if ck else Position(num_workers=self.num_workers, world_size=self.rt.world_size)
         for plan in stages:
