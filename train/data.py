@@ -2,16 +2,19 @@
 
 Stages, per data worker: shard list (reshuffled each epoch) -> split by node -> split by worker ->
 nothrow tar reading (the standard library's streaming tar reader: no webdataset, so lait installs
-beside whatever webdataset open_clip's trainer pins) -> sample shuffle buffer -> group into raw
-batches -> skip already-consumed batches on resume -> decode + tokenise -> collate. The stream is infinite (epochs chain), so the
-``DataLoader``'s round-robin over workers is deterministic and a resumed run sees exactly the
-batches the interrupted one would have seen; epoch length comes from ``sizes.json``.
+beside whatever webdataset open_clip's trainer pins) -> integrity check (a sample whose image is
+not the one its ``.json``'s SHA-256 names is skipped) -> sample shuffle buffer -> group into raw
+batches -> skip already-consumed batches on resume -> decode + tokenise -> collate. The stream is
+infinite (epochs chain), so the ``DataLoader``'s round-robin over workers is deterministic and a
+resumed run sees exactly the batches the interrupted one would have seen; epoch length comes from
+``sizes.json``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import glob
+import hashlib
 import io
 import itertools
 import json
@@ -158,6 +161,65 @@ def tar_samples(url: str) -> Iterator[dict]:
         yield sample
 
 
+# ---- integrity ----------------------------------------------------------------------------------
+IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")  # the image members a sample may have, in this order
+
+
+def image_member(sample: dict) -> bytes | None:
+    """The bytes of a sample's image: its first non-empty member of an image extension."""
+    for ext in IMAGE_EXTS:
+        if sample.get(ext):
+            return sample[ext]
+    return None
+
+
+def matches_recorded_digest(sample: dict) -> bool:
+    """Whether a sample's image bytes are the ones its ``.json`` says were written.
+
+    Only lait's own samples say so: their ``sha256`` is that of the image member exactly, and
+    they carry ``fetched_sha256`` beside it (the file as fetched, which may differ and is not
+    compared). img2dataset writes ``sha256`` too (its default ``--compute_hash``), but of the
+    file as downloaded, before it resized and re-encoded it: compared, nearly every sample of its
+    shards would be dropped. So a sample without both keys, or without an image, passes
+    unchecked."""
+    raw = image_member(sample)
+    if raw is None or "json" not in sample:
+        return True
+    try:
+        meta = json.loads(sample["json"])
+        recorded = meta.get("sha256")
+    except (ValueError, AttributeError):  # not a JSON object: it records nothing
+        return True
+    if not isinstance(recorded, str) or "fetched_sha256" not in meta:
+        return True
+    return hashlib.sha256(raw).hexdigest() == recorded.lower()  # hashlib lets go of the GIL
+
+
+def checked_samples(url: str) -> Iterator[dict]:
+    """`tar_samples` of ``url`` less the samples whose image was damaged after the shard was
+    written (`matches_recorded_digest`): such an image often still decodes, and would be trained
+    on as if it showed what its caption says. The skipped ones are counted, and named in one
+    warning per shard (``data/sha256_mismatch``), not one line per sample."""
+    read, skipped = 0, []
+    try:
+        for sample in tar_samples(url):
+            read += 1
+            if matches_recorded_digest(sample):
+                yield sample
+            else:
+                skipped.append(sample["__key__"])
+    finally:  # also when the stream stops inside the shard
+        if skipped:
+            log.warning("data/sha256_mismatch %s: skipped %d of the %d samples read, whose image bytes do not "
+                        "match the sha256 of their .json (damaged since the shard was written): %s",
+                        url, len(skipped), read, _some(skipped))
+
+
+def _some(keys: list[str], shown: int = 5) -> str:
+    more = len(keys) - shown
+    return ", ".join(keys[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
 def first_sample_keys(url: str) -> set[str] | None:
     """The extensions of the first sample of a local tar shard (``{"jpg", "txt", ...}``); None
     for a remote shard. A ConfigError when the file is no readable tar."""
@@ -280,7 +342,7 @@ class Decoder:
             if "labels.npy" in sample:
                 ex.labels = load_npy(sample["labels.npy"])
         else:
-            raw = sample.get("jpg") or sample.get("jpeg") or sample.get("png") or sample.get("webp")
+            raw = image_member(sample)
             if raw is None:
                 raise KeyError(f"{sample['__key__']}: no image in sample")
             img = image_tensor(raw, self.image_size)
@@ -342,7 +404,7 @@ class ShardStream(torch.utils.data.IterableDataset):
             if self.loop:
                 random.Random(_seed(self.seed, epoch)).shuffle(urls)  # same order on every rank
             mine = urls[self.rank :: self.world_size][worker::num_workers]  # split by node, then worker
-            samples = (s for u in mine for s in tar_samples(u))
+            samples = (s for u in mine for s in checked_samples(u))
             if self.loop and self.shuffle_buffer > 1:
                 samples = _shuffle(samples, self.shuffle_buffer, random.Random(_seed(self.seed, epoch, self.rank, worker)))
             n = 0

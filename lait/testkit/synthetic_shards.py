@@ -7,6 +7,7 @@ noise (every task has signal to learn); ``scene_samples`` renders the built-in s
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import random
@@ -41,7 +42,10 @@ def _npy(a: np.ndarray) -> bytes:
 
 
 def write_shards(out_dir: str | Path, samples: Iterable[SyntheticSample], per_shard: int) -> list[Path]:
-    """Write ``NNNNN.tar`` files plus ``sizes.json``; returns the tar paths."""
+    """Write ``NNNNN.tar`` files plus ``sizes.json``; returns the tar paths. A sample's ``.json``
+    records its image's SHA-256 as lait build does: ``sha256`` of the image member's bytes
+    exactly, and ``fetched_sha256`` the same (an image shipped as it was fetched); ``meta``
+    overrides either."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sizes: dict[str, int] = {}
@@ -55,7 +59,9 @@ def write_shards(out_dir: str | Path, samples: Iterable[SyntheticSample], per_sh
             paths.append(out / name)
             tar = tarfile.open(out / name, "w")
             sizes[name] = 0
-        members = {"txt": s.caption.encode(), "json": json.dumps({"key": s.key, **s.meta}).encode()}
+        sha = None if s.jpg is None else hashlib.sha256(s.jpg).hexdigest()
+        digest = {} if sha is None else {"sha256": sha, "fetched_sha256": sha}
+        members = {"txt": s.caption.encode(), "json": json.dumps({"key": s.key, **digest, **s.meta}).encode()}
         if s.jpg is not None:
             members["jpg"] = s.jpg
         for ext, arr in (("regions.npy", s.regions), ("boxes.npy", s.boxes), ("labels.npy", s.labels)):
