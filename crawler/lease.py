@@ -11,15 +11,18 @@ such kill lost 32 of 110 pages and 68 of 441 images (issue 59).
 - ``KEY:alive:RUN`` is the crawler's lease, a key that expires unless the crawler renews it
   (every third of ``LAIT_REDIS_LEASE_SECONDS``);
 - ``KEY:held:RUN`` is a hash of the requests it popped whose rows are not known to be committed
-  (fingerprint -> the request, serialised like the queue's requests: JSON, never pickle).
+  (a token per pop -> the request as the queue held it: JSON, never pickle). Taking a request
+  from the queue and holding it is one step in Redis (a script), and so is marking a request
+  seen and queueing it: a death between two commands loses nothing.
 
-A request leaves the hash once its callback has finished and the crawler's parts have been
-committed twice since (`PartsPipeline` reports every full commit): so no row of it can be in a part
-that is still open. Any crawler that finds a hash whose lease has expired takes it over (one
-atomic RENAME, so only one does) and puts back in the queue each of its requests whose URL is not
-in the committed output, bypassing the duplicate filter: every page and image is then written
-once. A crawler with an empty queue does not stop while another crawler holds requests: they
-may still bring new links, or come back to the queue when their holder dies.
+A request leaves the hash when its rows are surely committed: one full commit cycle after its
+callback ran (`PartsPipeline` reports every full commit), or when the crawler is idle and has
+committed everything; or when it goes back to the queue (a redirect, a retry, a stop). Any
+crawler that finds a hash whose lease has expired takes it over (one atomic RENAME, so only one
+does) and puts back in the queue each of its requests whose URL is not in the committed output,
+past the duplicate filter: every page and image is then written once. A crawler with an empty
+queue does not stop while another crawler holds requests: they may still bring new links, or
+come back to the queue when their holder dies.
 
 A lost connection to Redis is one warning line, then quiet retries: a request that could not be
 queued waits in memory and is queued when Redis answers again, and the line that says it is
@@ -37,6 +40,25 @@ from scrapy_redis.scheduler import Scheduler
 log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_SECONDS = 30.0
+
+# Each runs in Redis as one step, so that a crawler killed (or a connection lost) between its
+# commands cannot lose a request: marked seen but never queued, or taken from the queue but
+# held by nobody. scrapy-redis sends them one by one. The queue is scrapy-redis's priority
+# queue: a sorted set scored by minus the priority.
+QUEUE_SCRIPT = """
+if ARGV[1] == '1' or redis.call('SADD', KEYS[1], ARGV[2]) == 1 then
+  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
+  return 1
+end
+return 0
+"""
+POP_SCRIPT = """
+local first = redis.call('ZRANGE', KEYS[1], 0, 0)
+if #first == 0 then return false end
+redis.call('ZREMRANGEBYRANK', KEYS[1], 0, 0)
+redis.call('HSET', KEYS[2], ARGV[1], first[1])
+return first[1]
+"""
 TOKEN = "lait_lease"  # request meta: the request's field in its holder's hash
 
 
@@ -84,6 +106,7 @@ class LeasedScheduler(Scheduler):
         self._last_claim = 0.0
         self._seq = 0
         self.crawl_stats = None
+        self._issued: set[str] = set()  # tokens handed to Scrapy and not released yet
         self._releasing: list[str] = []  # held requests queued again: released once pushed
         self.commit_parts = None  # the pipeline's `commit_all`, which it sets
 
@@ -119,14 +142,32 @@ class LeasedScheduler(Scheduler):
         if self.crawl_stats is not None:
             self.crawl_stats.inc_value("crawl/redis_errors")
 
-    def _back(self) -> None:
-        if self.down_since is not None:
-            log.warning("Redis answers again after %.1f s", time.monotonic() - self.down_since)
-            self.down_since = None
+    def _back(self) -> bool:
+        """Redis answered: True when it had been away."""
+        if self.down_since is None:
+            return False
+        log.warning("Redis answers again after %.1f s", time.monotonic() - self.down_since)
+        self.down_since = None
+        return True
+
+    def _return_unissued(self) -> None:
+        """Put back into the queue what this crawler holds but never handed to Scrapy: a pop whose
+        answer the lost connection swallowed (it ran in Redis, the reply never came)."""
+        held = self.server.hgetall(self._held(self.run_id))
+        for field, data in held.items():
+            if field.decode() not in self._issued:
+                self.queue.push(self.queue._decode_request(data).replace(dont_filter=True))
+                self.server.hdel(self._held(self.run_id), field)
 
     # -- Scrapy's scheduler interface ----------------------------------------------------------
     def open(self, spider):
         super().open(spider)
+        from scrapy_redis.queue import PriorityQueue
+
+        if not isinstance(self.queue, PriorityQueue):
+            raise ValueError(f"{type(self).__name__} needs scrapy-redis's PriorityQueue, not {type(self.queue).__name__}")
+        self._queue_script = self.server.register_script(QUEUE_SCRIPT)
+        self._pop_script = self.server.register_script(POP_SCRIPT)
         self.run_id = getattr(spider, "run_id", "") or f"{id(self):x}"
         spider.lease = self  # the spider reports finished callbacks, the pipeline full commits
         try:
@@ -145,6 +186,7 @@ class LeasedScheduler(Scheduler):
         try:
             if reason != "disk_full":  # rows were lost: what it held stays for another crawler
                 self._push_waiting()
+                self._return_unissued()
                 self.server.delete(self._held(self.run_id))
             self.server.delete(self._alive(self.run_id))
         except _redis_errors() as exc:
@@ -162,7 +204,7 @@ class LeasedScheduler(Scheduler):
             self.waiting.append(request)
             return True
         try:
-            queued = super().enqueue_request(request)
+            queued = self._queue(request)
             self._release_requeued()
             if queued and self.crawl_stats is not None:
                 self.crawl_stats.inc_value("scheduler/enqueued/redis")
@@ -172,26 +214,39 @@ class LeasedScheduler(Scheduler):
             return True
         return queued
 
+    def _queue(self, request) -> bool:
+        """Mark `request` seen and queue it, in one step; False when it was seen before."""
+        fp = self.df.request_fingerprint(request)
+        queued = self._queue_script(keys=[self.df.key, self.queue.key],
+                                    args=["1" if request.dont_filter else "0", fp, -request.priority,
+                                          self.queue._encode_request(request)])
+        if not queued:
+            self.df.log(request, self.spider)
+        return bool(queued)
+
     def _release_requeued(self) -> None:
         if self._releasing:
             self.server.hdel(self._held(self.run_id), *self._releasing)
+            self._issued.difference_update(self._releasing)
             self._releasing = []
 
     def next_request(self):
         if self.down_since is not None:
             return None  # the heartbeat finds out when Redis is back
+        self._seq += 1
+        token = str(self._seq)  # not the fingerprint: a request may be held twice (replays)
         try:
-            request = super().next_request()
-            if request is not None:
-                self._seq += 1
-                token = str(self._seq)  # not the fingerprint: a request may be held twice (replays)
-                self.server.hset(self._held(self.run_id), token, self.queue._encode_request(request))
-                request.meta[TOKEN] = token
-                if self.crawl_stats is not None:
-                    self.crawl_stats.inc_value("scheduler/dequeued/redis")
+            data = self._pop_script(keys=[self.queue.key, self._held(self.run_id)], args=[token])
         except _redis_errors() as exc:
             self._lost(exc)
             return None
+        if data is None:
+            return None
+        request = self.queue._decode_request(data)
+        request.meta[TOKEN] = token
+        self._issued.add(token)
+        if self.crawl_stats is not None:
+            self.crawl_stats.inc_value("scheduler/dequeued/redis")
         return request
 
     def has_pending_requests(self):
@@ -219,6 +274,7 @@ class LeasedScheduler(Scheduler):
         if release:
             try:
                 self.server.hdel(self._held(self.run_id), *release)
+                self._issued.difference_update(release)
             except _redis_errors() as exc:
                 self._lost(exc)
                 self._committed_once = release + self._committed_once
@@ -232,6 +288,7 @@ class LeasedScheduler(Scheduler):
             release, self._finished, self._committed_once = self._committed_once + self._finished, [], []
             if release:
                 self.server.hdel(self._held(self.run_id), *release)
+                self._issued.difference_update(release)
         except _redis_errors() as exc:
             self._lost(exc)
 
@@ -239,8 +296,9 @@ class LeasedScheduler(Scheduler):
         """Whether another crawler of this crawl holds requests (or a dead one's wait to be
         taken over): the crawl is not over, whatever the queue says."""
         try:
-            mine = self._held(self.run_id).encode()
-            return any(k != mine for k in self.server.scan_iter(match=self._held("*"), count=1000))
+            prefix = len(self._held(""))
+            return any(k.decode()[prefix:].split("~", 1)[0] != self.run_id
+                       for k in self.server.scan_iter(match=self._held("*"), count=1000))
         except _redis_errors() as exc:
             self._lost(exc)
             return True
@@ -249,7 +307,8 @@ class LeasedScheduler(Scheduler):
     def _tick(self) -> None:
         try:
             self._renew()
-            self._back()
+            if self._back():
+                self._return_unissued()
             self._push_waiting()
             self._release_requeued()
             if time.monotonic() - self._last_claim >= self.lease_seconds / 3:
@@ -264,13 +323,13 @@ class LeasedScheduler(Scheduler):
 
     def _push_waiting(self) -> None:
         while self.waiting:
-            request = self.waiting[0]
-            super().enqueue_request(request)
+            self._queue(self.waiting[0])
             self.waiting.pop(0)
 
     def _claim(self) -> int:
         """Take over the held requests of every crawler whose lease has expired; returns how
-        many went back into the queue."""
+        many went back into the queue. A hash being taken over is renamed `KEY:held:ME~OWNER`:
+        held under this crawler's lease, so that if it dies on the way another takes it over."""
         import redis
 
         self._last_claim = time.monotonic()
@@ -278,9 +337,10 @@ class LeasedScheduler(Scheduler):
         back = 0
         for key in list(self.server.scan_iter(match=self._held("*"), count=1000)):
             owner = key.decode()[len(prefix):]
-            if owner == self.run_id or self.server.exists(self._alive(owner)):
+            holder = owner.split("~", 1)[0]
+            if holder == self.run_id or self.server.exists(self._alive(holder)):
                 continue
-            mine = f"{self.key}:taking:{self.run_id}:{owner}"
+            mine = self._held(f"{self.run_id}~{owner}")
             try:
                 self.server.rename(key, mine)  # atomic: one crawler takes it
             except redis.ResponseError:
@@ -292,16 +352,16 @@ class LeasedScheduler(Scheduler):
         held = self.server.hgetall(key)
         done = committed_urls(self.out) if held and self.out else set()
         back = 0
-        for data in held.values():
+        for field, data in held.items():
             request = self.queue._decode_request(data)
-            if request.url in done:
-                continue
-            request.meta.pop(TOKEN, None)
-            self.queue.push(request.replace(dont_filter=True))  # the filter saw it: past it
-            back += 1
+            if request.url not in done:
+                request.meta.pop(TOKEN, None)
+                self.queue.push(request.replace(dont_filter=True))  # the filter saw it: past it
+                back += 1
+            self.server.hdel(key, field)  # pushed: a death from here on fetches it twice, never not
         self.server.delete(key)
         log.warning("crawler %s stopped holding %d requests (its lease expired): %d not in the committed "
-                    "output went back into the queue", owner, len(held), back)
+                    "output went back into the queue", owner.split("~")[-1], len(held), back)
         if self.crawl_stats is not None:
             self.crawl_stats.inc_value("crawl/requests_taken_over", back)
         return back
