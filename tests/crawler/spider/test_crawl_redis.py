@@ -184,7 +184,7 @@ def test_a_redis_restart_is_one_warning_and_the_crawl_completes(local_web, undis
     out = tmp_path / "work"
     cfg = helpers.crawl_config(out, [base + "/"], redis_url=f"redis://127.0.0.1:{port}/0", redis_key="t59r",
                                idle_seconds=3.0, per_domain=2,
-                               scrapy_settings=["DOWNLOAD_DELAY=0.1", "LAIT_REDIS_LEASE_SECONDS=3"])
+                               scrapy_settings=["DOWNLOAD_DELAY=0.03", "LAIT_REDIS_LEASE_SECONDS=3"])
     crawler = subprocess.Popen(helpers.crawler_cmd(helpers.config_file(cfg, tmp_path / "crawl.yaml")),
                                env=helpers.crawler_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
