@@ -217,6 +217,11 @@ class LeasedScheduler(Scheduler):
     def _queue(self, request) -> bool:
         """Mark `request` seen and queue it, in one step; False when it was seen before."""
         fp = self.df.request_fingerprint(request)
+        # Most requests are links seen before: asked first, so that only a new one is encoded
+        # (0.6 ms of JSON a request; the script asks again, in the same step as it queues).
+        if not request.dont_filter and self.server.sismember(self.df.key, fp):
+            self.df.log(request, self.spider)
+            return False
         queued = self._queue_script(keys=[self.df.key, self.queue.key],
                                     args=["1" if request.dont_filter else "0", fp, -request.priority,
                                           self.queue._encode_request(request)])
