@@ -120,6 +120,9 @@ def test_url_list_of_real_photos_to_shards(coco, photo_hosts, tmp_path):
             # The photo's own bytes, unless faces were found in it: those are blurred (issue 32).
             same = s["_image_sha256"] == hashlib.sha256(photo.read_bytes()).hexdigest()
             assert same != bool(s["face_bboxes"]), (s["face_bboxes"], same)
+            # KEY.json names the bytes shipped, blurred or not, and the file as fetched (issue 59).
+            assert s["sha256"] == s["_image_sha256"]
+            assert s["fetched_sha256"] == hashlib.sha256(photo.read_bytes()).hexdigest()
         else:
             assert reasons.get(url), f"{url}: neither a sample nor a reason"
     assert len(samples) >= 20, f"only {len(samples)} of 24 photos became samples: {reasons}"
