@@ -26,9 +26,9 @@ from lait import lifeline, storage
 from lait.build.aggregate import EXTRA_COLUMNS, PLAN_TAG, plan_build
 from lait.build.config import BuildConfig
 from lait.build.pick import PickStage
-from lait.build.shards import ShardStage, finish_shard_dir, shard_files, write_stats, written_members
+from lait.build.shards import ShardStage, faces_line, finish_shard_dir, shard_files, write_stats, written_members
 from lait.config import ConfigError
-from lait.drivers import open_work_dir, record_run
+from lait.drivers import open_work_dir, record_run, stage_executor
 from lait.executor import executor_for
 from lait.fingerprint import Fingerprint, global_fingerprint
 from lait.lock import locked
@@ -76,6 +76,9 @@ class BuildResult(Reports):
             lines.append(f"build: {self.stats.get('samples', 0)} samples in {self.stats.get('shards', 0)} shards "
                          f"({self.stats.get('shard_bytes', 0) / 1e6:.1f} MB of sample files, before tar headers)")
             counters = self.stats.get("counters", {})
+            faces = faces_line(counters, self.stats.get("samples", 0))
+            if faces:
+                lines.append(faces)
             if "build/eval_images" in counters:
                 lines.append(f"build: {counters.get('build/eval_overlap', 0)} images dropped as copies of the "
                              f"{counters['build/eval_images']} evaluation images (build/eval_overlap)")
@@ -258,8 +261,8 @@ def run_passes(work: WorkDir, cfg: BuildConfig, fp: Fingerprint) -> BuildResult:
 
     out = shard_dir(work)
     extra = [tuple(c) for c in (work.markers("build_plan").get(0) or {}).get("extra_columns") or []]
-    shard_report = executor.run(ShardStage(cfg.image_options(), cfg.regions, out=str(out), extra_columns=extra),
-                                work)
+    shards = ShardStage(cfg.image_options(), cfg.regions, out=str(out), extra_columns=extra)
+    shard_report = stage_executor(shards, cfg).run(shards, work)
     result.reports.append(shard_report)
     if not shard_report.ok:
         return result

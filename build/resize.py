@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +42,17 @@ class ImageOptions:
     resize_only_if_bigger: bool = False
     encode_format: str = "jpg"
     encode_quality: int = 95
-    blur_faces: bool = True  # blur the sample's face_bboxes (lait.faceblur) before resizing
+    blur_faces: bool = True  # blur the faces found (lait.faceblur) in the picture that ships
+    face_model: str = "mtcnn-faces"  # the detector that searches each shipped picture (build.faces), or none
+    min_face_score: float = 0.8
+
+    @property
+    def geometry(self) -> str:
+        """How the shipped picture is made from the stored one, as far as its pixels go (the
+        format it is encoded in is not: faces are searched before encoding)."""
+        if self.resize_mode == "no":
+            return "stored"
+        return f"{self.resize_mode}-{self.image_size}" + ("-if-bigger" if self.resize_only_if_bigger else "")
 
     def validate(self) -> None:
         if self.resize_mode not in RESIZE_MODES:
@@ -50,6 +61,8 @@ class ImageOptions:
             raise ValueError(f"encode_format must be one of {ENCODE_FORMATS}, got {self.encode_format!r}")
         if self.image_size < 1:
             raise ValueError("image_size must be >= 1")
+        if not 0 <= self.min_face_score <= 1:
+            raise ValueError("min_face_score must be between 0 and 1")
         low, high = (0, 9) if self.encode_format == "png" else (1, 100)
         if not low <= self.encode_quality <= high:
             raise ValueError(f"encode_quality for {self.encode_format} must be between {low} and {high} "
@@ -68,6 +81,9 @@ class ShardImage:
     original_width: int
     original_height: int
     reencoded: bool
+    faces: list[list[float]] | None = None  # normalised to the shipped picture; None: not searched
+    face_scores: list[float] | None = None  # of a search made now (None when the boxes were known)
+    searched: bool = False  # whether the faces were searched for in this call
 
 
 # -- sizes -------------------------------------------------------------------------------------
@@ -207,6 +223,14 @@ def transform(pixels: np.ndarray, opts: ImageOptions) -> np.ndarray | None:
     return out
 
 
+def read_back(rgb: np.ndarray, opts: ImageOptions) -> np.ndarray:
+    """RGB pixels as a shard's reader gets them back: encoded as `opts` say, then decoded."""
+    import cv2
+
+    bgr = cv2.imdecode(np.frombuffer(encode(rgb, opts), np.uint8), cv2.IMREAD_COLOR)
+    return _bgr_to_rgb(bgr)
+
+
 def stored_format(data, fmt: str) -> str:
     """The format of the bytes stage 2 stored: JPEG when they are one (the kept JPEG, or the
     re-encode of a PNG, WebP, CMYK JPEG ...: images_ok's `format` is the fetched file's), else
@@ -215,25 +239,52 @@ def stored_format(data, fmt: str) -> str:
 
 
 def prepare(data: bytes, fmt: str, width: int, height: int, opts: ImageOptions,
-            faces: list[list[float]] | None = None) -> ShardImage:
+            faces: list[list[float]] | None = None, search: Any = None) -> ShardImage:
     """The shard's copy of an image (`fmt`, `width`, `height` as stage 2 found them): the bytes as
-    fetched when nothing changes, else decoded, faces blurred (`faces`: normalised boxes, when
-    `opts.blur_faces`), resized and encoded; raises on undecodable bytes."""
-    blur = bool(faces) and opts.blur_faces
-    if not blur and opts.resize_mode == "no" and fmt.upper() in SAME_FORMAT[opts.encode_format]:
-        return ShardImage(data, opts.encode_format, width, height, width, height, False)
-    _one_opencv_thread()
-    pixels, bgr = decode_pixels(data)
-    original_height, original_width = pixels.shape[:2]
-    if blur:
-        from lait.faceblur import blur_faces
+    stored when nothing changes, else decoded, resized, faces blurred and encoded; raises on
+    undecodable bytes.
 
-        pixels, _ = blur_faces(_bgr_to_rgb(pixels) if bgr else pixels, faces)
-        bgr = False
+    The faces are those of the picture that ships: `faces` (normalised boxes, known from an
+    earlier search with the same key), or, with `search` (a `build.faces.FaceFinder`), found
+    now on the shipped picture, resized as it ships and at most `FACE_SIDE` on its long side
+    (an image shipped as stored is searched at a reduced-scale decode, and decoded whole only
+    when a face is to be blurred). With `opts.blur_faces` they are blurred. The boxes and
+    scores used are the result's `faces` and `face_scores`; `searched` says whether `search`
+    ran."""
+    same = opts.resize_mode == "no" and fmt.upper() in SAME_FORMAT[opts.encode_format]
+    scores: list[float] | None = None
+    searched = False
+    ship = None if opts.encode_format == "png" else (lambda rgb: read_back(rgb, opts))
+    seen = None
+    if same and faces is None and search is not None:
+        from lait.build.faces import decode_for_search
+
+        seen = decode_for_search(data)
+        faces, scores = search(seen, ship)
+        searched = True
+    if same and not (faces and opts.blur_faces):
+        return ShardImage(data, opts.encode_format, width, height, width, height, False, faces, scores, searched)
+    _one_opencv_thread()
+    if seen is not None and seen.size == (width, height) and fmt.upper() in SAME_FORMAT["jpg"]:
+        # A JPEG searched at its full size (Pillow's libjpeg-turbo gives OpenCV's pixels): not decoded twice.
+        pixels, bgr = np.asarray(seen, np.uint8), False
+    else:
+        pixels, bgr = decode_pixels(data)
+    original_height, original_width = pixels.shape[:2]
     resized = transform(pixels, opts)
     out = pixels if resized is None else resized
+    if faces is None and search is not None:
+        from lait.build.faces import search_picture
+
+        faces, scores = search(search_picture(_bgr_to_rgb(out) if bgr else out), ship)
+        searched = True
+    if faces and opts.blur_faces:
+        from lait.faceblur import blur_faces
+
+        out, _ = blur_faces(_bgr_to_rgb(out) if bgr else out, faces)
+        bgr = False
     return ShardImage(encode(out, opts, bgr), opts.encode_format, out.shape[1], out.shape[0],
-                      original_width, original_height, True)
+                      original_width, original_height, True, faces, scores, searched)
 
 
 # -- EXIF --------------------------------------------------------------------------------------

@@ -56,9 +56,10 @@ FIELDS: list[tuple[str, pa.DataType, str]] = [
     ("phash", pa.string(), "64-bit perceptual hash of the image, 16 hex digits"),
     ("punsafe", pa.float64(), "probability that the image is unsafe (stage 2's model, as LAION's punsafe); "
                               "-1.0 when no model scored it"),
-    ("face_bboxes", pa.list_(pa.list_(pa.float64())), "faces stage 2 found, img2dataset's form: [x0, y0, x1, y1] "
-                                                      "normalised to the image as fetched; blurred in the tar unless "
-                                                      "built with --no-blur-faces; [] for none (or not searched)"),
+    ("face_bboxes", pa.list_(pa.list_(pa.float64())), "faces found in the picture in the tar (searched as it "
+                                                      "was written), img2dataset's form: [x0, y0, x1, y1] normalised "
+                                                      "to that picture; blurred in the tar unless built with "
+                                                      "--no-blur-faces; [] for none (or built with --face-model none)"),
     ("page_url", pa.string(), "the page the caption was found on"),
     ("score", pa.float64(), "image-text similarity of the caption (stage 4)"),
     ("source", pa.string(), "where on the page the caption came from: figcaption, alt, title, og, aria, context"),
@@ -316,6 +317,8 @@ class PlannedSamples:
         self.uids = pa.array([sample_uid(u, c) for u, c in zip(col["url"].to_pylist(), col["caption"].to_pylist())],
                              pa.string())
         self.sha256: list[str] = col["sha256"].to_pylist()
+        # The boxes the plan knew (images_ok's, from another writer than lait's stage 2); the
+        # shard pass puts the faces of the picture it writes in their place (`json`, `sidecar`).
         faces = col["face_bboxes"]
         n_faces = pc.list_value_length(faces).to_numpy(zero_copy_only=False)
         self.faces: list[list[list[float]]] = [[] for _ in range(len(meta))] if not n_faces.any() else faces.to_pylist()
@@ -331,8 +334,6 @@ class PlannedSamples:
         cand_json = jt.concat('{"text": ', jt.strings(c.field("text")), ', "source": ', jt.strings(c.field("source")),
                               ', "lang": ', jt.strings(c.field("lang")), ', "score": ', jt.floats(c.field("score")),
                               ', "page_url": ', jt.strings(c.field("page_url")), "}")
-        face_json = jt.lists(jt.lists(jt.floats(faces.flatten().flatten()),
-                                      pc.list_value_length(faces.flatten()).to_numpy(zero_copy_only=False)), n_faces)
         urls = col["urls"]
         # Before the image's measures ("width": ... "sha256": ...) and after them ("fetched_sha256": ...).
         head = jt.concat('{"key": ', jt.strings(self.keys), ', "uid": ', jt.strings(self.uids), ', "url": ',
@@ -341,8 +342,9 @@ class PlannedSamples:
         tail = jt.concat(
             ', "fetched_sha256": ', jt.strings(col["fetched_sha256"]), ', "original_format": ',
             jt.strings(col["original_format"]),
-            ', "phash": ', jt.strings(col["phash"]), ', "punsafe": ', jt.floats(col["punsafe"]), ', "face_bboxes": ',
-            face_json, ', "page_url": ', jt.strings(col["page_url"]), ', "score": ', jt.floats(col["score"]),
+            ', "phash": ', jt.strings(col["phash"]), ', "punsafe": ', jt.floats(col["punsafe"]), ', "face_bboxes": ')
+        after_faces = jt.concat(
+            ', "page_url": ', jt.strings(col["page_url"]), ', "score": ', jt.floats(col["score"]),
             ', "source": ', jt.strings(col["source"]), ', "lang": ', jt.strings(self.texts["lang"]), ', "license": ',
             jt.strings(self.texts["license"]), ', "image_license": ', jt.strings(self.texts["image_license"]),
             ', "image_license_from": ', jt.strings(self.texts["image_license_from"]), ', "model": ',
@@ -353,19 +355,22 @@ class PlannedSamples:
             jt.lists(cand_json, self.n_candidates), ', "n_candidates": ', jt.ints(col["n_candidates"]), "}")
         self._head: list[bytes] = head.cast(pa.binary()).to_pylist()
         self._tail: list[bytes] = tail.cast(pa.binary()).to_pylist()
+        self._after_faces: list[bytes] = after_faces.cast(pa.binary()).to_pylist()
 
     def json(self, i: int, width: int, height: int, original_width: int, original_height: int, exif: str,
-             sha256: str) -> bytes:
-        """KEY.json of sample i, a success, with the image's measures, EXIF and digest as written."""
+             sha256: str, faces: list[list[float]]) -> bytes:
+        """KEY.json of sample i, a success, with the image's measures, EXIF, digest and faces as
+        written."""
         return b"".join((self._head[i], (f'{int(width)}, "height": {int(height)}, "original_width": '
                                          f'{int(original_width)}, "original_height": {int(original_height)}, '
                                          f'"exif": {encode_basestring(exif)}, "sha256": "{sha256}"').encode("utf-8"),
-                         self._tail[i]))
+                         self._tail[i], faces_json(faces), self._after_faces[i]))
 
     def sidecar(self, rows: list[int], width: list[int], height: list[int], original_width: list[int],
-                original_height: list[int], exif: list[str], sha256: list[str]) -> pa.Table:
-        """The SIDECAR rows of samples `rows`, successes, with their image's measures, EXIF and
-        digest."""
+                original_height: list[int], exif: list[str], sha256: list[str],
+                faces: list[list[list[float]]]) -> pa.Table:
+        """The SIDECAR rows of samples `rows`, successes, with their image's measures, EXIF,
+        digest and faces."""
         idx = pa.array(rows, pa.int64())
         col = {name: a.take(idx) for name, a in self.col.items() if name != "candidates"}
         texts = {name: a.take(idx) for name, a in self.texts.items()}
@@ -380,6 +385,13 @@ class PlannedSamples:
             "original_width": pa.array(original_width, pa.int64()),
             "original_height": pa.array(original_height, pa.int64()), "exif": pa.array(exif, pa.string()),
             "sha256": pa.array(sha256, pa.string()),
+            "face_bboxes": pa.array(faces, pa.list_(pa.list_(pa.float64()))),
             "candidates": candidates, REASON: pa.nulls(n, pa.string()),
         }
         return pa.table([side[f.name].cast(f.type) for f in SIDECAR], schema=SIDECAR)
+
+
+def faces_json(faces: list[list[float]] | None) -> bytes:
+    """KEY.json's `face_bboxes` text of a sample's boxes, as `sample_json` writes them."""
+    return ("[" + ", ".join("[" + ", ".join(float.__repr__(float(v)) for v in b) + "]" for b in faces or ()) + "]"
+            ).encode("ascii")

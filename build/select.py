@@ -30,6 +30,7 @@ import io
 import json
 import logging
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,10 +44,9 @@ from lait.build.config import SelectConfig
 from lait.build.curate import load_all
 from lait.build.pipeline import Reports
 from lait.build.sample import UID_DTYPE, array_to_uids
-from lait.build.shards import ShardStage, finish_shard_dir, shard_files, write_stats, written_members
+from lait.build.shards import ShardStage, faces_line, finish_shard_dir, shard_files, write_stats, written_members
 from lait.config import ConfigError
-from lait.drivers import open_work_dir
-from lait.executor import executor_for
+from lait.drivers import open_work_dir, stage_executor
 from lait.fingerprint import Fingerprint, global_fingerprint
 from lait.lock import LOCAL_FILE, REMOTE_FILE, locked_output
 from lait.parts import WorkDir, atomic_write_json
@@ -76,6 +76,9 @@ class SelectResult(Reports):
             s = self.stats
             lines.append(f"select: {s['samples']} of {s['pool']} pool samples in {s['shards']} shards "
                          f"({s['shard_bytes'] / 1e6:.1f} MB of sample files, before tar headers) in {s['out']}")
+            faces = faces_line(s.get("counters") or {}, s["samples"], "select")
+            if faces:
+                lines.append(faces)
             if "eval_images" in s:
                 lines.append(f"select: {s['eval_overlap']} pool samples dropped as copies of the {s['eval_images']} "
                              f"evaluation images (build/eval_overlap, in {s['out']}/_select/rejected/)")
@@ -295,9 +298,8 @@ def select_into(work: WorkDir, out: storage.Location, cfg: SelectConfig) -> Sele
     run_global_step(state, Fingerprint(PLAN_STAGE, 1, {"selection": selection}, {}), plan, label="select")
     counts = state.markers(PLAN_STAGE)[0]["counts"]
     log.info("select: %d of %d pool samples chosen", counts["selected"], counts["pool"])
-    executor = executor_for(cfg)
     stage = ShardStage(cfg.image_options(), cfg.regions, source=work.url, out=str(out))
-    result = SelectResult([executor.run(stage, state)])
+    result = SelectResult([stage_executor(stage, cfg).run(stage, state)])
     if not result.ok:
         return result
     if source_inputs(work, reads_embeddings) != read:
@@ -306,11 +308,14 @@ def select_into(work: WorkDir, out: storage.Location, cfg: SelectConfig) -> Sele
         raise RuntimeError(f"select: {work.root} changed while the selection ran (a `lait build` or an "
                            f"earlier stage rewrote it); run `lait select` again, with --overwrite")
     sizes = finish_shard_dir(out, cfg.image_options().encode_format, written_members(state, stage.name))
-    shard_bytes = sum(int(s.get("counters", {}).get("build/shard_bytes", 0)) for s in state.done_stats(stage.name))
+    counters: Counter[str] = Counter()
+    for done in state.done_stats(stage.name):
+        counters.update({k: v for k, v in done.get("counters", {}).items() if isinstance(v, (int, float))})
+    shard_bytes = int(counters.get("build/shard_bytes", 0))
     result.stats = {"samples": sum(sizes.values()), "shards": len(shard_files(out)), "shard_bytes": shard_bytes,
                     "out": str(out), "source": work.url, **counts, "uids_file": cfg.uids or None,
                     "exclude_eval": {"source": cfg.exclude_eval, "splits": list(cfg.exclude_eval_split),
                                      "root": cfg.exclude_eval_root or None} if cfg.exclude_eval else None,
-                    "config": cfg.content()}
+                    "config": cfg.content(), "counters": dict(sorted(counters.items()))}
     write_stats(out, result.stats)
     return result

@@ -19,6 +19,7 @@ import logging
 import os
 import queue
 import re
+import sys
 import tarfile
 import threading
 import time
@@ -35,7 +36,7 @@ from lait import errors, storage
 from lait.build.books import TYPES, type_of
 from lait.build.card import CARD_FILE, REGION_MEMBERS, dataset_card, sample_schema
 from lait.build.regions import RegionReader
-from lait.build.resize import ImageOptions, exif_json, prepare, stored_format
+from lait.build.resize import ImageOptions, ShardImage, exif_json, prepare, stored_format
 from lait.build.sample import (
     FAILED_TO_DOWNLOAD,
     FAILED_TO_RESIZE,
@@ -319,6 +320,12 @@ class ShardStage(Stage):
         # typed from the shard's own values (`lait select`, whose pool rows carry them).
         self.extra_columns = extra_columns
 
+    @property
+    def spawn_workers(self) -> bool:
+        """The face detector runs torch: local workers are spawned when this process has torch
+        loaded (`lait run` after scoring); forked ones would risk its thread pool's hang."""
+        return self.images.face_model != "none" and "torch" in sys.modules
+
     def settings(self) -> dict[str, Any]:
         """What changes a shard besides its plan: the image options and the region arrays (the
         build's and the selection's own fingerprints hold every other setting)."""
@@ -358,6 +365,7 @@ class ShardStage(Stage):
         for g, i in zip(where, table.column("row_index").to_pylist()):
             rows.setdefault(g, set()).add(i)
         source = _RowGroupBytes(source_work, groups, rows=rows)
+        search = FaceSearch(source_work, self.images, table.column("sha256").to_pylist())
         regions = RegionReader.load(source_work, table.column("image_url").to_pylist()) if self.regions else None
         plan = (r for batch in table.select(PLAN_COLUMNS).to_batches(max_chunksize=512) for r in batch.to_pylist())
         # The samples' metadata parsed by column, and the parts of their KEY.json that the image
@@ -366,7 +374,7 @@ class ShardStage(Stage):
         metas = read_metas(table.column("meta").combine_chunks()) if table.num_rows else None
         planned = PlannedSamples(metas, table.column("key").to_pylist()) if metas is not None else None
         written: list[int] = []  # with `planned`: the rows written into the tar, and their image's measures
-        measures: tuple[list[int], list[int], list[int], list[int], list[str], list[str]] = ([], [], [], [], [], [])
+        measures: tuple[list, ...] = ([], [], [], [], [], [], [])
         tar = TarShardWriter(out_dir / f"{name}.tar")
         sidecar: list[dict[str, Any]] = []
         try:
@@ -385,7 +393,9 @@ class ShardStage(Stage):
                     # What the bytes are now decides what is done with them: stage 2 stores a PNG
                     # or WebP as a JPEG, which a JPEG shard takes as it is (no second encode).
                     fmt = stored_format(data, r["format"])
-                    image = prepare(data, fmt, r["width"], r["height"], self.images, faces)
+                    known = search.known(sha256, faces)
+                    image = prepare(data, fmt, r["width"], r["height"], self.images, known,
+                                    None if known is not None else search.finder)
                 except Exception as exc:  # a broken image is recorded, the shard goes on
                     # Without object addresses, so that reruns write identical sidecars.
                     err = re.sub(r" at 0x[0-9a-fA-F]+", "", f"{type(exc).__name__}: {exc}")[:500]
@@ -400,14 +410,14 @@ class ShardStage(Stage):
                     continue
                 if image.reencoded:
                     ctx.count("build/reencoded")
-                if faces and self.images.blur_faces:
-                    ctx.count("build/faces_blurred", len(faces))
+                faces = search.found(ctx, sha256, image)
                 exif = exif_json(data, fmt)
                 # KEY.json's sha256 is the digest of the bytes shipped, which readers check.
                 shipped_sha = hashlib.sha256(image.data).hexdigest() if image.reencoded or not stored_sha \
                     else stored_sha
                 if planned is None:
-                    sample = make_sample({**meta, "sha256": shipped_sha}, key=r["key"], status=SUCCESS,
+                    sample = make_sample({**meta, "sha256": shipped_sha, "face_bboxes": faces}, key=r["key"],
+                                         status=SUCCESS,
                                          width=image.width, height=image.height,
                                          original_width=image.original_width,
                                          original_height=image.original_height, exif=exif)
@@ -415,10 +425,10 @@ class ShardStage(Stage):
                     sidecar.append(sample)
                 else:
                     sample_bytes = planned.json(i, image.width, image.height, image.original_width,
-                                                image.original_height, exif, shipped_sha)
+                                                image.original_height, exif, shipped_sha, faces)
                     written.append(i)
                     for values, v in zip(measures, (image.width, image.height, image.original_width,
-                                                    image.original_height, exif, shipped_sha)):
+                                                    image.original_height, exif, shipped_sha, faces)):
                         values.append(v)
                 members = {image.ext: image.data, "txt": r["caption"].encode("utf-8"), "json": sample_bytes}
                 if regions is not None:
@@ -432,6 +442,7 @@ class ShardStage(Stage):
                                              caption=f["caption"], page_url=f["page_url"],
                                              extra=json.loads(f["extra"]) if f["extra"] else {}))
                 sidecar[-1][REASON] = f["reason"]
+            search.close(ctx)  # the new searches kept before the tar appears: a redo reuses them
             ctx.count("build/samples", tar.samples)
             ctx.count("build/shard_bytes", tar.bytes)
             side = self.sidecar_table(sidecar, planned.sidecar(written, *measures) if written else None)
@@ -472,6 +483,66 @@ class ShardStage(Stage):
             names = list(dict.fromkeys(k for r in rows for k in r if k not in KEYS and k != REASON))
             extra = [(n, type_of([r.get(n) for r in rows])) for n in names]
         return pa.schema(list(SIDECAR) + [pa.field(n, TYPES[tp]) for n, tp in extra])
+
+
+class FaceSearch:
+    """A shard's face search (`lait.build.faces`): the searches its pictures already have under
+    this build's key, read once; the detector for the others; the new ones kept when the
+    shard is done. With `face_model` none nothing is searched, and a sample keeps the boxes
+    its images_ok row came with (none from lait's stage 2)."""
+
+    def __init__(self, work: WorkDir, opts: ImageOptions, digests: list[str]):
+        self.on = opts.face_model != "none"
+        self.blur = opts.blur_faces
+        self.finder = self.cache = None
+        self._known: dict[str, tuple[list[list[float]], list[float]]] = {}
+        if self.on:
+            from lait.build.faces import FaceCache, FaceFinder, search_key
+
+            self.cache = FaceCache(work, search_key(opts.face_model, opts.min_face_score, opts.geometry))
+            self._known = self.cache.load(digests)
+            self.finder = FaceFinder(opts.face_model, opts.min_face_score)
+
+    def known(self, sha256: str | None, planned: list[list[float]] | None) -> list[list[float]] | None:
+        """The boxes of a picture when no search is needed: searched before, or the search off
+        (then the plan's); None: search it."""
+        if not self.on:
+            return planned or []
+        hit = self._known.get(sha256 or "")
+        return None if hit is None else hit[0]
+
+    def found(self, ctx: PartContext, sha256: str | None, image: ShardImage) -> list[list[float]]:
+        """The faces of a picture written, counted (searched now or before, with faces, blurred)
+        and, when searched now, kept for the cache."""
+        faces = image.faces or []
+        if self.on:
+            if image.searched:
+                ctx.count("build/faces_searched")
+                if sha256:
+                    self.cache.add(sha256, faces, image.face_scores or [])
+            else:
+                ctx.count("build/faces_reused")
+            ctx.count("build/faces_found", len(faces))
+            if faces:
+                ctx.count("build/samples_with_faces")
+        if faces and self.blur:
+            ctx.count("build/faces_blurred", len(faces))
+        return faces
+
+    def close(self, ctx: PartContext) -> None:
+        if self.cache is not None:
+            self.cache.write()
+
+
+def faces_line(counters: dict[str, Any], samples: int, command: str = "build") -> str | None:
+    """The summary's line on the face search of a build or selection (None when off)."""
+    now, reused = int(counters.get("build/faces_searched", 0)), int(counters.get("build/faces_reused", 0))
+    if not now and not reused:
+        return None
+    return (f"{command}: faces searched in {now + reused} of {samples} samples as they were written ({now} now, "
+            f"{reused} reused from earlier searches); {int(counters.get('build/faces_found', 0))} faces on "
+            f"{int(counters.get('build/samples_with_faces', 0))} samples, "
+            f"{int(counters.get('build/faces_blurred', 0))} blurred")
 
 
 class MissingBytes(ValueError):

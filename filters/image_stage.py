@@ -11,8 +11,11 @@ Per image, cheapest test first, so most rejects cost no pixel decoding:
 4. reduced-scale decode (`truncated`, `corrupt`), the uninformative hook (`uninformative`),
    the unsafe model's probability above `max_unsafe` (`unsafe`; kept as `punsafe` otherwise)
 5. perceptual duplicate of an image kept in this partition (`duplicate_phash`)
-6. the faces (`face_bboxes`, `face_scores`: kept, never a reason to drop; stage 5 blurs them)
-7. the stored bytes: the original JPEG, or a high-quality JPEG re-encode
+6. the stored bytes: the original JPEG, or a high-quality JPEG re-encode
+
+Faces are not searched here: stage 5 searches the pictures it ships, at the size they ship
+(`lait.build.faces`), so no search is spent on an image that no text, score or duplicate rule
+lets through (issue 61).
 
 With `dedup` on, duplicates are found within a partition (images are partitioned by URL), the
 first in input order being kept. It is off by default: which copy survived then depended on the
@@ -37,13 +40,6 @@ import numpy as np
 
 from lait.config import ConfigError, StageConfig, setting
 from lait.filters.consent import c2pa_reservation, dmi_reservation, load_hash_list
-from lait.filters.faces import (
-    DEFAULT_FACE_MODEL,
-    DEFAULT_MIN_FACE_SCORE,
-    FaceFinder,
-    check_face_model,
-    decode_for_faces,
-)
 from lait.filters.image_decode import (
     ImageHeader,
     ImageRejected,
@@ -80,6 +76,8 @@ class FilterConfig(StageConfig):
     """Settings of `lait filter` (LAIT's defaults: shorter side >= 300 px, aspect ratio <= 3)."""
 
     section: ClassVar[str] = "filter"
+    moved: ClassVar[dict[str, str]] = {
+        "face_model": "build", "min_face_score": "build"}  # faces are searched where they ship (issue 61)
 
     min_side: int = setting(300, "reject images whose shorter side is below this many pixels")
     max_aspect: float = setting(3.0, "reject images whose long/short side ratio is above this")
@@ -108,12 +106,6 @@ class FilterConfig(StageConfig):
     max_unsafe: float = setting(DEFAULT_MAX_UNSAFE, "reject images whose unsafe probability is above this "
                                 "(filter/unsafe); 0.8: open_nsfw's own line for likely NSFW, under 1 in 100 real "
                                 "benign photos above it (docs/safety.md)")
-    # The Haar cascade is catalogued for the bench only: its score is a neighbour count, not a probability.
-    face_model: str = setting(DEFAULT_FACE_MODEL, "face detector whose boxes are kept with each image "
-                              "(face_bboxes; stage 5 blurs them), or none", choices=[DEFAULT_FACE_MODEL, "none"])
-    min_face_score: float = setting(DEFAULT_MIN_FACE_SCORE, "keep the faces the detector scores at least this "
-                                    "(MTCNN at 0.8: recall 0.91, precision 0.93 on 112 faces labelled by hand "
-                                    "on real photos, docs/safety.md)")
     obey_reservations: bool = setting(True, "reject images whose XMP plus:DataMining (IPTC) or C2PA "
                                       "training-mining assertion prohibits AI/ML training or data mining "
                                       "(filter/dmi_reserved)")
@@ -128,12 +120,8 @@ class FilterConfig(StageConfig):
             raise ConfigError("jpeg_quality must be between 1 and 100")
         if not 0 <= self.max_unsafe <= 1:
             raise ConfigError("max_unsafe must be between 0 and 1")
-        if not 0 <= self.min_face_score <= 1:
-            raise ConfigError("min_face_score must be between 0 and 1")
         if self.unsafe_model != "none":
             check_unsafe_model(self.unsafe_model)  # before any partition: one line, not one per worker
-        if self.face_model != "none":
-            check_face_model(self.face_model)
         self.formats = [f.upper() for f in self.formats]
         if self.exclude_hashes:
             load_hash_list(self.exclude_hashes)  # a missing file or a bad line fails here, not per part
@@ -292,14 +280,14 @@ class ImageFilterStage(Stage):
     input_table = "images"
     output_tables = ("images_ok",)
     # 2: the rights the image file declares (`rights`); 3: sha256 is the stored bytes' digest
-    # (it was the fetched file's, so stage 5 took every re-encoded image for corrupt).
-    version = 3
+    # (it was the fetched file's, so stage 5 took every re-encoded image for corrupt); 4: no
+    # face search (stage 5 searches what ships).
+    version = 4
 
     def __init__(self, cfg: FilterConfig):
         self.cfg = cfg
         self.hashes: Any = None  # the --exclude-hashes list, read when a partition starts
         self.unsafe: UnsafeScorer | None = None  # the unsafe model, loaded when a partition starts
-        self.faces: FaceFinder | None = None  # the face detector, likewise
 
     def _classifier(self) -> Any:
         from lait.filters.uninformative import load_classifier
@@ -309,13 +297,8 @@ class ImageFilterStage(Stage):
             _CLASSIFIERS[key] = load_classifier(self.cfg.uninformative, max_colours=self.cfg.flat_max_colours)
         return _CLASSIFIERS[key]
 
-    @property
-    def spawn_workers(self) -> bool:
-        """The face detector runs torch: local workers are spawned, not forked (lait.drivers)."""
-        return self.cfg.face_model != "none"
-
     def __getstate__(self) -> dict[str, Any]:  # sent to workers without the model: an onnxruntime
-        return {**self.__dict__, "unsafe": None, "faces": None}  # session does not pickle, and each loads its own
+        return {**self.__dict__, "unsafe": None}  # session does not pickle, and each loads its own
 
     def _unsafe(self) -> UnsafeScorer | None:
         # Loaded when a partition starts, not in __init__: the stage object is sent to workers.
@@ -337,7 +320,6 @@ class ImageFilterStage(Stage):
         classifier = self._classifier()
         self.hashes = self._hash_list()
         self.unsafe = self._unsafe()
-        self.faces = None if cfg.face_model == "none" else FaceFinder(cfg.face_model, cfg.min_face_score)
         rules = header_filters(cfg)
         kept_sha: dict[str, str] = {}
         near = NearDuplicateIndex(cfg.phash_distance, cfg.near_dup_max_diff)
@@ -432,9 +414,6 @@ class ImageFilterStage(Stage):
             if dup is not None:
                 raise ImageRejected("duplicate_phash", f"like {dup[0]} (phash distance {dup[1]}, "
                                                        f"thumbnail diff {dup[2]:.1f})")
-        boxes = scores = None
-        if self.faces is not None:  # after the duplicate tests: a dropped copy costs no search
-            boxes, scores = self.faces(decode_for_faces(header.data, header.orientation))
         stored, _ = encode_for_storage(header, keep_max_bytes=cfg.keep_jpeg_max_bytes, quality=cfg.jpeg_quality)
         if cfg.dedup:
             kept_sha[sha] = row["image_url"]
@@ -446,5 +425,5 @@ class ImageFilterStage(Stage):
         out.update(bytes=stored, mime="image/jpeg", width=header.width, height=header.height,
                    format=header.format, sha256=stored_sha, fetched_sha256=sha, phash=f"{phash:016x}",
                    punsafe=punsafe,
-                   face_bboxes=boxes, face_scores=scores, rights=file_rights(header.image, data, header.format))
+                   face_bboxes=None, face_scores=None, rights=file_rights(header.image, data, header.format))
         return out

@@ -138,6 +138,10 @@ def build(cls: type[C], data: Any, *, where: str = "config", path: str = "") -> 
     hints = typing.get_type_hints(cls)
     known = {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
     unknown = set(data) - set(known)
+    moved = {u: getattr(cls, "moved", {})[u] for u in unknown if u in getattr(cls, "moved", {})}
+    if moved:
+        raise _error(where, path, "; ".join(f"{u} is a setting of `{to}` now" for u, to in sorted(moved.items()))
+                     + f" ({cls.__name__}.moved)")
     if unknown:
         guesses = [f"{u}: did you mean {close[0]}" for u in sorted(map(str, unknown))
                    for close in [difflib.get_close_matches(u, list(known), n=1, cutoff=0.75)] if close]
@@ -237,6 +241,17 @@ def _choice_errors(obj: Any, path: str) -> list[str]:
     return out
 
 
+class _Moved(argparse.Action):
+    """The flag of a setting that moved to another command (`Config.moved`): an error naming it."""
+
+    def __init__(self, *args: Any, to: str, **kwargs: Any):
+        self.to = to
+        super().__init__(*args, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option_string: Any = None) -> None:
+        parser.error(f"{option_string} is a setting of `lait {self.to}` now")
+
+
 @dataclasses.dataclass
 class Config:
     """Base of every command's config dataclass."""
@@ -245,6 +260,9 @@ class Config:
     section: ClassVar[str | None] = None
     # Whether the command takes `--set a.b.0.c=VALUE` (for nested settings, which have no flags).
     dotted_overrides: ClassVar[bool] = False
+    # Settings that moved to another command's section: their name -> that section, said in
+    # the error a file that still sets them here gets.
+    moved: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def _fields(cls) -> list[tuple[dataclasses.Field, Any]]:
@@ -289,6 +307,8 @@ class Config:
                 parser.add_argument(_flag(f.name), type=base, metavar="N" if base is int else "X", **kwargs)
             else:
                 parser.add_argument(_flag(f.name), metavar=f.metadata.get("metavar", f.name.upper()), **kwargs)
+        for name, to in cls.moved.items():  # not listed in --help; given, they say where they went
+            parser.add_argument(_flag(name), nargs="?", action=_Moved, help=argparse.SUPPRESS, to=to)
 
     @classmethod
     def from_dict(cls: type[C], data: dict[str, Any] | None, *, where: str = "config") -> C:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 from lait import storage
 from lait.config import Config, ConfigError, StageConfig
@@ -78,13 +79,17 @@ def run_stage(stage: Stage, cfg: StageConfig, command: str) -> RunReport:
     directory's lock, and record the run's settings and what it redid."""
     work = open_work_dir(cfg.work)
     with locked(work, f"lait {command}"):
-        # A stage whose workers run torch asks for spawned ones: a child forked from a process
-        # whose torch (OpenMP) thread pool is up can hang in its first parallel region.
-        spawn = cfg.executor == "local" and getattr(stage, "spawn_workers", False)
-        executor = executor_for(cfg, **({"start_method": "spawn"} if spawn else {}))
-        report = executor.run(stage, work)
+        report = stage_executor(stage, cfg).run(stage, work)
         record_run(work, command, cfg, [report])
     return report
+
+
+def stage_executor(stage: Stage, cfg: StageConfig) -> Any:
+    """The executor the config names, for `stage`. A stage whose workers run torch says so
+    (`spawn_workers`) and gets spawned local workers: a child forked from a process whose torch
+    (OpenMP) thread pool is up can hang in its first parallel region."""
+    spawn = cfg.executor == "local" and getattr(stage, "spawn_workers", False)
+    return executor_for(cfg, **({"start_method": "spawn"} if spawn else {}))
 
 
 def record_run(work: WorkDir, command: str, cfg: Config, reports: list[RunReport]) -> None:

@@ -1,15 +1,14 @@
 """Faces blurred when shards are written, as DataComp blurred its pool (issue 32).
 
-In the core because both ends use it: stage 5 blurs the shards' images with it, and stage 2
-blurs the faces it found and searches again, until the detector finds no face above its
-threshold in what stage 5 will write (`lait.filters.faces`).
+In the core: stage 5 blurs the faces its search found in each picture it ships, and searches the
+blurred picture again, until the detector finds no face above its threshold in what it writes
+(`lait.build.faces`); the report blurs thumbnails with it.
 
-Stage 2 keeps each image's faces as `face_bboxes` ([x0, y0, x1, y1] normalised, img2dataset's
-form). Here each box is widened by a fifth of its size on every side, since detectors box the
+Boxes are `face_bboxes` ([x0, y0, x1, y1] normalised, img2dataset's form). Here each box is widened by a fifth of its size on every side, since detectors box the
 face from brow to chin and leave forehead, hair and ears out, and the pixels inside are replaced
 by a Gaussian blur strong enough that the detector finds no face there again (tested on real
-photos: tests/filters/test_faces.py). The image is blurred at its stored size, before any
-resize, so the boxes in the sample's JSON keep describing it.
+photos: tests/filters/test_faces.py). The picture is blurred as it ships, after any resize,
+where it was searched, so the boxes in the sample's JSON describe it.
 """
 
 from __future__ import annotations

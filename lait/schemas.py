@@ -57,8 +57,9 @@ IMAGES_OK = pa.schema(
         pa.field("phash", pa.string(), nullable=False),
         # Probability that the image is unsafe (stage 2's model, LAION's punsafe); null: not scored.
         pa.field("punsafe", pa.float32()),
-        # Faces the detector found (stage 2): [x0, y0, x1, y1] normalised to the upright image
-        # (img2dataset's face_bboxes), and their scores; null: not searched.
+        # Faces a detector found in the stored image, [x0, y0, x1, y1] normalised to it
+        # (img2dataset's face_bboxes), and their scores; null: not searched. lait's stage 2 no
+        # longer searches (stage 5 searches what ships, `faces/`); other writers may fill them.
         pa.field("face_bboxes", pa.list_(pa.list_(pa.float32()))),
         pa.field("face_scores", pa.list_(pa.float32())),
         # The licence or rights the image file declares for itself (XMP cc:license,
@@ -282,6 +283,16 @@ class Table:
     key: str
 
 
+# faces/ (stage 5's face search, `lait.build.faces`): a cache of searches, partitioned by the
+# stored bytes' digest; a picture's boxes for one search key, whatever URL or build it came from.
+FACES = pa.schema([
+    pa.field("sha256", pa.string(), nullable=False),  # of the bytes stored in images_ok/ (what was searched)
+    pa.field("key", pa.string(), nullable=False),  # detector, version, threshold, search size, resize
+    # [x0, y0, x1, y1] normalised to the shipped picture, and their scores; [] for none found.
+    pa.field("face_bboxes", pa.list_(pa.list_(pa.float32())), nullable=False),
+    pa.field("face_scores", pa.list_(pa.float32()), nullable=False),
+])
+
 TABLES: dict[str, Table] = {
     t.name: t
     for t in [
@@ -303,6 +314,7 @@ TABLES: dict[str, Table] = {
         Table("build_plan", BUILD_PLAN, "key"),
         Table("build_failed", BUILD_FAILED, "key"),
         Table("pool", POOL, "image_url"),
+        Table("faces", FACES, "sha256"),
     ]
 }
 

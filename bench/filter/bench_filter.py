@@ -10,17 +10,19 @@ read and write. All on one process, median of R rounds, measured in this run:
 - reduced decode:    Image.open + draft (1/8 scale) + convert("RGB")
 - reduced + phash:   the above + imagehash.phash  (the reference: target stage 2 >= 0.8 of it)
 - stage 2:           ImageFilterStage over a work directory, one worker, the consent and
-                     safety gate off (no reservations, no hash list, --unsafe-model none,
-                     --face-model none): the
-                     pipeline the reduced + phash target was set for
-- gate off / gate on (issues 32, 47): stage 2 with min_side 1, so that every photo (Flickr8k's
-                     are 224 px) reaches the end of the path, without and with the gate: its
-                     defaults (XMP/C2PA reservations, the unsafe model open_nsfw and the face
-                     detector MTCNN, one thread each) and a hash list of 10,000 MD5 and SHA-256
-                     entries. Their difference is the gate's cost per image; issue 47 asks for
-                     GATES_TARGET images/s per core with the gate on (`pairs()` yields it as the
+                     safety gate off (no reservations, no hash list, --unsafe-model none):
+                     the pipeline the reduced + phash target was set for
+- gate off / gate on (issues 32, 47, 61): stage 2 with its defaults on web-size photos that pass
+                     min_side (the 80 shared COCO photos, 640 px, each under three distinct
+                     crops and JPEG qualities: `bench/safety/bench_gates.py`'s), without and
+                     with the gate: its defaults (XMP/C2PA reservations and the unsafe model
+                     open_nsfw, one thread; faces are searched by the build, in what ships)
+                     and a hash list of 10,000 MD5 and SHA-256 entries. Measured as images per
+                     CPU-second of the whole run, workers included (getrusage). Their
+                     difference is the gate's cost per image; issue 61 asks for GATES_TARGET
+                     images per CPU-second with the gate on (`pairs()` yields it as the
                      "filter_gates" row of bench/all.py, that floor standing in for a peer: no
-                     peer tool runs these two models on the CPU).
+                     peer tool runs these models on the CPU).
 - img2dataset resizer (256, keep_ratio) when img2dataset is importable (the `bench` extra)
 
 `pairs()` yields stage 2 beside reduced + phash for `bench/all.py`.
@@ -44,13 +46,14 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "filters"))
 sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "bench" / "safety"))
 
 import imagehash  # noqa: E402
 from pairs import Pair  # noqa: E402
 from PIL import Image  # noqa: E402
 
 TARGET = 0.8  # stage 2 / (reduced decode + phash)
-GATES_TARGET = 50.0  # img/s per core, stage 2 with its default gates (issue 47)
+GATES_TARGET = 50.0  # images per CPU-second, stage 2 with its default gates (issues 47, 61)
 
 
 def load_images(n: int) -> list[bytes]:
@@ -90,8 +93,9 @@ def reduced_phash(b: bytes) -> None:
 class FilterBench:
     """n distinct images as an `images/` table; each stage round runs on a fresh copy of it."""
 
-    def __init__(self, tmp: Path, n: int):
+    def __init__(self, tmp: Path, n: int, web_variants: int = 3):
         import conftest as td  # tests/filters helpers: rows and table writing
+        from bench_gates import web_photos
 
         from lait.parts import WorkDir
 
@@ -100,6 +104,12 @@ class FilterBench:
         self.src = WorkDir(tmp / "src", n_partitions=4).init()
         td.write_table(self.src, "images",
                        [td.image_row(f"http://bench.test/{i}.jpg", b) for i, b in enumerate(self.images)],
+                       "image_url")
+        # The gate's photos: web-size ones that pass min_side, so that each reaches the models.
+        self.web = [data for _, data, _ in web_photos(web_variants)]
+        self.web_src = WorkDir(tmp / "web", n_partitions=4).init()
+        td.write_table(self.web_src, "images",
+                       [td.image_row(f"http://bench.test/web/{i}.jpg", b) for i, b in enumerate(self.web)],
                        "image_url")
         self.kept: list[int] = []
 
@@ -115,29 +125,38 @@ class FilterBench:
         return str(path)
 
     def gate(self, on: bool) -> dict:
-        return (dict(obey_reservations=True, exclude_hashes=self.hash_list(), unsafe_model="open-nsfw",
-                     face_model="mtcnn-faces")
-                if on else dict(obey_reservations=False, exclude_hashes="", unsafe_model="none", face_model="none"))
+        return (dict(obey_reservations=True, exclude_hashes=self.hash_list(), unsafe_model="open-nsfw")
+                if on else dict(obey_reservations=False, exclude_hashes="", unsafe_model="none"))
 
     def gate_rate(self, on: bool) -> float:
-        return self.stage_rate(min_side=1, **self.gate(on))
+        """Images per CPU-second (this process and its workers) of stage 2 on the web photos."""
+        import resource
 
-    def stage_rate(self, **settings) -> float:
+        def cpu() -> float:
+            return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                           resource.getrusage(resource.RUSAGE_CHILDREN)))
+        start = cpu()
+        self.stage_rate(self.web_src, **self.gate(on))
+        return len(self.web) / (cpu() - start)
+
+    def stage_rate(self, src=None, **settings) -> float:
         from lait.executor import LocalExecutor
         from lait.filters.image_stage import FilterConfig, ImageFilterStage
         from lait.parts import WorkDir
 
+        src = src or self.src
+        n = src.count("images")
         work_root = self.tmp / "work"
         shutil.rmtree(work_root, ignore_errors=True)
-        shutil.copytree(self.src.root, work_root)
+        shutil.copytree(src.root, work_root)
         work = WorkDir(work_root)
         settings = settings or self.gate(False)
         cfg = FilterConfig(work=str(work_root), dedup=False, progress=False, **settings)
         cfg.validate()
         start = time.perf_counter()
         report = LocalExecutor(workers=1, show_progress=False).run(ImageFilterStage(cfg), work)
-        rate = len(self.images) / (time.perf_counter() - start)
-        assert report.ok and work.count("images_ok") + work.count("rejected") == len(self.images), report.summary()
+        rate = n / (time.perf_counter() - start)
+        assert report.ok and work.count("images_ok") + work.count("rejected") == n, report.summary()
         self.kept.append(work.count("images_ok"))
         return rate
 
@@ -153,8 +172,9 @@ def pairs(quick: bool = False, n: int | None = None):
         b = FilterBench(tmp, n or (100 if quick else 2000))
         yield [Pair("filter", f"lait filter (stage 2), 1 worker, {len(b.images)} images",
                     "Pillow draft decode + imagehash.phash", "img/s", TARGET, b.stage_rate, b.reduced_phash_rate),
-               Pair("filter_gates", f"lait filter with its default gates (faces, unsafe), 1 worker, {len(b.images)} "
-                    "real photos", f"issue 47's floor: {GATES_TARGET:.0f} img/s per core", "img/s", 1.0,
+               Pair("filter_gates", f"lait filter with its default gates (reservations, unsafe, hash list), 1 worker, "
+                    f"{len(b.web)} web-size photos over min_side, per CPU-second",
+                    f"issue 61's floor: {GATES_TARGET:.0f} img per CPU-second", "img/s", 1.0,
                     lambda: b.gate_rate(True), lambda: GATES_TARGET)]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -198,7 +218,7 @@ def main() -> None:
 
     # b.kept holds, per round, stage 2, gate off, gate on.
     print(f"stage 2 kept {b.kept[-3]} of {len(images)} (Flickr8k's 224 px photos and misc/'s odd sizes fail "
-          f"min_side); min_side 1: gate off kept {b.kept[-2]}, gate on kept {b.kept[-1]}")
+          f"min_side); on {len(b.web)} web-size photos: gate off kept {b.kept[-2]}, gate on kept {b.kept[-1]}")
     med = {k: statistics.median(v) for k, v in figures.items()}
     for k, v in med.items():
         print(f"{k:22s} {v:8.1f} img/s   (rounds: {', '.join(f'{x:.0f}' for x in figures[k])})")
@@ -207,9 +227,9 @@ def main() -> None:
     print(f"ratio stage 2 / full decode             = {med['stage 2'] / med['full decode']:.2f}")
     print(f"ratio stage 2 / reduced decode          = {med['stage 2'] / med['reduced decode']:.2f}")
     off, on = med["gate off"], med["gate on"]
-    print(f"consent and safety gate (min_side 1, every image scored): off {off:.1f} img/s, on {on:.1f} img/s; "
-          f"cost {(1 / on - 1 / off) * 1e3:.1f} ms per image on one core, ratio on / off = {on / off:.2f}")
-    print(f"stage 2 with its default gates on: {on:.1f} img/s per core (target >= {GATES_TARGET:.0f}): "
+    print(f"consent and safety gate ({len(b.web)} web-size photos over min_side, images per CPU-second): off "
+          f"{off:.1f}, on {on:.1f}; cost {(1 / on - 1 / off) * 1e3:.1f} CPU-ms per image, ratio on / off = {on / off:.2f}")
+    print(f"stage 2 with its default gates on: {on:.1f} images per CPU-second (target >= {GATES_TARGET:.0f}): "
           + ("PASS" if on >= GATES_TARGET else "FAIL"))
     if resizer:
         print(f"ratio stage 2 / img2dataset resizer     = {med['stage 2'] / med['img2dataset resizer']:.2f}")

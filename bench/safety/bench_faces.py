@@ -2,8 +2,8 @@
 
 bench/safety/face_labels.json holds the faces labelled by hand on photos of
 ../shared/data/photos (docs/safety.md says how). Each catalogued face detector runs on every
-labelled photo, decoded as stage 2 decodes it (`lait.filters.faces.decode_for_faces`), with one
-thread, as a stage 2 worker runs it. A detection matches an unmatched label when their IoU is at
+labelled photo, decoded as stage 5 decodes a picture it ships as stored to search it
+(`lait.build.faces.decode_for_search`), with one thread, as a build worker runs it. A detection matches an unmatched label when their IoU is at
 least 0.3 (greedy, best score first); an unmatched detection over an "ignore" region (a face too
 small or too hidden to call) counts neither way; other unmatched detections are false positives.
 Prints precision and recall at several score thresholds and the CPU time per image.
@@ -56,7 +56,8 @@ def _inside(box: list[float], region: list[float]) -> bool:
 
 
 def main() -> None:
-    from lait.filters.faces import DEFAULT_FACE_MODEL, MIN_FACE_PX, decode_for_faces
+    from lait.build.faces import DEFAULT_FACE_MODEL, FACE_SIDE, min_face_px
+    from lait.build.faces import decode_for_search as decode_for_faces
     from lait.models import load_face_detector
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -75,7 +76,7 @@ def main() -> None:
     n_faces = sum(len(f) for _, _, f, _ in images)
     print(f"{len(images)} real photos with {n_faces} faces labelled by hand (IoU >= {IOU} to match)")
     for name in args.models.split(","):
-        det = load_face_detector(name, 1, MIN_FACE_PX)
+        det = load_face_detector(name, 1, min_face_px(FACE_SIDE))
         det.detect(images[0][1])  # warm-up, not timed
         found, cpu = [], 0.0
         for _, img, _, _ in images:
@@ -96,23 +97,27 @@ def main() -> None:
 
 
 def stage_two(images: list, n_faces: int) -> None:
-    """The default detector as stage 2 runs it: its threshold, the search repeated after blurring."""
-    from lait.filters.faces import DEFAULT_MIN_FACE_SCORE, FaceFinder
+    """The default detector as the build runs it on a picture it ships as stored (`lait build`'s
+    defaults: no resize, JPEG): its threshold and smallest face, the search repeated after
+    blurring on the blurred picture as the shard's reader gets it back (JPEG at quality 95)."""
+    from lait.build.faces import DEFAULT_MIN_FACE_SCORE, FACE_SIDE, FaceFinder, min_face_px
+    from lait.build.resize import ImageOptions, read_back
 
     finder = FaceFinder(min_score=DEFAULT_MIN_FACE_SCORE)
+    opts = ImageOptions()
     tp = fp = fn = 0
     cpu = 0.0
     for _, img, faces, ignore in images:
         start = time.process_time()
-        boxes, scores = finder(img)
+        boxes, scores = finder(img, lambda rgb: read_back(rgb, opts))
         cpu += time.process_time() - start
         w, h = img.size
         dets = [([b[0] * w, b[1] * h, b[2] * w, b[3] * h], s) for b, s in zip(boxes, scores, strict=True)]
         a, b, c = score_image(dets, faces, ignore, 0.0)
         tp, fp, fn = tp + a, fp + b, fn + c
-    print(f"  as stage 2 runs it (score >= {DEFAULT_MIN_FACE_SCORE}, searched again after blurring): "
-          f"precision {tp / max(1, tp + fp):.3f} recall {tp / n_faces:.3f} (found {tp}, false {fp}, missed {fn}), "
-          f"CPU time per image {cpu / len(images) * 1e3:.1f} ms")
+    print(f"  as the build runs it (score >= {DEFAULT_MIN_FACE_SCORE}, faces from {min_face_px(FACE_SIDE)} px at "
+          f"{FACE_SIDE} px, searched again after blurring): precision {tp / max(1, tp + fp):.3f} recall "
+          f"{tp / n_faces:.3f} (found {tp}, false {fp}, missed {fn}), CPU time per image {cpu / len(images) * 1e3:.1f} ms")
 
 
 def _width(path: Path) -> int:

@@ -157,7 +157,7 @@ def gather(work_root: str | Path, *, examples_per_reason: int = 1, thumbnails: b
     st.rejects = Counter(_columns(work, "rejected", "reason")[0])
     st.examples = reject_examples(work, st.rejects, max(1, examples_per_reason), thumbnails)
     st.reject_units = {r: reason_unit(r, vars(es[0])) if es else "rows" for r, es in st.examples.items()}
-    st.widths, st.heights, boxes = _columns(work, "images_ok", "width", "height", "face_bboxes")
+    st.widths, st.heights = _columns(work, "images_ok", "width", "height")
     st.scored_scores, st.best_scores = _scores(work)
     for tar in shard_files(work):
         side = tar.with_suffix(".parquet")
@@ -172,23 +172,24 @@ def gather(work_root: str | Path, *, examples_per_reason: int = 1, thumbnails: b
     st.thresholds = thresholds(build_settings, st.kept_scores)
     filter_settings = stage_settings(work, "filter")
     st.max_unsafe = run_max_unsafe(work, filter_settings)
-    st.faces = face_counts(boxes, st.samples, build_settings, filter_settings, shard_stats.get("counters") or {})
+    st.faces = face_counts(st.samples, build_settings, shard_stats.get("counters") or {})
     return st
 
 
-def face_counts(boxes: list[Any], samples: list[dict[str, Any]], build_settings: dict[str, Any],
-                filter_settings: dict[str, Any], counters: dict[str, Any]) -> dict[str, Any]:
-    """Stage 2's face search and stage 5's blurring, counted: images searched (`face_bboxes`
-    of images_ok/ not null), those with a face, the boxes; samples with a face in the shards,
-    the faces the build blurred (its `build/faces_blurred` counter), and the settings."""
-    searched = [b for b in boxes if b is not None]
-    return {"searched": len(searched), "images_with_faces": sum(1 for b in searched if b),
-            "faces": sum(len(b) for b in searched), "samples_with_faces": sum(1 for s in samples if s.get("face_bboxes")),
+def face_counts(samples: list[dict[str, Any]], build_settings: dict[str, Any],
+                counters: dict[str, Any]) -> dict[str, Any]:
+    """Stage 5's face search, per shipped sample: the pictures searched as they were written
+    (now, or reused from an earlier build's search: the shard pass's `build/faces_searched`
+    and `build/faces_reused`), samples with a face and their boxes (the sidecars'
+    `face_bboxes`), the faces blurred (`build/faces_blurred`), and the settings."""
+    searched, reused = int(counters.get("build/faces_searched", 0)), int(counters.get("build/faces_reused", 0))
+    return {"searched": searched + reused, "searched_now": searched, "reused": reused,
+            "samples": len(samples), "samples_with_faces": sum(1 for s in samples if s.get("face_bboxes")),
             "faces_in_samples": sum(len(s.get("face_bboxes") or ()) for s in samples),
             "blurred": int(counters.get("build/faces_blurred", 0)),
             "blur_faces": bool(build_settings.get("blur_faces", True)),
-            "face_model": filter_settings.get("face_model", "mtcnn-faces"),
-            "min_face_score": filter_settings.get("min_face_score")}
+            "face_model": build_settings.get("face_model", "mtcnn-faces"),
+            "min_face_score": build_settings.get("min_face_score")}
 
 
 def safety_text(st: DatasetStats) -> list[str]:
@@ -198,10 +199,14 @@ def safety_text(st: DatasetStats) -> list[str]:
              f"{st.rejects.get('filter/unsafe', 0):,}; report thumbnails above it are blurred"]
     if f:
         score = f" at min_face_score {f['min_face_score']:g}" if f.get("min_face_score") is not None else ""
-        lines.append(f"faces ({f['face_model']}{score}): {f['faces']:,} found on {f['images_with_faces']:,} of "
-                     f"{f['searched']:,} images searched; in the shards {f['faces_in_samples']:,} on "
-                     f"{f['samples_with_faces']:,} samples, "
-                     + (f"{f['blurred']:,} blurred" if f["blur_faces"] else "kept sharp (--no-blur-faces)"))
+        if f["face_model"] == "none":
+            lines.append("faces: not searched (built with --face-model none)")
+        else:
+            reused = f" ({f['reused']:,} of them searched by an earlier build)" if f.get("reused") else ""
+            lines.append(f"faces ({f['face_model']}{score}, searched as each picture was written): "
+                         f"{f.get('searched', 0):,} of {f.get('samples', 0):,} samples searched{reused}; "
+                         f"{f['faces_in_samples']:,} faces on {f['samples_with_faces']:,} samples, "
+                         + (f"{f['blurred']:,} blurred" if f["blur_faces"] else "kept sharp (--no-blur-faces)"))
     return lines
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 # The command that redoes a stage's task, by the stage name its parts and markers carry.
 REDO = {"filter": "lait filter", "clean_pages": "lait clean", "clean": "lait clean", "score": "lait score", "build_pick": "lait build",
-        "build_shards": "lait build"}
+        "build_shards": "lait build", "build_faces": "lait build"}
 
 
 @dataclass

@@ -17,18 +17,20 @@ TABLES = ("pages", "images", "images_ok", "candidates", "scored", "rejected", "i
           "regions", "region_labels", "build_images", "build_plan")
 
 
-# Stage 2's two model gates off: the unsafe-image classifier (open_nsfw) and the face detector
-# (MTCNN) cost ~25 s of a filter run that takes ~1 s without them on the 30-page crawl, and a test
-# of how runs resume, compare or fail is not about them. tests/filters/test_unsafe.py and
-# test_faces.py test the gates; `lait demo` (the session's demo run) runs stage 2 with them.
-NO_GATES = ("--unsafe-model", "none", "--face-model", "none")
-NO_GATES_CONFIG = {"unsafe_model": "none", "face_model": "none"}  # the same as a `filter:` section
+# The model gates off: stage 2's unsafe-image classifier (open_nsfw) and stage 5's face search
+# (MTCNN) cost most of a run that takes seconds without them on the 30-page crawl, and a test of
+# how runs resume, compare or fail is not about them. tests/filters/test_unsafe.py and
+# tests/filters/test_faces.py test the gates; `lait demo` (the session's demo run) runs them.
+NO_GATES = ("--unsafe-model", "none")  # of `lait filter`
+NO_FACES = ("--face-model", "none")  # of `lait build` and `lait select`
+NO_GATES_CONFIG = {"unsafe_model": "none"}  # the same as a `filter:` section
+NO_FACES_CONFIG = {"face_model": "none"}  # the same as a `build:` section
 
 
 def stage_commands(work: str, model: Path, extra: list[str], *, regions: bool = True,
                    filter_args: tuple[str, ...] = (), gates: bool = False) -> list[list[str]]:
     """`lait filter/clean/score/build` on `work`, with region features unless told otherwise,
-    and without stage 2's model gates (NO_GATES) unless `gates`."""
+    and without the model gates (NO_GATES, NO_FACES) unless `gates`."""
     score = ["score", work, "--model", "tiny-clip", "--model-config", str(model), "--allow-random-init",
              "--batch-size", "16"]
     if regions:
@@ -37,7 +39,7 @@ def stage_commands(work: str, model: Path, extra: list[str], *, regions: bool = 
         ["filter", work, *(() if gates else NO_GATES), *filter_args], ["clean", work, "--languages", "en", "de", "fr"],
         score,
         # A random-init model maps every image to nearly one point: no embedding near-dups.
-        ["build", work, "--samples-per-shard", "40", "--no-use-embedding-dups"])]
+        ["build", work, "--samples-per-shard", "40", "--no-use-embedding-dups", *(() if gates else NO_FACES)])]
 
 
 def tables(work: WorkDir) -> dict[str, list[dict]]:

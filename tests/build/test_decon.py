@@ -304,8 +304,7 @@ def contaminated_pool(shared_data, tmp_path_factory):
     write(work, "images", rows)
     # Decontamination is what is tested: no safety gate (open-nsfw put two of these real photos
     # at 0.81-0.82 with onnxruntime 1.32, over its 0.8 line) and no face detector (slow, beside the point).
-    cfg = FilterConfig(work=str(work.root), workers=1, progress=False, min_side=100, unsafe_model="none",
-                       face_model="none")
+    cfg = FilterConfig(work=str(work.root), workers=1, progress=False, min_side=100, unsafe_model="none")
     assert LocalExecutor(workers=1, retries=0, show_progress=False).run(ImageFilterStage(cfg), work).ok
     assert work.count("images_ok") == len(rows)  # stage 2 kept every photo and copy
     write(work, "scored", [{"image_url": r["image_url"], "page_url": r["page_url"], "text": f"photo {k}",

@@ -123,7 +123,7 @@ def check_shards(work: Path, server, files: dict[str, bytes], expected: list[tup
 def run_pipeline(work: Path, tmp_path: Path) -> None:
     """`lait run` to shards, stage 2 without its face and unsafe models: the formats are what
     is tested here (a blurred face's digest is checked by tests/crawler/download/test_download.py)."""
-    (tmp_path / "pipeline.yaml").write_text(PIPELINE + "filter: {unsafe_model: none, face_model: none}\n")
+    (tmp_path / "pipeline.yaml").write_text(PIPELINE.replace("build: {", "build: {face_model: none, ") + "filter: {unsafe_model: none}\n")
     done = lait("run", str(work), "--config", str(tmp_path / "pipeline.yaml"), "--workers", "1", "--no-progress")
     assert done.returncode == 0, done.stderr[-3000:]
 

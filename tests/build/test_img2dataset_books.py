@@ -29,9 +29,9 @@ from lait.testkit.photos import MISSING_PREFIX, NOT_AN_IMAGE_PREFIX, PhotoServer
 pytestmark = pytest.mark.slow  # two downloads and lait's stages 2-5: about a minute
 
 EXTRA = ["id", "weight", "tag"]
-PIPELINE = ("filter: {unsafe_model: none, face_model: none}\n"  # stage 2's model gates: not what this test is about
+PIPELINE = ("filter: {unsafe_model: none}\n"  # stage 2's model gates: not what this test is about
             "clean: {languages: [en]}\nscore: {model: demo, near_dup_threshold: 0.999}\n"
-            "build: {key_order: input}\n")
+            "build: {key_order: input, face_model: none}\n")
 
 
 def closed_port(address: str) -> int:

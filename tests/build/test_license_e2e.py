@@ -24,8 +24,8 @@ def test_declared_licences_reach_the_shards(tmp_path):
         crawl(CrawlConfig(seeds=[srv.url + "/"], out=str(work), allow_loopback=True, autothrottle=False,
                           log_level="WARNING", n_partitions=2), timeout=300, quiet=True)
     config = tmp_path / "pipeline.yaml"
-    config.write_text("filter: {unsafe_model: none, face_model: none}\n"  # stage 2's model gates: not what this test is about
-                      "score: {model: demo, near_dup_threshold: 0.999}\nbuild: {samples_per_shard: 50}\n")
+    config.write_text("filter: {unsafe_model: none}\n"  # stage 2's model gates: not what this test is about
+                      "score: {model: demo, near_dup_threshold: 0.999}\nbuild: {samples_per_shard: 50, face_model: none}\n")
     done = subprocess.run([sys.executable, "-m", "lait", "run", str(work), "--config", str(config),
                            "--workers", "1", "--no-progress"], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -164,14 +164,16 @@ def test_samples_made_by_column_are_byte_identical_to_samples_made_one_by_one(bu
     shipped = [json.loads(m)["sha256"] if i % 2 else hashlib.sha256(b"%d" % i).hexdigest()
                for i, m in enumerate(metas)]
     planned = PlannedSamples(read_metas(pa.array(metas)), keys)
-    one_by_one = [make_sample({**json.loads(m), "sha256": sha}, key=k, status="success", width=w, height=h,
-                              original_width=ow, original_height=oh, exif=e)
-                  for m, k, (w, h, ow, oh), e, sha in zip(metas, keys, dims, exif, shipped)]
+    # The faces the shard pass found in the picture it wrote: none, one, two (nasty floats too).
+    faces = [[[], [[0.1, 0.2, 0.3, 0.4]], [[0.0, 0.0, 1.0, 1.0], [0.1234, 1e-05, 0.5, 0.3333]]][i % 3] for i in range(n)]
+    one_by_one = [make_sample({**json.loads(m), "sha256": sha, "face_bboxes": f}, key=k, status="success", width=w,
+                              height=h, original_width=ow, original_height=oh, exif=e)
+                  for m, k, (w, h, ow, oh), e, sha, f in zip(metas, keys, dims, exif, shipped, faces)]
     for i in range(n):
-        assert planned.json(i, *dims[i], exif[i], shipped[i]) == sample_json(one_by_one[i]), metas[i]
+        assert planned.json(i, *dims[i], exif[i], shipped[i], faces[i]) == sample_json(one_by_one[i]), metas[i]
     rows = [i for i in range(n) if i % 3]  # a failed sample is not among them
     table = planned.sidecar(rows, *[[dims[i][k] for i in rows] for k in range(4)], [exif[i] for i in rows],
-                            [shipped[i] for i in rows])
+                            [shipped[i] for i in rows], [faces[i] for i in rows])
     assert table.schema == SIDECAR
     assert table.to_pylist() == [{**one_by_one[i], "reason": None} for i in rows]
 

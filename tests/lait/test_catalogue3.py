@@ -116,7 +116,7 @@ def test_run_with_a_config_of_later_stages_keeps_stage_2s_recorded_settings(clea
     assert "filter: 0 done, 1 up to date, 0 failed" in proc.stderr, proc.stderr[-3000:]
     assert "clean: 1 done" in proc.stderr  # the file's own section is used: languages en -> en, de
     settings = _filter_settings(cleaned)
-    assert (settings["face_model"], settings["unsafe_model"], settings["min_side"]) == ("none", "none", 200)
+    assert (settings["unsafe_model"], settings["min_side"]) == ("none", 200)
     assert files(cleaned / "images_ok") == images_ok
     # `lait status --config` says what `lait run --config` would do: stage 2 is current.
     status = lait("status", str(cleaned), "--config", str(later))
@@ -128,7 +128,7 @@ def test_run_with_a_config_that_changes_a_stage_2_setting_redoes_stage_2(cleaned
     """The other side: a `filter:` section is the stage's settings over the defaults (as `lait
     filter --config`), and a change in it redoes stage 2."""
     changed = tmp_path / "changed.yaml"
-    changed.write_text("filter: {min_side: 250, unsafe_model: none, face_model: none}\n")
+    changed.write_text("filter: {min_side: 250, unsafe_model: none}\n")
     proc = lait("run", str(cleaned), "--config", str(changed), "--to", "filter", "--workers", "1", "--no-progress")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "min_side 200 -> 250" in proc.stderr and "filter: 1 done" in proc.stderr, proc.stderr[-3000:]

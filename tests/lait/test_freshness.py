@@ -85,10 +85,10 @@ def test_status_shows_stale_stages_and_why(crawled, model, tmp_path, capsys):
     assert "images_ok" in out and "scored" in out
 
     pipeline = tmp_path / "pipeline.yaml"
-    pipeline.write_text("filter: {min_side: 200, unsafe_model: none, face_model: none}\n"
+    pipeline.write_text("filter: {min_side: 200, unsafe_model: none}\n"
                         "clean: {languages: [en, de, fr]}\n"
                         f"score: {{model: tiny-clip, model_config: {model}, allow_random_init: true, batch_size: 16}}\n"
-                        "build: {samples_per_shard: 40, use_embedding_dups: false}\n")
+                        "build: {samples_per_shard: 40, use_embedding_dups: false, face_model: none}\n")
     assert lait(["status", work, "--config", str(pipeline)]) == 0
     out = capsys.readouterr().out
     lines = {line.split()[0]: line for line in out.splitlines() if line.split()}

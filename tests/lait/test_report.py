@@ -314,43 +314,35 @@ def test_every_link_of_the_report_works_after_the_web_stopped(demo, tmp_path):
     assert any(not lk["raw"].startswith("#") for lk in own)  # some open other copies
 
 
-def test_stats_counts_faces_found_and_blurred_and_uses_the_runs_max_unsafe(tmp_path):
-    """Issue 47: `lait stats` had no line for faces, and the report blurred thumbnails at the
-    default max_unsafe 0.8 whatever the run's. Here three photos carry a face box from stage 2,
-    the others none, one image was never searched; stage 2 ran with --max-unsafe 0.3."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+def test_stats_counts_faces_searched_per_shipped_sample_and_uses_the_runs_max_unsafe(tmp_path):
+    """Issues 47 and 61: `lait stats` counts the face search per shipped sample (stage 5 searches
+    each picture as it writes it; a rebuild reuses the searches), with the build's detector and
+    threshold, and the report blurs thumbnails at the run's max_unsafe, not the default 0.8.
+    The faces found and blurred on real photos are counted by tests/filters/test_faces.py."""
     from lait.build.config import BuildConfig
     from lait.build.pipeline import build
     from lait.testkit import build_data as data
 
     root = tmp_path / "work"
     data.make_work(root, n_partitions=1)
-    part = next((root / "images_ok").glob("*.parquet"))
-    t = pq.read_table(part)
-    n = t.num_rows
-    boxes = [[[0.1, 0.1, 0.4, 0.5]] if i < 3 else ([] if i < n - 1 else None) for i in range(n)]
-    i = t.schema.get_field_index("face_bboxes")
-    t = t.set_column(i, t.schema.field(i), pa.array(boxes, t.schema.field(i).type))
-    pq.write_table(t, part, write_page_checksum=True)
     (root / "_configs").mkdir(exist_ok=True)
-    (root / "_configs" / "filter.yaml").write_text("max_unsafe: 0.3\nface_model: mtcnn-faces\nmin_face_score: 0.85\n")
-    assert build(BuildConfig(work=str(root), workers=1, progress=False)).ok
+    (root / "_configs" / "filter.yaml").write_text("max_unsafe: 0.3\n")
+    assert build(BuildConfig(work=str(root), workers=1, progress=False, min_face_score=0.85)).ok
     st = gather(root)
-    kept_with_faces = sum(1 for s in st.samples if s["face_bboxes"])
-    assert st.max_unsafe == 0.3
-    assert st.faces["searched"] == n - 1 and st.faces["images_with_faces"] == 3 and st.faces["faces"] == 3
-    assert 0 < kept_with_faces <= 3 and st.faces["samples_with_faces"] == kept_with_faces
-    assert st.faces["blurred"] == st.faces["faces_in_samples"] == kept_with_faces
+    n = len(st.samples)
+    assert n > 5 and st.max_unsafe == 0.3
+    assert (st.faces["searched"], st.faces["searched_now"], st.faces["reused"], st.faces["samples"]) == (n, n, 0, n)
     proc = subprocess.run([sys.executable, "-m", "lait", "stats", str(root)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "max_unsafe 0.3 (this run's)" in proc.stdout
-    assert (f"faces (mtcnn-faces at min_face_score 0.85): 3 found on 3 of {n - 1} images searched; in the shards "
-            f"{kept_with_faces} on {kept_with_faces} samples, {kept_with_faces} blurred") in proc.stdout
+    assert (f"faces (mtcnn-faces at min_face_score 0.85, searched as each picture was written): {n:,} of {n:,} "
+            f"samples searched; 0 faces on 0 samples, 0 blurred") in proc.stdout
+    # Rebuilt with the faces kept sharp: every search is reused, and said so.
+    assert build(BuildConfig(work=str(root), workers=1, progress=False, min_face_score=0.85, blur_faces=False)).ok
     js = json.loads(subprocess.run([sys.executable, "-m", "lait", "stats", str(root), "--json"], capture_output=True,
                                    text=True, timeout=120).stdout)
-    assert js["max_unsafe"] == 0.3 and js["faces"]["blurred"] == kept_with_faces
+    assert js["max_unsafe"] == 0.3
+    assert (js["faces"]["searched"], js["faces"]["reused"], js["faces"]["blur_faces"]) == (n, n, False)
 
 
 def test_report_thumbnails_are_blurred_above_the_runs_max_unsafe(tmp_path):

@@ -21,7 +21,7 @@ pytest.importorskip("lait.crawler.run")
 pytest.importorskip("lait.scoring.pipeline")
 
 from lait.testkit import scoring_data as testdata  # noqa: E402
-from lait.testkit.pipeline_kit import NO_GATES_CONFIG  # noqa: E402
+from lait.testkit.pipeline_kit import NO_FACES_CONFIG, NO_GATES_CONFIG  # noqa: E402
 
 
 def _samples(shards: Path) -> list[dict]:
@@ -54,12 +54,12 @@ def test_no_sample_carries_a_caption_planted_for_another_photo(shared_data, tmp_
                       quiet=True)
     assert stats.get("finish_reason") == "finished", stats
     sections = {
-        # Stage 2's model gates off: MTCNN on every real photo was most of this test's time, and
-        # the gates on the real web are run by tests/build/test_shards_ecosystem.py's realweb run.
+        # The model gates off: MTCNN on every real photo was most of this test's time, and the
+        # gates on the real web are run by tests/build/test_shards_ecosystem.py's realweb run.
         "filter": dict(NO_GATES_CONFIG), "clean": {},
         "score": {"model_config": str(testdata.tiny_config_file(tmp_path)), "allow_random_init": True,
                   "batch_size": 64, "loader_workers": 0},
-        "build": {},
+        "build": dict(NO_FACES_CONFIG),
     }
     assert run_pipeline(str(work), sections, overrides={"workers": 2, "progress": False}, where="test")
 

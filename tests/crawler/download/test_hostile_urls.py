@@ -100,8 +100,8 @@ def test_the_report_shows_a_url_that_is_not_http_as_text():
 # -- end to end: download, run, shards, report, and Chromium ---------------------------------------
 
 # Stage 2's model gates off: not what this test is about.
-PIPELINE = ("filter: {unsafe_model: none, face_model: none}\n"
-            "clean: {languages: [en]}\nscore: {model: demo}\nbuild: {samples_per_shard: 20}\n")
+PIPELINE = ("filter: {unsafe_model: none}\n"
+            "clean: {languages: [en]}\nscore: {model: demo}\nbuild: {samples_per_shard: 20, face_model: none}\n")
 
 
 def lait(*argv: str, timeout: float = 600) -> subprocess.CompletedProcess:

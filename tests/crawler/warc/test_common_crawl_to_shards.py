@@ -24,9 +24,9 @@ from lait.parts import WorkDir
 from lait.testkit.photos import PhotoServer, PhotoSite, coco_photos, free_loopback_address
 
 PAGE = "https://an.wikipedia.org/wiki/Escopete"
-PIPELINE = ("filter: {unsafe_model: none, face_model: none}\n"  # stage 2's model gates: not what this test is about
+PIPELINE = ("filter: {unsafe_model: none}\n"  # stage 2's model gates: not what this test is about
             "clean: {languages: [any]}\n"  # the page is in Aragonese
-            "score: {model: demo, near_dup_threshold: 0.999}\nbuild: {samples_per_shard: 50}\n")
+            "score: {model: demo, near_dup_threshold: 0.999}\nbuild: {samples_per_shard: 50, face_model: none}\n")
 
 
 def lait(*argv: str, timeout: float = 900) -> subprocess.CompletedProcess:
