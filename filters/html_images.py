@@ -32,6 +32,7 @@ class PageImage:
     position: int  # index among the page's images and paragraph-like elements (-1: og:image)
     texts: list[tuple[str, str]] = field(default_factory=list)  # (source, text)
     figure: object | None = None  # the <figure> it is in: two images of one figure are one picture
+    element: object | None = None  # the <img> (None for og:image): where it sits (`lait.filters.image_place`)
 
 
 def normalise_space(text: str | None) -> str:
@@ -111,7 +112,8 @@ def find_images(tree: lxml_html.HtmlElement, page_url: str,
     """
     return [PageImage(image.urls, image.how, image.position,
                       _og_texts(tree) if image.how == "og" else _img_texts(image.element),
-                      None if image.how == "og" else _nearest_figure(image.element))
+                      None if image.how == "og" else _nearest_figure(image.element),
+                      None if image.how == "og" else image.element)
             for image in image_elements(tree, page_url, elements)]
 
 

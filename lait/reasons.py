@@ -177,6 +177,9 @@ REASONS: dict[str, str] = {
     "clean/page_text": "a text the page gives several of its images (its og description, a headline "
                        "used as every alt, a paragraph between images): kept for the image it belongs "
                        "to, dropped for the others.",
+    "clean/image_place": "a text of an image in the site's chrome (a logo, avatar, icon or social button, a "
+                         "header, footer or menu picture), or of a teaser or side box when it repeats a link "
+                         "of the page or is a sentence near it (lait.filters.image_place).",
     "clean/cut": "the text ends in an ellipsis: the site cut it short, and its page does not hold the whole "
                  "sentence to mend it from.",
     "clean/language": "the text is not in one of the configured languages.",

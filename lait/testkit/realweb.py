@@ -244,8 +244,13 @@ class RealWebSite:
                 "caption_sources": list(sources), "original_url": original}
 
     def _plant(self, doc, page: RealPage, k: int) -> None:
-        """Insert planted COCO figures after the first substantial paragraphs."""
+        """Insert planted COCO figures after the first substantial paragraphs of the article: a
+        paragraph inside a link, a menu, a header, a footer, a sidebar or a form is the page's
+        chrome, where no article photo sits (and where stage 3 reads an image's place as such,
+        `lait.filters.image_place`); those come last."""
         paragraphs = [p for p in doc.iter("p") if len(p.text_content().strip()) > 80]
+        chrome = ("a", "nav", "header", "footer", "aside", "form", "button")
+        paragraphs.sort(key=lambda p: next(p.iterancestors(*chrome), None) is not None)
         body = doc.find("body")
         for j in range(self.planted_per_page):
             slot = k * self.planted_per_page + j

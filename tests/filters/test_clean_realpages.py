@@ -28,9 +28,20 @@ _ONLY_CREDIT = re.compile(r"^\s*(credit|photo\b|foto\b|courtesy\b|image\b|view g
                           r"|\bsources?:|^\s*[\w.-]+\.(com|net|org)\s*$|^\s*\w+\s*$", re.I)
 
 
-def expected_figcaptions(html: bytes, page_url: str) -> list[tuple[str, str]]:
+def _teaser(img, page_url: str) -> bool:
+    """Whether the image links to another page (not to a picture): the figure of a teaser, whose
+    figcaption is another article's headline (issue 62: junk, dropped as clean/image_place)."""
+    for a in img.iterancestors("a"):
+        href = (a.get("href") or "").strip()
+        if href and not href.startswith("#") and not re.search(r"\.(jpe?g|png|gif|webp)(\?|$)", href, re.I):
+            return resolve(page_url, href) != page_url
+    return False
+
+
+def expected_figcaptions(html: bytes, page_url: str, teasers: bool = False) -> list[tuple[str, str]]:
     """(image URL from src, figcaption text) for every <figure> with an <img> and a caption
-    that is more than a credit."""
+    that is more than a credit; of the teasers' figures (`_teaser`) with `teasers`, else of the
+    others."""
     tree = lxml_html.document_fromstring(html)
     base = (tree.xpath("//base/@href") or [page_url])[0]
     out = []
@@ -40,6 +51,8 @@ def expected_figcaptions(html: bytes, page_url: str) -> list[tuple[str, str]]:
         if not caption or _ONLY_CREDIT.match(raw):
             continue
         for img in fig.iter("img"):
+            if _teaser(img, page_url) != teasers:
+                continue
             url = resolve(resolve(page_url, base) or page_url, img.get("src"))
             if url:
                 out.append((url, caption))
@@ -49,12 +62,13 @@ def expected_figcaptions(html: bytes, page_url: str) -> list[tuple[str, str]]:
 def test_readability_figcaptions_are_candidates(shared_data, make_work, td):
     root = shared_data / "html" / "readability"
     work = make_work(n_partitions=2)
-    rows, expected = [], []
+    rows, expected, teasers = [], [], []
     for d in sorted(p for p in root.iterdir() if (p / "source.html").exists()):
         url = f"http://readability.test/{d.name}/index.html"
         body = (d / "source.html").read_bytes()
         rows.append(td.page_row(url, body))
         expected += [(url, *e) for e in expected_figcaptions(body, url)]
+        teasers += [(url, *e) for e in expected_figcaptions(body, url, teasers=True)]
     td.write_table(work, "pages", rows, "url")
     cfg = CleanConfig(work=str(work.root), progress=False, languages=["any"], sources=["figcaption"])
     assert LocalExecutor(workers=2, show_progress=False).run(CleanStage(cfg), work).ok
@@ -73,6 +87,10 @@ def test_readability_figcaptions_are_candidates(shared_data, make_work, td):
     share = 1 - len(missed) / len(expected)
     print(f"figcaptions recovered: {len(expected) - len(missed)}/{len(expected)} = {share:.3f}")
     assert share >= 0.95, [(p, cap) for p, _, cap in missed]
+    # Teasers' figcaptions, other articles' headlines, are mostly dropped by where they sit.
+    kept = [cap for p, u, cap in teasers if any(c in cap or cap in c for c in got.get((p, u), []))]
+    print(f"teaser figcaptions kept: {len(kept)}/{len(teasers)}")
+    assert len(teasers) >= 10 and len(kept) <= len(teasers) / 2, kept
 
 
 BASE = "http://127.0.0.1:8000"
@@ -147,7 +165,11 @@ def test_held_out_labelled_texts_junk_share_and_page_texts(real_web_candidates, 
         encoding="utf-8"))["rows"] if r["split"] == "heldout"]
     kept = {(r["page_url"][len(BASE):], r["image_url"][len(BASE):], t["text"]) for r in candidates for t in r["texts"]}
     counts = Counter(row["label"] for row in labelled if (row["page"], row["image"], row["text"]) in kept)
-    assert counts["describes"] >= 35 and counts["page"] >= 80  # the rules keep what they should
+    # The rules keep what they should. This set labels the headlines of linked articles `page`
+    # (bench/captions/README.md); since issue 62 a teaser's headline on its thumbnail, and the
+    # sentences near a logo or a teaser, are dropped as clean/image_place (117 `page` texts
+    # kept before, 73 now; `describes` 44 before, 41 now).
+    assert counts["describes"] >= 38 and counts["page"] >= 65
     share = counts["junk"] / sum(counts.values())
     print(f"held-out: {dict(counts)}, junk share {share:.3f}")
     assert share <= 0.05, counts

@@ -90,3 +90,30 @@ def test_no_sample_carries_a_caption_planted_for_another_photo(shared_data, tmp_
     assert carried == reached, (carried, reached)
     # The weak scorer did put images together: the pixel check had pairs to refuse.
     assert near > 0
+    # Issue 62: no text ships as the caption of two pictures of one page unless the page gives
+    # each of them that text as its own (alt, title or figcaption).
+    shared = [(page, text, urls) for page, by_text in _captions_by_page(samples).items()
+              for text, urls in by_text.items() if len(urls) > 1]
+    for page, text, urls in shared:
+        own = _own_texts(site, urlsplit(page).path, page)
+        assert all(text in own.get(u, ()) for u in urls), (page, text, sorted(urls))
+
+
+def _captions_by_page(samples: list[dict]) -> dict[str, dict[str, set[str]]]:
+    """page URL -> caption (whitespace folded) -> the image URLs shipped with it from that page."""
+    out: dict[str, dict[str, set[str]]] = {}
+    for s in samples:
+        out.setdefault(s["page_url"], {}).setdefault(" ".join(s["caption"].split()), set()).add(s["url"])
+    return out
+
+
+def _own_texts(site, path: str, page_url: str) -> dict[str, set[str]]:
+    """Image URL -> the texts the served page gives that image itself: alt, title, figcaption."""
+    from lait.filters.html_images import find_images
+    from lait.pagereader import parse_html
+
+    out: dict[str, set[str]] = {}
+    for img in find_images(parse_html(site.route(path).body), page_url):
+        for url in img.urls:
+            out.setdefault(url, set()).update(" ".join(t.split()) for src, t in img.texts if src != "og")
+    return out

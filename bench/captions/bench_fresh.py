@@ -1,0 +1,114 @@
+"""Stage 3 on sites never seen: junk among the kept texts and captions kept, on the fresh pages (issue 62).
+
+Runs stage 3 over the real pages of ../shared/data/html/fresh at their own URLs (as a crawl of
+those sites gives them to it: `pages/` rows with the page's bytes; no image is needed), with
+its defaults but `languages: [any]` (the language is a user's choice, not a judgement of junk;
+every fresh page counts), then reads the labelled texts of bench/captions/fresh_dev.json or
+fresh_test.json (labels by the definitions in bench/captions/README.md) and prints, for the
+split: how many labelled texts stage 3 kept of each label, the share of junk among the kept
+(issue 62's bound: at most 8 %) and the share of caption-labelled texts kept (at least 85 %).
+
+The test part is read once, at the end, with the defaults chosen on the development part:
+
+    .venv/bin/python bench/captions/bench_fresh.py --split dev
+    .venv/bin/python bench/captions/bench_fresh.py --split test
+
+`--set KEY=JSON` passes another stage 3 setting (`--set 'caption_judge="none"'`: the rules
+before issue 62).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+JUNK_BOUND = 0.08
+CAPTION_BOUND = 0.85
+LABELS = ("caption", "page", "junk")
+
+
+def fresh_kept(data: Path, settings: dict, split: str | None = None, workers: int = 2) -> set[tuple[str, str]]:
+    """(page id, text) of every text stage 3 keeps on the fresh pages (of `split`, or all),
+    with `settings` over its defaults."""
+    import gzip
+    from datetime import datetime, timezone
+
+    from fresh_pages import fresh_index
+
+    from lait.executor import LocalExecutor
+    from lait.filters.text_stage import CleanConfig, CleanStage
+    from lait.parts import WorkDir, partition_of
+
+    pages, seen = [], set()
+    for p in fresh_index(data):
+        if p["id"] not in seen and (split is None or p["split"] == split):
+            seen.add(p["id"])
+            pages.append(p)
+    with tempfile.TemporaryDirectory(prefix="fresh-clean-") as tmp:
+        work = WorkDir(Path(tmp) / "work", n_partitions=4).init()
+        now = datetime(2024, 5, 1, tzinfo=timezone.utc)
+        ctype = "text/html; charset=utf-8"
+        by_part: dict[int, list[dict]] = {}
+        urls = {}
+        for p in pages:
+            url = p["url"] if "://" in p["url"] else f"https://fresh.invalid/{p['id']}.html"
+            urls[url] = p["id"]
+            by_part.setdefault(partition_of(url, work.n_partitions), []).append(
+                {"url": url, "status": 200, "fetched_at": now, "headers": {"Content-Type": ctype},
+                 "content_type": ctype, "html": gzip.decompress(Path(p["path"]).read_bytes()), "encoding": None,
+                 "depth": 0, "referer": None, "error": None})
+        for part, rows in by_part.items():
+            w = work.writer("pages", part, "fresh")
+            w.write_many(rows)
+            w.close()
+        cfg = CleanConfig(work=str(work.root), progress=False, **{"languages": ["any"], **settings})
+        cfg.validate()
+        report = LocalExecutor(workers=workers, show_progress=False).run(CleanStage(cfg), work)
+        if not report.ok:
+            raise RuntimeError(report.summary())
+        return {(urls[r["page_url"]], t["text"]) for r in work.iter_rows("candidates") for t in r["texts"]}
+
+
+def figures(rows: list[dict], kept: set[tuple[str, str]]) -> dict:
+    total = Counter(r["label"] for r in rows)
+    held = Counter(r["label"] for r in rows if (r["page_id"], r["text"]) in kept)
+    n_kept = sum(held.values())
+    return {"labelled": dict(total), "kept": dict(held), "n_kept": n_kept,
+            "junk_share": held["junk"] / n_kept if n_kept else 0.0,
+            "caption_kept": held["caption"] / total["caption"] if total["caption"] else 0.0,
+            "sites": len({r["site"] for r in rows})}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default=str(REPO.parent / "shared" / "data"))
+    ap.add_argument("--split", choices=["dev", "test"], required=True)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON")
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args()
+    rows = json.loads((REPO / "bench" / "captions" / f"fresh_{args.split}.json").read_text())["rows"]
+    unlabelled = [r for r in rows if r["label"] not in LABELS]
+    if unlabelled:
+        sys.exit(f"{len(unlabelled)} rows of fresh_{args.split}.json have no label")
+    settings = {k: json.loads(v) for k, v in (a.split("=", 1) for a in args.set)}
+    f = figures(rows, fresh_kept(Path(args.data), settings, args.split, args.workers))
+    labelled = ", ".join(f"{k} {f['labelled'].get(k, 0)}" for k in LABELS)
+    held = ", ".join(f"{k} {f['kept'].get(k, 0)}" for k in LABELS)
+    print(f"fresh pages, {args.split} part: {sum(f['labelled'].values())} labelled texts of {f['sites']} sites "
+          f"({labelled})")
+    print(f"  kept by stage 3: {f['n_kept']} ({held})")
+    print(f"  junk among the kept: {f['junk_share']:.1%} (bound {JUNK_BOUND:.0%}): "
+          + ("PASS" if f["junk_share"] <= JUNK_BOUND else "FAIL"))
+    print(f"  caption-labelled texts kept: {f['caption_kept']:.1%} (bound {CAPTION_BOUND:.0%}): "
+          + ("PASS" if f["caption_kept"] >= CAPTION_BOUND else "FAIL"))
+
+
+if __name__ == "__main__":
+    main()
