@@ -4,12 +4,16 @@ For each page of a partition: decode the bytes (declared charset, else a `<meta>
 UTF-8 with replacement), parse once with lxml, collect every image with its alt, title, aria,
 figcaption and og texts and its position in document order, then let trafilatura find the
 main content on the same tree and take the main-content sentences nearest to each image as
-`context` candidates. Texts are repaired (ftfy), long ones split into sentences, and run
+`context` candidates. Where each image sits decides first (`lait.filters.image_place`, the
+default `caption_judge: place`): every text of a logo, avatar, icon or menu picture, and the
+texts of a teaser that repeat a link, are dropped as `clean/image_place` before the texts of
+the page get their owners. Texts are repaired (ftfy), long ones split into sentences, and run
 through the rules of `lait.filters.text_rules`, short ones with the page's declared language as
 the language rule's prior; a text the site cut short is mended from the page or dropped
 (`clean/cut`); texts offered to images on many pages of a site, counted over every page of the
 work directory before the partitions run (`lait.filters.site_texts`), are dropped as
-`clean/site_boilerplate`. With `caption_judge` set, the texts that every rule kept then go, a
+`clean/site_boilerplate`. With the learned judge on (`caption_judge: default` or a path of
+weights), the texts that every rule kept then go, a
 partition at a time, to the learned caption judge (`lait.filters.caption_judge`), which drops the
 ones it reads as junk as `clean/not_caption`. Each (page, image) pair with at least one text goes to the
 candidates partition of its image URL. A page that breaks the parser or runs past the time
@@ -726,9 +730,9 @@ class CleanStage(Stage):
         """The texts of one page's images through the rules; with `judge_ctx` (the partition's
         counts of the page's site, its pages there, the pending rows), each row waits for the judge."""
         site = site_of(url)
-        for s in found.shared:
-            ctx.reject(s.rule, image_url=s.image_url, page_url=url, text=s.text,
-                       detail=f"{s.source} text {s.detail}")
+        for s in found.shared:  # given to another image of the page, or dropped for where its image sits
+            ctx.reject("image_place" if s.rule == "image_place" else "page_text", image_url=s.image_url,
+                       page_url=url, text=s.text, detail=f"{s.source} text {s.detail}")
         last = max(1, len(found.images) - 1)
         for i, (image_url, raw) in enumerate(found.images):
             where = None
