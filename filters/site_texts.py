@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from lait.fingerprint import global_fingerprint
 from lait.parts import PartitionedWriter, WorkDir
-from lait.schemas import Table, register_table
+from lait.schemas import get_table
 from lait.stage import RunReport, run_global_step
 
 # `cfg` below is stage 3's `CleanConfig` (not imported: `lait.filters.text_stage` imports this module).
@@ -42,13 +42,7 @@ log = logging.getLogger(__name__)
 STEP = "clean_site_texts"  # the global step's marker: WORK/_done/clean_site_texts/p00000.json
 VERSION = 2  # 2: read from the extraction pass (page_texts/), not from a parse of its own
 TAG = "site_texts"
-SITE_TEXTS = register_table(Table("site_texts", pa.schema([
-    pa.field("site", pa.string(), nullable=False),
-    pa.field("key", pa.int64(), nullable=False),  # `text_key` of the text
-    pa.field("text", pa.string(), nullable=False),  # one spelling of it, for a reader
-    pa.field("pages", pa.int32(), nullable=False),
-    pa.field("site_pages", pa.int32(), nullable=False),
-]), "site"))
+SITE_TEXTS = get_table("site_texts")  # the count's table (`lait.schemas`)
 
 SiteCounts = dict[tuple[str, int], tuple[int, int]]  # (site, key) -> (pages with it, pages of the site)
 

@@ -59,7 +59,7 @@ from lait.memory import release_free_memory
 from lait.pagereader import figure_license, html_parser
 from lait.parts import partition_of
 from lait.reasons import fetch_rule
-from lait.schemas import Table, register_table
+from lait.schemas import get_table
 from lait.stage import PartContext, Rejected, Stage
 
 log = logging.getLogger(__name__)
@@ -353,12 +353,7 @@ class PageTexts:
     counted: frozenset[str] = frozenset()
 
 
-PAGE_TEXTS = register_table(Table("page_texts", pa.schema([
-    pa.field("page_url", pa.string(), nullable=False),
-    pa.field("license", pa.string()),  # the page's, from pages/
-    pa.field("found", pa.string(), nullable=False),  # the page's `PageTexts` as JSON (`page_texts_json`)
-    pa.field("counted", pa.list_(pa.string()), nullable=False),  # `PageTexts.counted`, for the site count
-]), "page_url"))
+PAGE_TEXTS = get_table("page_texts")  # the extraction pass's table (`lait.schemas`)
 
 
 def page_texts_json(found: PageTexts) -> str:

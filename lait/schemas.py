@@ -293,6 +293,25 @@ FACES = pa.schema([
     pa.field("face_scores", pa.list_(pa.float32()), nullable=False),
 ])
 
+# page_texts/ (stage 3's extraction pass, `lait.filters.text_stage.ExtractStage`): each page parsed
+# once, its images with their texts, partitioned by page URL.
+PAGE_TEXTS = pa.schema([
+    pa.field("page_url", pa.string(), nullable=False),
+    pa.field("license", pa.string()),  # the page's, from pages/
+    pa.field("found", pa.string(), nullable=False),  # the page's `PageTexts` as JSON (`page_texts_json`)
+    pa.field("counted", pa.list_(pa.string()), nullable=False),  # `PageTexts.counted`, for the site count
+])
+
+# site_texts/ (stage 3's global count, `lait.filters.site_texts`): how many pages of a site offer
+# each text, partitioned by site.
+SITE_TEXTS = pa.schema([
+    pa.field("site", pa.string(), nullable=False),
+    pa.field("key", pa.int64(), nullable=False),  # `text_key` of the text
+    pa.field("text", pa.string(), nullable=False),  # one spelling of it, for a reader
+    pa.field("pages", pa.int32(), nullable=False),
+    pa.field("site_pages", pa.int32(), nullable=False),
+])
+
 TABLES: dict[str, Table] = {
     t.name: t
     for t in [
@@ -315,6 +334,8 @@ TABLES: dict[str, Table] = {
         Table("build_failed", BUILD_FAILED, "key"),
         Table("pool", POOL, "image_url"),
         Table("faces", FACES, "sha256"),
+        Table("page_texts", PAGE_TEXTS, "page_url"),
+        Table("site_texts", SITE_TEXTS, "site"),
     ]
 }
 

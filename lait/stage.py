@@ -1,7 +1,7 @@
 """The step contract: a stage processes one input partition; filters answer keep-or-reason.
 
 A `Stage` is a picklable object (its config plus code) that every executor calls through
-`lait.executor.run_part`. Inside `Stage.process` it reads its input partition and writes
+`lait.stage.run_part`. Inside `Stage.process` it reads its input partition and writes
 through a `PartContext`, which owns the output parts, the `rejected/` part and the counters,
 so every stage gets atomic outputs, reasons for every drop and a stats funnel for free.
 

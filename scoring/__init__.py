@@ -1,6 +1,6 @@
 """Stage 4 of LAIT: image-text semantic scoring with open_clip, embeddings, regions, near-duplicates.
 
-`lait score WORK` (`lait.scoring.command`) runs `lait.scoring.pipeline.score_work(ScoreConfig)`:
+`lait score WORK` (its command is `lait/app/score.py`) runs `lait.scoring.pipeline.score_work(ScoreConfig)`:
 
 1. `ScoreStage` (`lait.scoring.stage`), per partition: joins `candidates/` with `images_ok/` (both
    partitioned by image URL), encodes each distinct text once, decodes images in worker processes
