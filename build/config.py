@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lait.build.faces import DEFAULT_FACE_MODEL, DEFAULT_MIN_FACE_SCORE
 from lait.build.resize import ENCODE_FORMATS, RESIZE_MODES, ImageOptions
 from lait.config import ConfigError, StageConfig, setting
 
@@ -23,10 +24,10 @@ class ShardConfig(StageConfig):
     encode_format: str = setting("jpg", "image format in the tars; an image already in it and not resized is "
                                  "copied as fetched", choices=list(ENCODE_FORMATS))
     encode_quality: int = setting(95, "quality of re-encoded images (png: zlib level 0-9)")
-    face_model: str = setting("mtcnn-faces", "face detector that searches every picture as it is written into a "
+    face_model: str = setting(DEFAULT_FACE_MODEL, "face detector that searches every picture as it is written into a "
                               "shard, at the size it ships (searches kept in faces/ and reused), or none: nothing "
-                              "searched or blurred", choices=["mtcnn-faces", "none"])
-    min_face_score: float = setting(0.8, "faces the detector scores at least this are blurred and listed in "
+                              "searched or blurred", choices=[DEFAULT_FACE_MODEL, "none"])
+    min_face_score: float = setting(DEFAULT_MIN_FACE_SCORE, "faces the detector scores at least this are blurred and listed in "
                                     "KEY.json's face_bboxes (MTCNN at 0.8: precision 0.98, recall 0.91 on 112 "
                                     "faces labelled by hand on real photos, docs/safety.md)")
     blur_faces: bool = setting(True, "blur the faces found in the tars, as DataComp did; --no-blur-faces keeps "

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -29,8 +28,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lait.parts import PartitionedWriter, WorkDir, partition_of
-
-log = logging.getLogger(__name__)
 
 TABLE = "faces"
 STAGE = "build_faces"  # what the cache's parts say wrote them
@@ -70,7 +67,13 @@ def search_picture(pixels: np.ndarray) -> Any:
     down to FACE_SIDE on its long side."""
     from PIL import Image
 
-    img = Image.fromarray(np.ascontiguousarray(pixels), "RGB")
+    return _bounded(Image.fromarray(np.ascontiguousarray(pixels), "RGB"))
+
+
+def _bounded(img: Any) -> Any:
+    """The picture with its long side brought down to FACE_SIDE (in place), when above it."""
+    from PIL import Image
+
     if max(img.size) > FACE_SIDE:
         img.thumbnail((FACE_SIDE, FACE_SIDE), Image.Resampling.BILINEAR)
     return img
@@ -87,10 +90,7 @@ def decode_for_search(data: bytes | memoryview) -> Any:
     if img.format in ("JPEG", "MPO"):
         img.draft("RGB", (FACE_SIDE, FACE_SIDE))
     img.load()
-    img = to_rgb(img)
-    if max(img.size) > FACE_SIDE:
-        img.thumbnail((FACE_SIDE, FACE_SIDE), Image.Resampling.BILINEAR)
-    return img
+    return _bounded(to_rgb(img))
 
 
 class FaceFinder:

@@ -309,12 +309,18 @@ def plan_in_child(cfg: BuildConfig) -> dict[str, Any]:
             raise RuntimeError(f"build: planning failed: {type(exc).__name__}: {exc}") from exc
 
 
-def collect_stats(work: WorkDir, sizes: dict[str, int]) -> dict[str, Any]:
-    """The dataset's `stats.json`: sample and shard counts, and every build counter."""
+def stage_counters(work: WorkDir, stages: tuple[str, ...]) -> Counter[str]:
+    """The numeric counters of every finished task of `stages`, summed."""
     counters: Counter[str] = Counter()
-    for stage in STAGES:
+    for stage in stages:
         for s in work.done_stats(stage):
             counters.update({k: v for k, v in s.get("counters", {}).items() if isinstance(v, (int, float))})
+    return counters
+
+
+def collect_stats(work: WorkDir, sizes: dict[str, int]) -> dict[str, Any]:
+    """The dataset's `stats.json`: sample and shard counts, and every build counter."""
+    counters = stage_counters(work, STAGES)
     plan = work.done_stats("build_plan")
     return {
         "samples": sum(sizes.values()),

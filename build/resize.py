@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from lait.build.faces import DEFAULT_FACE_MODEL, DEFAULT_MIN_FACE_SCORE
+
 RESIZE_MODES = ("no", "keep_ratio", "center_crop", "border", "keep_ratio_largest")
 ENCODE_FORMATS = ("jpg", "png", "webp")
 # Formats a fetched image may be in that are already `encode_format` (MPO is a JPEG with extras).
@@ -43,8 +45,8 @@ class ImageOptions:
     encode_format: str = "jpg"
     encode_quality: int = 95
     blur_faces: bool = True  # blur the faces found (lait.faceblur) in the picture that ships
-    face_model: str = "mtcnn-faces"  # the detector that searches each shipped picture (build.faces), or none
-    min_face_score: float = 0.8
+    face_model: str = DEFAULT_FACE_MODEL  # the detector that searches each shipped picture, or none
+    min_face_score: float = DEFAULT_MIN_FACE_SCORE
 
     @property
     def geometry(self) -> str:

@@ -30,7 +30,6 @@ import io
 import json
 import logging
 import re
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +41,7 @@ from lait import storage
 from lait.build.aggregate import pool_rows, score_cut, write_plan
 from lait.build.config import SelectConfig
 from lait.build.curate import load_all
-from lait.build.pipeline import Reports
+from lait.build.pipeline import Reports, stage_counters
 from lait.build.sample import UID_DTYPE, array_to_uids
 from lait.build.shards import ShardStage, faces_line, finish_shard_dir, shard_files, write_stats, written_members
 from lait.config import ConfigError
@@ -308,9 +307,7 @@ def select_into(work: WorkDir, out: storage.Location, cfg: SelectConfig) -> Sele
         raise RuntimeError(f"select: {work.root} changed while the selection ran (a `lait build` or an "
                            f"earlier stage rewrote it); run `lait select` again, with --overwrite")
     sizes = finish_shard_dir(out, cfg.image_options().encode_format, written_members(state, stage.name))
-    counters: Counter[str] = Counter()
-    for done in state.done_stats(stage.name):
-        counters.update({k: v for k, v in done.get("counters", {}).items() if isinstance(v, (int, float))})
+    counters = stage_counters(state, (stage.name,))
     shard_bytes = int(counters.get("build/shard_bytes", 0))
     result.stats = {"samples": sum(sizes.values()), "shards": len(shard_files(out)), "shard_bytes": shard_bytes,
                     "out": str(out), "source": work.url, **counts, "uids_file": cfg.uids or None,

@@ -105,18 +105,18 @@ def _px(value: str | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def text_key(text: str) -> str:
+def _words(text: str) -> str:
     """A text as two places of a page repeat it: its words, lower-cased."""
     return " ".join(_WORD.findall(text.casefold()))
 
 
 def link_texts(tree: lxml_html.HtmlElement) -> frozenset[str]:
-    """`text_key` of the text of every link of the page that has some (headlines of teasers,
+    """`_words` of the text of every link of the page that has some (headlines of teasers,
     menu items): an image text equal to one of them is that link's, not a caption."""
     out = set()
     for a in tree.iter("a"):
         if a.get("href"):
-            key = text_key(a.text_content())
+            key = _words(a.text_content())
             if key:
                 out.add(key)
     return frozenset(out)
@@ -140,7 +140,7 @@ class Place:
             return None
         if source == "context":
             return f"a sentence near an image {self.region}"
-        key = text_key(text)
+        key = _words(text)
         if key in links or (len(key) > 15 and any(key in k for k in links)):
             return f"the text of a link of the page, on an image {self.region}"
         if self.target:

@@ -138,7 +138,8 @@ def build(cls: type[C], data: Any, *, where: str = "config", path: str = "") -> 
     hints = typing.get_type_hints(cls)
     known = {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
     unknown = set(data) - set(known)
-    moved = {u: getattr(cls, "moved", {})[u] for u in unknown if u in getattr(cls, "moved", {})}
+    moved_to = getattr(cls, "moved", {})  # nested settings are plain dataclasses, without it
+    moved = {u: moved_to[u] for u in unknown if u in moved_to}
     if moved:
         raise _error(where, path, "; ".join(f"{u} is a setting of `{to}` now" for u, to in sorted(moved.items()))
                      + f" ({cls.__name__}.moved)")
