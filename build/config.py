@@ -191,3 +191,31 @@ class SelectConfig(EvalExclusionConfig):
         """The settings the selection's shards depend on: all but the `run` ones (the uid file's
         content is fingerprinted too, by `lait.build.select.fingerprint`)."""
         return self.output_settings()
+
+
+@dataclass
+class DocumentsConfig(ShardConfig):
+    """Interleaved documents (`lait documents`, issue 63): each page's main text with its pictures,
+    as MMC4 JSON in WebDataset tars and as OBELICS-style Parquet, beside the pair shards."""
+
+    section = "documents"
+
+    out: str = setting("", "folder for the documents (default WORK/documents): NNNNN.tar, NNNNN.parquet, "
+                       "stats.json", run=True)
+    samples_per_shard: int = setting(1000, "documents per tar and Parquet file")
+    min_sim: float = setting(0.15, "a picture whose best sentence scores below this (stage 4's cosine) leaves "
+                             "the document")
+    min_words: int = setting(50, "documents with fewer words are dropped (documents/too_few_words)")
+    min_words_per_image: int = setting(10, "documents with more than one picture per this many words are "
+                                       "dropped (documents/too_many_images)")
+    max_repeated_share: float = setting(0.3, "documents where more than this share of the paragraphs repeat "
+                                        "another are dropped (documents/repeated_paragraphs)")
+    max_overlap: float = setting(0.8, "a document whose word 5-grams overlap an earlier one's this much (Jaccard, "
+                                 "MinHash) is dropped (documents/near_duplicate); 1 keeps all")
+
+    def validate(self) -> None:
+        super().validate()
+        if self.min_words < 0 or self.min_words_per_image < 1:
+            raise ConfigError("min_words must be >= 0 and min_words_per_image >= 1")
+        if not 0.0 <= self.max_repeated_share <= 1.0 or not 0.0 < self.max_overlap <= 1.0:
+            raise ConfigError("max_repeated_share must be in [0, 1] and max_overlap in (0, 1]")

@@ -211,6 +211,20 @@ REASONS: dict[str, str] = {
                         "says failed_to_download or failed_to_resize).",
     "build/corrupt_image": "the image bytes read back from images_ok/ do not have the SHA-256 stage 2 recorded "
                            "(a flipped or lost byte on disk): never shipped; `lait verify` names the part.",
+    # `lait documents` (lait.filters.documents, lait.build.documents): pages left out of the
+    # interleaved documents; the pairs are not affected.
+    "documents/error": "the document pass failed on the page (the detail says how); the run went on.",
+    "documents/no_text": "trafilatura finds no main text on the page.",
+    "documents/language": "the page's main text is not in one of the configured languages.",
+    "documents/too_few_words": "the document has fewer words than min_words once its boilerplate is out.",
+    "documents/repeated_paragraphs": "more than max_repeated_share of its paragraphs repeat another of them.",
+    "documents/no_image": "no picture of the main text is left: none stage 2 kept, or none with a sentence "
+                          "scoring at least min_sim.",
+    "documents/too_many_images": "more pictures than one per min_words_per_image words of text.",
+    "documents/near_duplicate": "its text's word shingles overlap those of a document kept before it by at "
+                                "least max_overlap (MinHash estimate).",
+    "documents/image_unreadable": "a picture of the document could not be read or encoded; it leaves the "
+                                  "document, which goes on without it.",
     # `lait select --recipe` (lait.build.curate): pool samples a recipe's step left out.
     "select/language": "the caption's language (stage 3's fastText lid.176) is not one the recipe keeps.",
     "select/caption_words": "the caption has no more whitespace-separated words than the recipe asks for.",

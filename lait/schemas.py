@@ -312,6 +312,34 @@ SITE_TEXTS = pa.schema([
     pa.field("site_pages", pa.int32(), nullable=False),
 ])
 
+# doc_pages/ (stage 3's document pass, `lait.filters.documents`): each page's main text as
+# paragraphs of sentences and the images of its main content in DOM order, partitioned by page URL.
+DOC_IMAGE = pa.struct([
+    pa.field("urls", pa.list_(pa.string()), nullable=False),  # the <img>'s URLs (src, srcset), best first
+    pa.field("after", pa.int32(), nullable=False),  # how many of the paragraphs come before it
+    pa.field("alt", pa.string()),
+])
+DOC_PAGES = pa.schema([
+    pa.field("page_url", pa.string(), nullable=False),
+    pa.field("license", pa.string()),  # the page's, from pages/
+    pa.field("lang", pa.string()),  # of the main text, as stage 3's language model reads it
+    pa.field("title", pa.string()),
+    pa.field("paragraphs", pa.list_(pa.list_(pa.string())), nullable=False),  # sentences per paragraph
+    pa.field("images", pa.list_(DOC_IMAGE), nullable=False),
+    pa.field("boilerplate", pa.int32(), nullable=False),  # sentences dropped as the site's boilerplate
+])
+
+# doc_sims/ (stage 4's document pass, `lait.scoring.documents`): for each document, the cosine of
+# every image that has an embedding and every sentence, in the scorer of stage 4.
+DOC_SIMS = pa.schema([
+    pa.field("page_url", pa.string(), nullable=False),
+    pa.field("image_urls", pa.list_(pa.string()), nullable=False),  # per image of the row: the URL scored, or null
+    pa.field("n_sentences", pa.int32(), nullable=False),
+    pa.field("sims", pa.binary(), nullable=False),  # float32, (images scored) x n_sentences, row-major
+    pa.field("model", pa.string(), nullable=False),
+    pa.field("pretrained", pa.string()),
+])
+
 TABLES: dict[str, Table] = {
     t.name: t
     for t in [
@@ -336,6 +364,8 @@ TABLES: dict[str, Table] = {
         Table("faces", FACES, "sha256"),
         Table("page_texts", PAGE_TEXTS, "page_url"),
         Table("site_texts", SITE_TEXTS, "site"),
+        Table("doc_pages", DOC_PAGES, "page_url"),
+        Table("doc_sims", DOC_SIMS, "page_url"),
     ]
 }
 

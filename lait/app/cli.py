@@ -29,6 +29,7 @@ COMMAND_MODULES = [
     "lait.app.stages",
     "lait.app.score",
     "lait.app.build",
+    "lait.app.documents",
     "lait.app.select",
     "lait.app.compare",
     "lait.app.export",

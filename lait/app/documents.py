@@ -1,0 +1,86 @@
+"""`lait documents`: interleaved documents beside the pairs (issue 63), from one work directory.
+
+The app layer runs the three passes in order, each in its own stage: stage 3's document pass
+(`lait.filters.documents`, with the settings `lait clean` last completed with), stage 4's
+similarities (`lait.scoring.documents`, with those of `lait score`) and stage 5's rules and
+writers (`lait.build.documents`). The two table passes are stages like the others: they run on
+the executor the settings name, skip partitions already done and redo those whose inputs changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from lait.app.commands import add_config_command
+from lait.reasons import reasons_help
+
+DESCRIPTION = """\
+Write interleaved documents (each page's main text with its pictures where they belong) from a
+work directory that `lait clean` and `lait score` have run on, without crawling or scoring again:
+only the main text's sentences are encoded, and the pictures stage 4 never scored.
+
+  1. stage 3's document pass: the page's main text (trafilatura), its paragraphs and sentences
+     without the site's boilerplate, its pictures in DOM order           -> WORK/doc_pages/
+  2. stage 4's similarities of every picture and sentence of a document  -> WORK/doc_sims/
+  3. the document rules, each picture placed at the sentence a one-to-one assignment gives it
+     (MMC4), faces blurred as in the pair shards                         -> WORK/documents/
+
+WORK/documents/ holds NNNNN.tar (KEY.json in MMC4's shape, pictures as image_base64, as
+OpenFlamingo reads MMC4), NNNNN.parquet (OBELICS's texts/images columns in DOM order) and
+stats.json. Only pictures stage 2 kept are written: the consent, safety and size rules of the
+pairs hold for the documents too.
+"""
+
+EPILOG = f"""\
+{reasons_help(["documents"])}
+
+examples:
+  lait documents work/
+  lait documents work/ --min-sim 0.2 --min-words 100
+  lait documents work/ --resize-mode keep_ratio --image-size 512 --out docs/
+"""
+
+
+def run_documents(cfg) -> int:
+    from lait.app.steps import recorded_settings
+    from lait.build.documents import out_dir, write_documents
+    from lait.drivers import open_work_dir, record_run, stage_executor
+    from lait.filters.documents import DocumentStage
+    from lait.filters.text_stage import CleanConfig
+    from lait.lock import locked
+    from lait.scoring.config import ScoreConfig
+    from lait.scoring.documents import DocSimStage
+
+    work = open_work_dir(cfg.work)
+    run = {"work": cfg.work, "executor": cfg.executor, "workers": cfg.workers, "ray_address": cfg.ray_address}
+    clean = CleanConfig.from_dict({**recorded_settings(cfg.work, "clean", CleanConfig)[0], **run})
+    score = ScoreConfig.from_dict({**recorded_settings(cfg.work, "score", ScoreConfig)[0], **run})
+    with locked(work, "lait documents"):
+        reports = []
+        for stage, stage_cfg in ((DocumentStage(clean), clean), (DocSimStage(score), score)):
+            report = stage_executor(stage, stage_cfg).run(stage, work)
+            print(report.summary(), file=sys.stderr)
+            reports.append(report)
+            if not report.ok:
+                record_run(work, "documents", cfg, reports)
+                return 1
+        stats = write_documents(cfg)
+        record_run(work, "documents", cfg, reports)
+    drops = {k.split("/", 1)[1]: v for k, v in stats["counters"].items()
+             if k.split("/", 1)[1] in ("too_few_words", "repeated_paragraphs", "near_duplicate", "no_image",
+                                       "too_many_images")}
+    print(f"documents: {stats['documents']} written to {out_dir(cfg)} ({stats['shards']} shards), "
+          f"{stats['images']} pictures ({stats['images_per_document']} per document), "
+          f"{stats['words_per_document']} words per document; dropped {json.dumps(drops)}", file=sys.stderr)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `lait documents`."""
+    from lait.build.config import DocumentsConfig
+
+    add_config_command(sub, "documents", DocumentsConfig, run_documents,
+                       help="interleaved documents (MMC4 tars, OBELICS Parquet) beside the pairs",
+                       description=DESCRIPTION, epilog=EPILOG, continues=True)
