@@ -39,6 +39,9 @@ class DocSimStage(Stage):
     output_tables = ("doc_sims",)
     version = 1
     SETTINGS = ("model", "pretrained", "checkpoint", "demo_dir", "precision", "fast_decode")
+    # The scorer runs torch: local workers are spawned, never forked from a process whose torch
+    # thread pool may be up (`lait demo`, `lait run` after scoring), where they can hang.
+    spawn_workers = True
 
     def __init__(self, cfg: ScoreConfig):
         self.cfg = cfg
@@ -61,15 +64,18 @@ class DocSimStage(Stage):
         kept = _kept_urls(ctx.work, wanted)  # url -> sha256 of the images stage 2 kept
         chosen = [[next((u for u in im["urls"] if u in kept), None) for im in d["images"]] for d in docs]
         embs = self._image_embs(ctx, scorer, {u for c in chosen for u in c if u is not None}, kept)
-        sentences = sorted({s for d in docs for p in d["paragraphs"] for s in p})
+        # Only the sentences of documents with a picture to place: the others leave at stage 5
+        # (documents/no_image) whatever their sentences score.
+        sentences = sorted({s for d, c in zip(docs, chosen) if any(u in embs for u in c if u)
+                            for p in d["paragraphs"] for s in p})
         index = {s: i for i, s in enumerate(sentences)}
         text_embs = scorer.encode_texts(sentences, self.cfg.text_batch_size) if sentences else None
         ctx.count("documents/sentences_encoded", len(sentences))
         rows: dict[str, list] = defaultdict(list)
         for d, urls in zip(docs, chosen):
             urls = [u if u in embs else None for u in urls]
-            ids = [index[s] for p in d["paragraphs"] for s in p]
             scored = [embs[u] for u in urls if u is not None]
+            ids = [index[s] for p in d["paragraphs"] for s in p] if scored else []
             if scored and ids:
                 sims = np.stack(scored).astype(np.float32) @ text_embs[ids].astype(np.float32).T
             else:

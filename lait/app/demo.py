@@ -184,6 +184,24 @@ def record_pool(cfg: DemoConfig, out: Path) -> None:
               "generic (max_images_per_text 0)", file=sys.stderr, flush=True)
 
 
+def demo_documents(cfg: DemoConfig, work: Path):
+    """`lait documents` on the demo's work directory, with the face settings of its build:
+    (config, stats), or None when a pass failed (the pairs stand; the summary says so)."""
+    from lait.app.documents import make_documents
+    from lait.build.config import DocumentsConfig
+
+    build = pipeline_sections(cfg).get("build", {})
+    known = {f.name for f, _ in DocumentsConfig._fields()}
+    docs = DocumentsConfig.from_dict({**{k: v for k, v in build.items() if k in known and k != "samples_per_shard"},
+                                      "work": str(work), "workers": cfg.workers, "progress": cfg.progress})
+    docs.validate()
+    reports, stats = make_documents(docs)
+    if stats is None:
+        print("lait demo: the documents failed: " + "; ".join(r.summary() for r in reports if not r.ok), file=sys.stderr)
+        return None
+    return docs, stats
+
+
 def run_demo(cfg: DemoConfig) -> int:
     from lait.app.report import summary_text, write_report
     from lait.app.run import run_pipeline
@@ -199,10 +217,15 @@ def run_demo(cfg: DemoConfig) -> int:
         record_pool(cfg, out)
         if not run_pipeline(str(work), pipeline_sections(cfg), overrides=overrides, where="demo"):
             return 1
+        docs = demo_documents(cfg, work)
     st, page = write_report(work, out / "report.html")
     print(summary_text(st))
     print(f"\nshards: {work / 'shards'}  ({st.shards} tars, {len(st.samples)} samples)")
     print(f"report: {page}")
+    if docs is not None:
+        from lait.app.documents import documents_line
+
+        print(documents_line(*docs))
     from lait.testkit.groundtruth import evaluate_files
 
     res = evaluate_files(work / "shards", out / "ground_truth.json")
@@ -215,7 +238,7 @@ def run_demo(cfg: DemoConfig) -> int:
 
         path = write_heldout_set(out / "eval", cfg.eval_pages, cfg.seed + 1)
         print(f"held-out evaluation set (a site of {cfg.eval_pages} articles, seed {cfg.seed + 1}): {path}")
-    return 0
+    return 0 if docs is not None else 1
 
 
 def register(sub) -> None:

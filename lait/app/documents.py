@@ -10,7 +10,6 @@ the executor the settings name, skip partitions already done and redo those whos
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from lait.app.commands import add_config_command
@@ -43,9 +42,11 @@ examples:
 """
 
 
-def run_documents(cfg) -> int:
+def make_documents(cfg) -> tuple[list, dict | None]:
+    """Run the three passes over `cfg.work` (holding its lock, re-entrant); returns the two table
+    passes' reports and the written documents' stats (None when a pass failed)."""
     from lait.app.steps import recorded_settings
-    from lait.build.documents import out_dir, write_documents
+    from lait.build.documents import write_documents
     from lait.drivers import open_work_dir, record_run, stage_executor
     from lait.filters.documents import DocumentStage
     from lait.filters.text_stage import CleanConfig
@@ -54,26 +55,43 @@ def run_documents(cfg) -> int:
     from lait.scoring.documents import DocSimStage
 
     work = open_work_dir(cfg.work)
-    run = {"work": cfg.work, "executor": cfg.executor, "workers": cfg.workers, "ray_address": cfg.ray_address}
+    # How the two table passes run is this command's to say (and --force redoes them too).
+    run = {"work": cfg.work, "executor": cfg.executor, "workers": cfg.workers, "ray_address": cfg.ray_address,
+           "force": cfg.force, "progress": cfg.progress, "retries": cfg.retries}
     clean = CleanConfig.from_dict({**recorded_settings(cfg.work, "clean", CleanConfig)[0], **run})
     score = ScoreConfig.from_dict({**recorded_settings(cfg.work, "score", ScoreConfig)[0], **run})
     with locked(work, "lait documents"):
         reports = []
         for stage, stage_cfg in ((DocumentStage(clean), clean), (DocSimStage(score), score)):
             report = stage_executor(stage, stage_cfg).run(stage, work)
-            print(report.summary(), file=sys.stderr)
             reports.append(report)
             if not report.ok:
                 record_run(work, "documents", cfg, reports)
-                return 1
+                return reports, None
         stats = write_documents(cfg)
         record_run(work, "documents", cfg, reports)
-    drops = {k.split("/", 1)[1]: v for k, v in stats["counters"].items()
-             if k.split("/", 1)[1] in ("too_few_words", "repeated_paragraphs", "near_duplicate", "no_image",
-                                       "too_many_images")}
-    print(f"documents: {stats['documents']} written to {out_dir(cfg)} ({stats['shards']} shards), "
-          f"{stats['images']} pictures ({stats['images_per_document']} per document), "
-          f"{stats['words_per_document']} words per document; dropped {json.dumps(drops)}", file=sys.stderr)
+    return reports, stats
+
+
+def documents_line(cfg, stats: dict) -> str:
+    from lait.build.documents import out_dir
+
+    counters = stats["counters"]
+    drops = ", ".join(f"{rule} {counters[f'documents/{rule}']}" for rule in
+                      ("too_few_words", "repeated_paragraphs", "near_duplicate", "no_image", "too_many_images")
+                      if counters.get(f"documents/{rule}"))
+    return (f"documents: {stats['documents']} written to {out_dir(cfg)} ({stats['shards']} shards), "
+            f"{stats['images']} pictures ({stats['images_per_document']} per document), "
+            f"{stats['words_per_document']} words per document; dropped: {drops or 'none'}")
+
+
+def run_documents(cfg) -> int:
+    reports, stats = make_documents(cfg)
+    for report in reports:
+        print(report.summary(), file=sys.stderr)
+    if stats is None:
+        return 1
+    print(documents_line(cfg, stats), file=sys.stderr)
     return 0
 
 

@@ -23,9 +23,11 @@ from typing import Any, Iterator
 from lait import storage
 from lait.parts import WorkDir, partition_of
 
-PAGES, IMAGES, PAGE_PAIRS, TEXT_PAIRS, SAMPLES = ("pages", "images", "image-page pairs",
-                                                  "image-text pairs", "samples")
-UNITS = (PAGES, IMAGES, PAGE_PAIRS, TEXT_PAIRS, SAMPLES)
+PAGES, IMAGES, PAGE_PAIRS, TEXT_PAIRS, SAMPLES, DOCUMENTS = ("pages", "images", "image-page pairs",
+                                                             "image-text pairs", "samples", "documents")
+UNITS = (PAGES, IMAGES, PAGE_PAIRS, TEXT_PAIRS, SAMPLES, DOCUMENTS)
+# The rules of `lait documents` by the step they drop at: stage 3's pass, stage 5's rules.
+DOCUMENT_PAGE_RULES = ("documents/no_text", "documents/language", "documents/error")
 
 
 @dataclass
@@ -106,6 +108,8 @@ def reason_unit(reason: str, row: dict[str, Any]) -> str:
     without a page context: an image; ...)."""
     if reason == "clean/no_text":
         return PAGE_PAIRS
+    if reason.startswith("documents/"):
+        return DOCUMENTS
     if reason.startswith("build/") and reason != "build/no_image":
         # every other rule of stage 5 drops a picture; a row may name its best text (a score
         # cut, an unreadable image), but the picture is what goes
@@ -208,6 +212,8 @@ def drops(work: WorkDir, has: dict[str, bool]) -> dict[tuple[str, str], Counter]
             add(PAGE_PAIRS, "with texts", reason)
         elif unit == TEXT_PAIRS and stage == "clean":
             add(TEXT_PAIRS, "kept by clean", reason)
+        elif unit == DOCUMENTS:
+            add(DOCUMENTS, "with main text" if reason in DOCUMENT_PAGE_RULES else "written", reason)
         elif unit == TEXT_PAIRS and stage in ("score", "build"):
             add(TEXT_PAIRS, "scored" if stage == "score" else "kept as captions", reason)
     pages = _lookup(work, "pages", "url", {u for _, u in crawl_pages + clean_pages if u}) if has["pages"] else {}
@@ -224,11 +230,13 @@ def drops(work: WorkDir, has: dict[str, bool]) -> dict[tuple[str, str], Counter]
     return out
 
 
-def funnel(work: WorkDir, rejects: Counter, units: dict[str, str], samples: int | None) -> list[FunnelRow]:
+def funnel(work: WorkDir, rejects: Counter, units: dict[str, str], samples: int | None,
+           documents: int | None = None) -> list[FunnelRow]:
     """The funnel rows of a work directory, unit by unit: `rejects` counts the rows of each
-    reason, `units` says what each reason counts, `samples` is None without shards."""
+    reason, `units` says what each reason counts, `samples` is None without shards, `documents`
+    the documents `lait documents` wrote (None when it has not)."""
     has = {t: bool(work.part_files(t)) for t in ("pages", "images", "images_ok", "candidates", "scored",
-                                                  "build_images")}
+                                                  "build_images", "doc_pages")}
     count = {t: work.count(t) if present else None for t, present in has.items()}
     # Stage 3 rejects a page at most once, whatever the cause (no HTML, unparsable, too deep, ...).
     page_rejects = sum(n for r, n in rejects.items() if r.startswith("clean/") and units.get(r) == PAGES)
@@ -278,6 +286,15 @@ def funnel(work: WorkDir, rejects: Counter, units: dict[str, str], samples: int 
         ("scored", count["scored"], "texts scored against their image by stage 4 (scored/ rows); only "
                                     "images kept by the filter have bytes to score."),
         ("kept as captions", samples, "the texts that became the captions of the samples: one per sample."),
+    ])
+    doc_pages = count["doc_pages"]
+    out += _unit_rows(DOCUMENTS, [
+        ("pages read", None if doc_pages is None else doc_pages + sum(rejects.get(r, 0) for r in DOCUMENT_PAGE_RULES),
+         "stored pages stage 3's document pass read (`lait documents`)."),
+        ("with main text", doc_pages, "pages with a main text in a kept language: the documents before "
+                                      "stage 5's rules (doc_pages/ rows)."),
+        ("written", documents if doc_pages is not None else None,
+         "documents written to WORK/documents/ (MMC4 tars, OBELICS Parquet), each with at least one picture."),
     ])
     for row in out:
         if row.base is not None:

@@ -47,7 +47,8 @@ log = logging.getLogger(__name__)
 GRID_SAMPLES = 24
 EXTREMES = 8
 THUMB = 192
-STAGE_ORDER = ("crawl", "ingest", "filter", "clean", "score", "build")
+STAGE_ORDER = ("crawl", "ingest", "filter", "clean", "score", "build", "documents")
+SHOWN_DOCUMENTS, SHOWN_SENTENCES = 3, 14
 
 
 @dataclass
@@ -69,6 +70,7 @@ class DatasetStats:
     shard_bytes: int = 0
     max_unsafe: float = DEFAULT_MAX_UNSAFE  # the run's (stage 2's settings), set by `gather`
     faces: dict[str, Any] = field(default_factory=dict)  # what stage 2 found and stage 5 blurred (`face_counts`)
+    documents: dict[str, Any] = field(default_factory=dict)  # WORK/documents/stats.json (`lait documents`), if any
 
     @property
     def kept_scores(self) -> list[float]:
@@ -166,7 +168,11 @@ def gather(work_root: str | Path, *, examples_per_reason: int = 1, thumbnails: b
             st.samples += [dict(r, tar=tar.name) for r in rows if r["status"] == "success"]
         st.shards += 1
         st.shard_bytes += storage.size(tar)
-    st.funnel = funnel(work, st.rejects, st.reject_units, len(st.samples) if st.shards else None)
+    docs = storage.location(work_root) / "documents" / "stats.json"
+    if storage.exists(docs):
+        st.documents = json.loads(storage.read_text(docs))
+    st.funnel = funnel(work, st.rejects, st.reject_units, len(st.samples) if st.shards else None,
+                       st.documents.get("documents") if st.documents else None)
     shard_stats = _shard_stats(work)
     build_settings = _build_settings(work, shard_stats)
     st.thresholds = thresholds(build_settings, st.kept_scores)
@@ -174,6 +180,55 @@ def gather(work_root: str | Path, *, examples_per_reason: int = 1, thumbnails: b
     st.max_unsafe = run_max_unsafe(work, filter_settings)
     st.faces = face_counts(st.samples, build_settings, shard_stats.get("counters") or {})
     return st
+
+
+DOCUMENT_RULES = ("too_few_words", "repeated_paragraphs", "near_duplicate", "no_image", "too_many_images")
+
+
+def documents_text(st: DatasetStats) -> list[str]:
+    """The report's lines on the interleaved documents of `lait documents`, when written."""
+    d = st.documents
+    if not d:
+        return []
+    counters = d.get("counters") or {}
+    drops = ", ".join(f"{r} {int(counters.get('documents/' + r, 0)):,}" for r in DOCUMENT_RULES)
+    return [f"documents: {d['documents']:,} in {d['shards']} shards of {int(counters.get('documents/in', 0)):,} "
+            f"pages read; {d['images']:,} pictures ({d['images_per_document']} per document), "
+            f"{d['words_per_document']} words per document, {d['images_in_several_documents']:,} pictures in "
+            f"several documents", f"documents dropped: {drops}"]
+
+
+def _documents_html(work_root: str | Path, st: DatasetStats, max_unsafe: float) -> str:
+    """The documents section: the counts, and the first documents rendered in order, each picture
+    before the sentence it was placed at (thumbnails blurred as the samples' are)."""
+    if not st.documents:
+        return ""
+    from PIL import Image
+
+    from lait.filters.unsafe import thumbnail_uri
+
+    lines = "".join(f"<p>{html.escape(line)}</p>" for line in documents_text(st))
+    shown = []
+    first = storage.location(work_root) / "documents" / "00000.tar"
+    if storage.exists(first):
+        with tarfile.open(fileobj=io.BytesIO(storage.read_bytes(first))) as tf:
+            for m in tf.getmembers()[:SHOWN_DOCUMENTS]:
+                doc = json.loads(tf.extractfile(m).read())
+                at: dict[int, list[str]] = defaultdict(list)
+                for info in doc["image_info"]:
+                    image = Image.open(io.BytesIO(base64.b64decode(info["image_base64"])))
+                    uri, _ = thumbnail_uri(image, THUMB, None, max_unsafe=max_unsafe)
+                    at[info["matched_text_index"]].append(
+                        f'<img class="doc" alt="{html.escape(info["raw_url"])}" src="{uri}" '
+                        f'title="matched_sim {info["matched_sim"]:.3f}">')
+                body = []
+                for j, sentence in enumerate(doc["text_list"][:SHOWN_SENTENCES]):
+                    body += at.get(j, [])
+                    body.append(html.escape(sentence) + " ")
+                more = len(doc["text_list"]) - SHOWN_SENTENCES
+                tail = f" <i>... {more} more sentences</i>" if more > 0 else ""
+                shown.append(f'<div class="document"><h3>{_page_link(doc["url"])}</h3><p>{"".join(body)}{tail}</p></div>')
+    return f"<h2>Documents</h2>{lines}{''.join(shown)}"
 
 
 def face_counts(samples: list[dict[str, Any]], build_settings: dict[str, Any],
@@ -230,7 +285,7 @@ def summary_text(st: DatasetStats) -> str:
         for reason, n in st.sorted_rejects():
             lines.append(f"  {reason:<40} {n:>10,}  {st.reject_units.get(reason, 'rows')}")
     lines += ["", *consent_text(st.rejects), *safety_text(st)]
-    lines += ["", f"shards: {st.shards} tars, {len(st.samples):,} samples, {_size(st)}"]
+    lines += ["", f"shards: {st.shards} tars, {len(st.samples):,} samples, {_size(st)}", *documents_text(st)]
     if st.samples:
         ks = sorted(st.kept_scores)
         lines.append(f"kept scores: min {ks[0]:.3f}  median {ks[len(ks) // 2]:.3f}  max {ks[-1]:.3f}")
@@ -299,6 +354,8 @@ figure.example blockquote{margin:0 0 4px;font-style:italic}
 .score{color:#666}pre{background:#f4f4f4;padding:8px;font-size:12px}.threshold{color:""" + THRESHOLD_COLOR + """}
 #score-histogram svg{max-width:760px;height:auto}
 tr.drop td{color:#8a3b3b;font-size:12px}.noimage{color:#8a3b3b;font-style:italic;margin-bottom:4px}
+.document{border:1px solid #ddd;padding:4px 10px;margin:8px 0;font-size:13px;max-width:900px}
+img.doc{display:block;max-height:160px;max-width:240px;margin:6px 0}
 """
 
 
@@ -439,7 +496,8 @@ def _scores_html(st: DatasetStats) -> str:
 
 
 def render_html(st: DatasetStats, plot_uris: list[tuple[str, str]], thumbs: dict[str, str],
-                copies: dict[str, str] | None = None, blurred: set[str] | frozenset = frozenset()) -> str:
+                copies: dict[str, str] | None = None, blurred: set[str] | frozenset = frozenset(),
+                documents: str = "") -> str:
     """The report page; `copies` maps page URLs to their stored copies beside it (see
     `_page_link`); the samples in `blurred` are marked as such."""
     grid, best, worst = _picked(st)
@@ -477,6 +535,7 @@ is listed, those that removed nothing too.</p>
 {section("Samples", grid, "samples")}
 {section("Best pairs", best, "best")}
 {section("Worst kept pairs", worst, "worst")}
+{documents}
 <h2>Summary</h2><pre>{html.escape(summary_text(st))}</pre>
 </body></html>
 """
@@ -500,7 +559,7 @@ def write_report(work_root: str | Path, out: str | Path | None = None) -> tuple[
     linked |= {e.page_url for es in st.examples.values() for e in es if e.page_url}
     copies = write_page_copies(work_root, {u for u in linked if is_http_url(u)}, out.parent / f"{out.stem}_pages")
     page = render_html(st, plots(st.funnel, st.sorted_rejects(), st.widths, st.heights, st.samples, st.counter),
-                       thumbs, copies, blurred)
+                       thumbs, copies, blurred, _documents_html(work_root, st, st.max_unsafe))
     out.write_text(page, encoding="utf-8")
     return st, out
 
@@ -511,4 +570,5 @@ def stats_json(st: DatasetStats) -> str:
                        "consent_and_safety": consent_counts(st.rejects),
                        "max_unsafe": st.max_unsafe, "faces": st.faces,
                        "thresholds": [{"value": t.value, "label": t.label} for t in st.thresholds],
-                       "samples": len(st.samples), "shards": st.shards}, indent=1)
+                       "samples": len(st.samples), "shards": st.shards,
+                       "documents": {k: v for k, v in st.documents.items() if k != "examples"} or None}, indent=1)

@@ -24,7 +24,7 @@ from lait.config import Config, ConfigError
 # Which stages write the tables each stage reads (the crawl and ingest write pages/ and images/).
 UPSTREAM = {"crawl": (), "filter": (), "clean": (), "score": ("filter", "clean"), "build": ("filter", "score")}
 TABLES = ("pages", "url_list", "warc_links", "images", "images_ok", "candidates", "scored", "image_embs",
-          "near_dups", "pool", "build_plan", "faces", "rejected")
+          "near_dups", "pool", "build_plan", "faces", "doc_pages", "doc_sims", "rejected")
 
 
 @dataclass

@@ -29,7 +29,8 @@ from typing import Any
 
 # The command that redoes a stage's task, by the stage name its parts and markers carry.
 REDO = {"filter": "lait filter", "clean_pages": "lait clean", "clean": "lait clean", "score": "lait score", "build_pick": "lait build",
-        "build_shards": "lait build", "build_faces": "lait build"}
+        "build_shards": "lait build", "build_faces": "lait build", "clean_documents": "lait documents",
+        "score_documents": "lait documents", "documents_build": "lait documents"}
 
 
 @dataclass

@@ -367,3 +367,21 @@ def test_a_rerun_redoes_nothing_and_writes_the_same_documents(documents_web):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "clean_documents: 0 done" in done.stderr and "score_documents: 0 done" in done.stderr
     assert {p.name: p.read_bytes() for p in folder.iterdir() if p.suffix in (".tar", ".parquet")} == before
+
+
+def test_stats_and_the_report_show_the_documents(documents_web, tmp_path):
+    from lait.app.report import summary_text, write_report
+
+    work, folder, _, _ = documents_web
+    st, page = write_report(work, tmp_path / "report.html")
+    rows = {r.step: r for r in st.funnel if r.unit == "documents"}
+    assert rows["written"].count == 4
+    # Each step adds up: the next step's count plus what was dropped there, by reason.
+    assert rows["pages read"].count == rows["with main text"].count + sum(rows["with main text"].dropped.values())
+    assert rows["with main text"].count == 4 + sum(rows["written"].dropped.values())
+    text = summary_text(st)
+    assert "documents: 4 in 1 shards" in text and "documents dropped:" in text
+    html = page.read_text()
+    assert html.count('class="document"') == 3 and html.count('<img class="doc"') >= 3
+    first = _documents(folder)[0]
+    assert first["text_list"][0] in html
