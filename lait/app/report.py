@@ -198,7 +198,17 @@ def documents_text(st: DatasetStats) -> list[str]:
             f"several documents", f"documents dropped: {drops}"]
 
 
-def _documents_html(work_root: str | Path, st: DatasetStats, max_unsafe: float) -> str:
+def shown_documents(work_root: str | Path) -> list[str]:
+    """The page URLs of the documents the report renders (the first of WORK/documents/00000.tar)."""
+    first = storage.location(work_root) / "documents" / "00000.tar"
+    if not storage.exists(first):
+        return []
+    with tarfile.open(fileobj=io.BytesIO(storage.read_bytes(first))) as tf:
+        return [json.loads(tf.extractfile(m).read())["url"] for m in tf.getmembers()[:SHOWN_DOCUMENTS]]
+
+
+def _documents_html(work_root: str | Path, st: DatasetStats, max_unsafe: float,
+                    copies: dict[str, str] | None = None) -> str:
     """The documents section: the counts, and the first documents rendered in order, each picture
     before the sentence it was placed at (thumbnails blurred as the samples' are)."""
     if not st.documents:
@@ -227,7 +237,7 @@ def _documents_html(work_root: str | Path, st: DatasetStats, max_unsafe: float) 
                     body.append(html.escape(sentence) + " ")
                 more = len(doc["text_list"]) - SHOWN_SENTENCES
                 tail = f" <i>... {more} more sentences</i>" if more > 0 else ""
-                shown.append(f'<div class="document"><h3>{_page_link(doc["url"])}</h3><p>{"".join(body)}{tail}</p></div>')
+                shown.append(f'<div class="document"><h3>{_page_link(doc["url"], copies)}</h3><p>{"".join(body)}{tail}</p></div>')
     return f"<h2>Documents</h2>{lines}{''.join(shown)}"
 
 
@@ -557,9 +567,10 @@ def write_report(work_root: str | Path, out: str | Path | None = None) -> tuple[
     out.parent.mkdir(parents=True, exist_ok=True)
     linked = {s.get("page_url") or s["url"] for s in grid + best + worst}
     linked |= {e.page_url for es in st.examples.values() for e in es if e.page_url}
+    linked |= set(shown_documents(work_root))
     copies = write_page_copies(work_root, {u for u in linked if is_http_url(u)}, out.parent / f"{out.stem}_pages")
     page = render_html(st, plots(st.funnel, st.sorted_rejects(), st.widths, st.heights, st.samples, st.counter),
-                       thumbs, copies, blurred, _documents_html(work_root, st, st.max_unsafe))
+                       thumbs, copies, blurred, _documents_html(work_root, st, st.max_unsafe, copies))
     out.write_text(page, encoding="utf-8")
     return st, out
 
