@@ -319,12 +319,11 @@ def _document(doc: dict[str, Any], sims_row: dict[str, Any] | None, kept: dict[s
     sentences = [s for p in paragraphs for s in p]
     para_of = [i for i, p in enumerate(paragraphs) for _ in p]
     urls = sims_row["image_urls"] if sims_row else []
-    scored = [i for i, u in enumerate(urls) if u is not None and u in kept]
     n_rows = sum(1 for u in urls if u is not None)
     matrix = (np.frombuffer(sims_row["sims"], np.float32).reshape(n_rows, sims_row["n_sentences"])
               if sims_row and n_rows and sims_row["n_sentences"] == len(sentences) else np.zeros((0, len(sentences))))
     row_of = {i: r for r, i in enumerate(i for i, u in enumerate(urls) if u is not None)}
-    scored = [i for i in scored if i in row_of and matrix.shape[0]]
+    scored = [i for i, u in enumerate(urls) if u is not None and u in kept and matrix.shape[0]]
     above = [i for i in scored if matrix[row_of[i]].max(initial=-1.0) >= cfg.min_sim]
     if not above:
         why = "no picture of the main text was kept by stage 2" if not scored else \
@@ -338,6 +337,7 @@ def _document(doc: dict[str, Any], sims_row: dict[str, Any] | None, kept: dict[s
     page_uid = uid_of(doc["page_url"])
     image_info = []
     matrix_rows: list[int] = []
+    shipped_bytes: dict[str, bytes] = {}  # URL -> the picture as written, for the Parquet
     for i, j in placed:
         url = urls[i]
         row = kept[url]
@@ -359,6 +359,7 @@ def _document(doc: dict[str, Any], sims_row: dict[str, Any] | None, kept: dict[s
                 "width": shipped.width, "height": shipped.height}
         image_info.append(info)
         matrix_rows.append(row_of[i])
+        shipped_bytes[url] = data
     if not image_info:
         return ("no_image", "no picture could be written"), None
     mmc4 = {"url": doc["page_url"], "uid": page_uid, "text_list": sentences, "image_info": image_info,
@@ -378,7 +379,7 @@ def _document(doc: dict[str, Any], sims_row: dict[str, Any] | None, kept: dict[s
     for k in range(len(paragraphs) + 1):
         for info in by_after.get(k, ()):
             images_col.append(info["raw_url"])
-            bytes_col.append(base64.b64decode(info["image_base64"]))
+            bytes_col.append(shipped_bytes[info["raw_url"]])
             texts_col.append(None)
             meta.append(json.dumps({"uid": info["uid"], "sha256": info["sha256"], "width": info["width"],
                                     "height": info["height"], "face_detections": info["face_detections"]}))

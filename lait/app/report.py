@@ -198,16 +198,16 @@ def documents_text(st: DatasetStats) -> list[str]:
             f"several documents", f"documents dropped: {drops}"]
 
 
-def shown_documents(work_root: str | Path) -> list[str]:
-    """The page URLs of the documents the report renders (the first of WORK/documents/00000.tar)."""
+def shown_documents(work_root: str | Path) -> list[dict[str, Any]]:
+    """The documents the report renders: the first of WORK/documents/00000.tar, as MMC4 dicts."""
     first = storage.location(work_root) / "documents" / "00000.tar"
     if not storage.exists(first):
         return []
     with tarfile.open(fileobj=io.BytesIO(storage.read_bytes(first))) as tf:
-        return [json.loads(tf.extractfile(m).read())["url"] for m in tf.getmembers()[:SHOWN_DOCUMENTS]]
+        return [json.loads(tf.extractfile(m).read()) for m in tf.getmembers()[:SHOWN_DOCUMENTS]]
 
 
-def _documents_html(work_root: str | Path, st: DatasetStats, max_unsafe: float,
+def _documents_html(st: DatasetStats, docs: list[dict[str, Any]], max_unsafe: float,
                     copies: dict[str, str] | None = None) -> str:
     """The documents section: the counts, and the first documents rendered in order, each picture
     before the sentence it was placed at (thumbnails blurred as the samples' are)."""
@@ -219,25 +219,21 @@ def _documents_html(work_root: str | Path, st: DatasetStats, max_unsafe: float,
 
     lines = "".join(f"<p>{html.escape(line)}</p>" for line in documents_text(st))
     shown = []
-    first = storage.location(work_root) / "documents" / "00000.tar"
-    if storage.exists(first):
-        with tarfile.open(fileobj=io.BytesIO(storage.read_bytes(first))) as tf:
-            for m in tf.getmembers()[:SHOWN_DOCUMENTS]:
-                doc = json.loads(tf.extractfile(m).read())
-                at: dict[int, list[str]] = defaultdict(list)
-                for info in doc["image_info"]:
-                    image = Image.open(io.BytesIO(base64.b64decode(info["image_base64"])))
-                    uri, _ = thumbnail_uri(image, THUMB, None, max_unsafe=max_unsafe)
-                    at[info["matched_text_index"]].append(
-                        f'<img class="doc" alt="{html.escape(info["raw_url"])}" src="{uri}" '
-                        f'title="matched_sim {info["matched_sim"]:.3f}">')
-                body = []
-                for j, sentence in enumerate(doc["text_list"][:SHOWN_SENTENCES]):
-                    body += at.get(j, [])
-                    body.append(html.escape(sentence) + " ")
-                more = len(doc["text_list"]) - SHOWN_SENTENCES
-                tail = f" <i>... {more} more sentences</i>" if more > 0 else ""
-                shown.append(f'<div class="document"><h3>{_page_link(doc["url"], copies)}</h3><p>{"".join(body)}{tail}</p></div>')
+    for doc in docs:
+        at: dict[int, list[str]] = defaultdict(list)
+        for info in doc["image_info"]:
+            image = Image.open(io.BytesIO(base64.b64decode(info["image_base64"])))
+            uri, _ = thumbnail_uri(image, THUMB, None, max_unsafe=max_unsafe)
+            at[info["matched_text_index"]].append(
+                f'<img class="doc" alt="{html.escape(info["raw_url"])}" src="{uri}" '
+                f'title="matched_sim {info["matched_sim"]:.3f}">')
+        body = []
+        for j, sentence in enumerate(doc["text_list"][:SHOWN_SENTENCES]):
+            body += at.get(j, [])
+            body.append(html.escape(sentence) + " ")
+        more = len(doc["text_list"]) - SHOWN_SENTENCES
+        tail = f" <i>... {more} more sentences</i>" if more > 0 else ""
+        shown.append(f'<div class="document"><h3>{_page_link(doc["url"], copies)}</h3><p>{"".join(body)}{tail}</p></div>')
     return f"<h2>Documents</h2>{lines}{''.join(shown)}"
 
 
@@ -567,10 +563,11 @@ def write_report(work_root: str | Path, out: str | Path | None = None) -> tuple[
     out.parent.mkdir(parents=True, exist_ok=True)
     linked = {s.get("page_url") or s["url"] for s in grid + best + worst}
     linked |= {e.page_url for es in st.examples.values() for e in es if e.page_url}
-    linked |= set(shown_documents(work_root))
+    docs = shown_documents(work_root) if st.documents else []
+    linked |= {d["url"] for d in docs}
     copies = write_page_copies(work_root, {u for u in linked if is_http_url(u)}, out.parent / f"{out.stem}_pages")
     page = render_html(st, plots(st.funnel, st.sorted_rejects(), st.widths, st.heights, st.samples, st.counter),
-                       thumbs, copies, blurred, _documents_html(work_root, st, st.max_unsafe, copies))
+                       thumbs, copies, blurred, _documents_html(st, docs, st.max_unsafe, copies))
     out.write_text(page, encoding="utf-8")
     return st, out
 
