@@ -33,12 +33,12 @@ import logging
 import os
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
-from lait.config import ConfigError, StageConfig, setting
+# FilterConfig lived here before filters/config.py: the name stays importable from this module.
+from lait.filters.config import DEFAULT_FORMATS, FilterConfig  # noqa: F401
 from lait.filters.consent import c2pa_reservation, dmi_reservation, load_hash_list
 from lait.filters.image_decode import (
     ImageHeader,
@@ -50,13 +50,7 @@ from lait.filters.image_decode import (
     sniff,
 )
 from lait.filters.image_rights import file_rights
-from lait.filters.unsafe import (
-    DEFAULT_MAX_UNSAFE,
-    DEFAULT_MODEL,
-    UnsafeScorer,
-    check_unsafe_model,
-    decode_for_model,
-)
+from lait.filters.unsafe import UnsafeScorer, decode_for_model
 from lait.imagehash import phash_of
 from lait.memory import media_heap
 from lait.parts import helper_thread
@@ -68,72 +62,6 @@ log = logging.getLogger(__name__)
 # Side of the colour thumbnails that confirm a phash match: coarse enough that two resizes of
 # one picture agree at 1/8-scale decoding, fine enough that different pictures do not.
 THUMB = 8
-DEFAULT_FORMATS = ["JPEG", "PNG", "WEBP", "GIF", "BMP", "TIFF", "MPO"]
-
-
-@dataclass
-class FilterConfig(StageConfig):
-    """Settings of `lait filter` (LAIT's defaults: shorter side >= 300 px, aspect ratio <= 3)."""
-
-    section: ClassVar[str] = "filter"
-    moved: ClassVar[dict[str, str]] = {
-        "face_model": "build", "min_face_score": "build"}  # faces are searched where they ship (issue 61)
-
-    min_side: int = setting(300, "reject images whose shorter side is below this many pixels")
-    max_aspect: float = setting(3.0, "reject images whose long/short side ratio is above this")
-    formats: list[str] = setting(DEFAULT_FORMATS, "image formats accepted (Pillow names)")
-    max_bytes: int = setting(30_000_000, "reject image files larger than this many bytes")
-    max_pixels: int = setting(40_000_000, "reject images with more pixels (decompression bombs)")
-    animated: str = setting("reject", "animated images: reject them, or keep their first frame",
-                            choices=["reject", "first_frame"])
-    dedup: bool = setting(False, "reject exact (sha256) and perceptual (phash) duplicates within a partition, "
-                          "keeping the first in crawl order (off: stage 5 groups duplicates over the whole "
-                          "dataset and keeps one by a total order, whatever the crawl order)")
-    phash_distance: int = setting(10, "perceptual duplicates: phash Hamming distance at most this")
-    near_dup_max_diff: float = setting(
-        5.0, "perceptual duplicates must also differ by at most this mean absolute value (0-255) "
-             "on 8x8 colour thumbnails; guards against phash collisions of simple images")
-    uninformative: str = setting("flat", "uninformative-image classifier: flat (few-colour "
-                                 "graphics and blanks), none, or package.module:Class")
-    flat_max_colours: int = setting(32, "flat heuristic: at most this many colours in a 64x64 thumbnail")
-    keep_jpeg_max_bytes: int = setting(4_000_000, "store an upright RGB/grey JPEG as fetched when at "
-                                       "most this large; otherwise re-encode")
-    jpeg_quality: int = setting(95, "quality of re-encoded JPEGs")
-    exclude_hashes: str = setting("", "file of hashes of images to reject, one a line: MD5 or SHA-256 hex of "
-                                  "the bytes, or pdq:HEX perceptual hashes (filter/excluded_hash)", metavar="FILE")
-    unsafe_model: str = setting(DEFAULT_MODEL, "model that gives each image its unsafe probability "
-                                "(punsafe, kept in images_ok and the shards), or none", choices=[DEFAULT_MODEL, "none"])
-    max_unsafe: float = setting(DEFAULT_MAX_UNSAFE, "reject images whose unsafe probability is above this "
-                                "(filter/unsafe); 0.8: open_nsfw's own line for likely NSFW, under 1 in 100 real "
-                                "benign photos above it (docs/safety.md)")
-    obey_reservations: bool = setting(True, "reject images whose XMP plus:DataMining (IPTC) or C2PA "
-                                      "training-mining assertion prohibits AI/ML training or data mining "
-                                      "(filter/dmi_reserved)")
-
-    def validate(self) -> None:
-        super().validate()
-        if self.min_side < 1 or self.max_aspect < 1:
-            raise ConfigError("min_side must be >= 1 and max_aspect >= 1")
-        if not 0 <= self.phash_distance <= 64:
-            raise ConfigError("phash_distance must be between 0 and 64")
-        if not 1 <= self.jpeg_quality <= 100:
-            raise ConfigError("jpeg_quality must be between 1 and 100")
-        if not 0 <= self.max_unsafe <= 1:
-            raise ConfigError("max_unsafe must be between 0 and 1")
-        if self.unsafe_model != "none":
-            check_unsafe_model(self.unsafe_model)  # before any partition: one line, not one per worker
-        self.formats = [f.upper() for f in self.formats]
-        if self.exclude_hashes:
-            load_hash_list(self.exclude_hashes)  # a missing file or a bad line fails here, not per part
-
-    def output_settings(self) -> dict[str, Any]:
-        """The settings a partition's fingerprint records; the hash list by its content too, so
-        that a list with new entries redoes the partitions it may change."""
-        out = super().output_settings()
-        if self.exclude_hashes:
-            with open(self.exclude_hashes, "rb") as f:
-                out["exclude_hashes_sha256"] = hashlib.file_digest(f, "sha256").hexdigest()
-        return out
 
 
 # -- rule filters on the header ------------------------------------------------------------------

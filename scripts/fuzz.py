@@ -4,7 +4,7 @@ installs; `make fuzz` runs it after the long hypothesis run.
     .venv/bin/python scripts/fuzz.py page_reader --seconds 60
     .venv/bin/python scripts/fuzz.py all --seconds 30        # each target in its own process
 
-Targets are those of `lait.testkit.fuzz` (page_reader, warc_reader, image_decode,
+Targets are those of `tests/kit/fuzz.py` (page_reader, warc_reader, image_decode,
 config_loader), started from their seeds. An input that makes a target raise anything but its
 documented error is written to fuzz-artifacts/ and the run exits non-zero. Without atheris the
 script says so and exits 0: the hypothesis tests cover the same targets.
@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # the test kit, tests/kit/
 ARTIFACTS = REPO / "fuzz-artifacts"
 
 
@@ -34,7 +35,7 @@ def run_one(name: str, seconds: int) -> int:
         import lait.filters.image_stage  # noqa: F401
         import lait.pagereader  # noqa: F401
         import lait.train.config  # noqa: F401
-        from lait.testkit import fuzz
+        from kit import fuzz
 
     target, seeds = fuzz.TARGETS[name]
     work = Path(tempfile.mkdtemp(prefix=f"lait-fuzz-{name}-"))

@@ -99,7 +99,8 @@ class CleanBench:
 
     def stage_rate(self, judge: str = "default") -> float:
         from lait.executor import LocalExecutor
-        from lait.filters.text_stage import CleanConfig, CleanStage
+        from lait.filters.config import CleanConfig
+        from lait.filters.text_stage import CleanStage
         from lait.parts import WorkDir
 
         root = self.tmp / "work"

@@ -2,7 +2,7 @@
 
 Data: the real photos of ../shared/data/photos (COCO and misc, ~150 KB JPEGs) repeated to N
 distinct URLs, spread over H loopback hosts (127.0.20.1, .2, ...) served by this process
-(`lait.testkit.photos`), as a CSV list with a caption column. Both tools download every URL
+(`tests/kit/photos.py`), as a CSV list with a caption column. Both tools download every URL
 with the same concurrency and no resizing or re-encoding, one after the other, alternating:
 
 - img2dataset 1.47.0, in its own virtual environment (BASELINES.md: it pins old webdataset and
@@ -41,6 +41,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # the test kit, tests/kit/
 sys.path.insert(0, str(REPO / "bench"))
 
 from pairs import Pair  # noqa: E402
@@ -104,7 +105,7 @@ TARGETS = {1: 1.0, 2: 1.3}  # by process count of both tools (issue 30)
 @contextlib.contextmanager
 def photo_list(n: int, hosts: int):
     """Serve the photos repeated to `n` URLs from `hosts` loopback hosts; yield (list, tmp, MB)."""
-    from lait.testkit.photos import PhotoServer, PhotoSite
+    from kit.photos import PhotoServer, PhotoSite
 
     data = photos()
     per_host = [dict() for _ in range(hosts)]

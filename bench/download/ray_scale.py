@@ -1,6 +1,6 @@
 """Benchmark: `lait download --executor ray` on one worker node, then on two (issue 30).
 
-A local Ray cluster of separate nodes (`lait.testkit.raycluster`: a head with no CPUs and worker
+A local Ray cluster of separate nodes (`tests/kit/raycluster.py`: a head with no CPUs and worker
 nodes of one CPU each, so one fetcher task runs per node), a loopback image server that answers
 every request after `--latency` seconds (150 ms) under `--hosts` host names (16, all resolved
 to it with `--resolve`), and a list of `--n` distinct image URLs (8,000) spread over them. Each
@@ -29,6 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # the test kit, tests/kit/
 
 
 def tiny_jpegs(k: int = 64) -> list[bytes]:
@@ -50,7 +51,7 @@ def host_names(n: int) -> list[str]:
 
 def make_site(n: int, hosts: int, latency: float):
     """The server's files and the list rows: URL i on host i % hosts."""
-    from lait.testkit.photos import PhotoSite
+    from kit.photos import PhotoSite
 
     blobs = tiny_jpegs()
     names = host_names(hosts)
@@ -110,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check-local", action="store_true")
     args = ap.parse_args(argv)
 
-    from lait.testkit.photos import PhotoServer
-    from lait.testkit.raycluster import LocalRayCluster
+    from kit.photos import PhotoServer
+    from kit.raycluster import LocalRayCluster
 
     site, rows, names = make_site(args.n, args.hosts, args.latency)
     results = {}

@@ -141,7 +141,8 @@ class FilterBench:
 
     def stage_rate(self, src=None, **settings) -> float:
         from lait.executor import LocalExecutor
-        from lait.filters.image_stage import FilterConfig, ImageFilterStage
+        from lait.filters.config import FilterConfig
+        from lait.filters.image_stage import ImageFilterStage
         from lait.parts import WorkDir
 
         src = src or self.src

@@ -37,7 +37,8 @@ def main() -> None:
     from bench_filter import load_images
 
     from lait.executor import LocalExecutor
-    from lait.filters.image_stage import FilterConfig, ImageFilterStage
+    from lait.filters.config import FilterConfig
+    from lait.filters.image_stage import ImageFilterStage
     from lait.fingerprint import plan_run
     from lait.parts import WorkDir
 

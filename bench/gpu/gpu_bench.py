@@ -35,6 +35,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # the test kit, tests/kit/
 
 TARGETS = {"score_ratio": 0.8, "score_b32_images": 10_000, "mfu": 0.40, "gates_images": 2_000, "cpu_decode": 2.0}
 
@@ -220,7 +221,7 @@ def _score_cfg(args, work: str, device: str, model: str | None = None):
 
     extra = {}
     if args.smoke:
-        from lait.testkit.scoring_data import tiny_config_file
+        from kit.scoring_data import tiny_config_file
 
         extra["model_config"] = str(tiny_config_file(Path(tempfile.gettempdir()), "lait-gpu-bench-tiny"))
     else:
@@ -240,8 +241,8 @@ def write_pool(root: Path, photos: list[tuple[str, bytes]], caps: dict[str, list
     import hashlib
     import random
 
+    from kit.scoring_data import T0
     from lait.parts import WorkDir
-    from lait.testkit.scoring_data import T0
 
     work = WorkDir(root, n_partitions=1).init()
     rng = random.Random(0)
@@ -349,7 +350,7 @@ def _score_model(args, res: Results, work, photos, model: str | None, device: st
 def section_train(args, res: Results) -> None:
     import torch
 
-    from lait.testkit.synthetic_shards import object_samples, write_shards
+    from kit.synthetic_shards import object_samples, write_shards
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tmp = Path(tempfile.mkdtemp(prefix="lait-gpu-train-", dir=args.tmp))

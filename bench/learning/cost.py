@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))  # the test kit, tests/kit/
 
 
 def timed(fn, n: int, rounds: int) -> dict:
@@ -48,10 +49,10 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
+    from kit.photo_shards import split_items
     from lait.models import load_image_classifier, load_sentence_encoder
     from lait.scoring.concepts import load_concept_scorer
     from lait.scoring.decode import ImageDecoder
-    from lait.testkit.photo_shards import split_items
     from lait.train.config import RegionConfig
     from lait.train.data import image_tensor
     from lait.train.regions import CnnRegions

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))  # the test kit, tests/kit/
 DATA = REPO.parent / "shared" / "data" / "photos" / "flickr8k"
 HERE = Path(__file__).resolve().parent
 
@@ -61,7 +62,7 @@ def lait(*args: str) -> float:
 
 
 def split_items(split: str) -> list[dict]:
-    from lait.testkit.photo_shards import split_items as items
+    from kit.photo_shards import split_items as items
 
     return items(DATA / "karpathy.json", split)
 
@@ -114,7 +115,7 @@ def step_shards(work: Path, max_regions: int, per_shard: int = 800) -> None:
     """Train split -> shards/NNNNN.tar, one sample per caption, with cnn regions and labels."""
     import torch
 
-    from lait.testkit.photo_shards import photo_samples, write_photo_shards
+    from kit.photo_shards import photo_samples, write_photo_shards
 
     torch.set_num_threads(2)
     samples = photo_samples(DATA / "karpathy.json", DATA / "images", "train", max_regions)

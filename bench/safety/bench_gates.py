@@ -39,6 +39,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # the test kit, tests/kit/
 
 STAGE2_TARGET = 50.0  # images per CPU-second, stage 2 with its default gates
 ADDED_TARGET = 0.5  # the gates' share added to stages 2-5's CPU per input image, at most
@@ -52,7 +53,7 @@ def web_photos(n_variants: int) -> list[tuple[str, bytes, str]]:
     """(file name, JPEG bytes, caption) of every variant of every COCO photo."""
     from PIL import Image
 
-    from lait.testkit.photos import coco_photos
+    from kit.photos import coco_photos
 
     folder = REPO.parent / "shared" / "data" / "photos" / "coco_train"
     if not (folder / "captions.json").exists():
@@ -107,7 +108,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1)
     args = ap.parse_args()
 
-    from lait.testkit.photos import PhotoServer, PhotoSite
+    from kit.photos import PhotoServer, PhotoSite
 
     photos = web_photos(args.variants)
     tmp = Path(tempfile.mkdtemp(prefix="bench-gates-"))

@@ -31,15 +31,16 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # the test kit, tests/kit/
 sys.path.insert(0, str(REPO / "bench"))
 
 from pairs import Pair  # noqa: E402
 
+from kit.scoring_data import tiny_config_file, write_work  # noqa: E402
 from lait.scoring.config import ScoreConfig  # noqa: E402
 from lait.scoring.decode import ImageDecoder  # noqa: E402
 from lait.scoring.model import get_scorer  # noqa: E402
 from lait.scoring.pipeline import score_work  # noqa: E402
-from lait.testkit.scoring_data import tiny_config_file, write_work  # noqa: E402
 
 TARGET = 0.9  # whole stage / model alone
 JUNK = ["image", "photo", "click here", "IMG_2041.JPG", "logo", "untitled", "DSC01234.jpg", "picture"]

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # the test kit, tests/kit/
 
 
 def main() -> None:
@@ -37,7 +38,7 @@ def main() -> None:
 
     import torch
 
-    from lait.testkit.synthetic_shards import object_samples, write_shards
+    from kit.synthetic_shards import object_samples, write_shards
     from lait.train.bert_init import bundled_minilm_dir
     from lait.train.checkpoint import Position
     from lait.train.config import DataConfig, OptimConfig, RegionConfig, TaskWeights, TrainStageConfig

@@ -112,7 +112,7 @@ RAW_POOL_SOURCES = ["alt", "context"]
 def raw_pool_settings() -> dict[str, dict[str, Any]]:
     """What `--raw-pool` sets, per stage: the rules it turns off (every stage-3 rule that drops
     a text, stage 5's generic-text rule) and the sources it keeps."""
-    from lait.filters.text_stage import skippable_rules
+    from lait.filters.config import skippable_rules
 
     return {"clean": {"sources": list(RAW_POOL_SOURCES), "rules_off": list(skippable_rules())},
             "build": {"max_images_per_text": 0}}

@@ -48,8 +48,8 @@ def make_documents(cfg) -> tuple[list, dict | None]:
     from lait.app.steps import recorded_settings
     from lait.build.documents import write_documents
     from lait.drivers import open_work_dir, record_run, stage_executor
+    from lait.filters.config import CleanConfig
     from lait.filters.documents import DocumentStage
-    from lait.filters.text_stage import CleanConfig
     from lait.lock import locked
     from lait.scoring.config import ScoreConfig
     from lait.scoring.documents import DocSimStage

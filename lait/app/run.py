@@ -1,7 +1,7 @@
 """`lait run`: stages 2 to 5 in one go, with the settings of one pipeline YAML.
 
-    filter:  {min_side: 300}        # FilterConfig   (filters.image_stage)
-    clean:   {languages: [en]}      # CleanConfig    (filters.text_stage)
+    filter:  {min_side: 300}        # FilterConfig   (filters.config)
+    clean:   {languages: [en]}      # CleanConfig    (filters.config)
     score:   {model: ViT-B-32, pretrained: laion2b_s34b_b79k}   # ScoreConfig (scoring.config)
     build:   {samples_per_shard: 10000, min_score: 0.28}        # BuildConfig (build.config)
 

@@ -44,13 +44,13 @@ def _run_clean(cfg) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from lait.filters.image_stage import FilterConfig
+    from lait.filters.config import FilterConfig
 
     add_config_command(sub, "filter", FilterConfig, _run_filter, epilog=FILTER_EPILOG, continues=True,
                        help="stage 2: image content filtering (size, aspect, format, duplicates)")
     clean_help = "stage 3: candidate texts per image, sentence detection and cleaning"
     try:  # stage 3 reads pages with the crawler's packages, which a GPU image may lack
-        from lait.filters.text_stage import CleanConfig
+        from lait.filters.config import CleanConfig
     except ImportError as exc:
         add_unavailable_command(sub, "clean", exc, help=clean_help)
     else:

@@ -26,8 +26,8 @@ class Step:
 
 
 STEPS = (
-    Step("filter", "lait.filters.image_stage", "FilterConfig"),
-    Step("clean", "lait.filters.text_stage", "CleanConfig"),
+    Step("filter", "lait.filters.config", "FilterConfig"),
+    Step("clean", "lait.filters.config", "CleanConfig"),
     Step("score", "lait.scoring.config", "ScoreConfig"),
     Step("build", "lait.build.config", "BuildConfig"),
 )

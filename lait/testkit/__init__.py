@@ -5,7 +5,9 @@
 - `realweb`: real article pages of ../shared/data served locally with their images reachable;
 - `demo_scorer`: the tiny open_clip scorer trained on the scenes (`lait score --model demo`
   loads what it builds);
-- `synthetic_shards`: small shards of drawn scenes for the trainer's tests.
+- `heldout`, `hostile`: the demo web's held-out photos and its hostile hosts.
 
-Only the app layer (`lait demo`, `lait serve-site`), tests and benchmarks import it.
+This is product code: `lait demo`, `lait serve-site` and `lait compare` run it, and `lait score
+--model demo` trains and loads the demo scorer. What only tests and benchmarks use lives in
+`tests/kit/`, outside the wheel.
 """

@@ -13,11 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
+from kit import build_data as data  # noqa: E402
 from lait.build.config import BuildConfig
 from lait.build.pipeline import build
 from lait.config import ConfigError
 from lait.parts import WorkDir
-from lait.testkit import build_data as data  # noqa: E402
 
 
 def read_shards(root: Path) -> dict[str, dict[str, bytes]]:

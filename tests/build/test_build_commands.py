@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from kit import build_data as data  # noqa: E402
 from lait.app.cli import build_parser
 from lait.config import ConfigError
-from lait.testkit import build_data as data  # noqa: E402
 
 
 def cli(argv: list[str]) -> int:

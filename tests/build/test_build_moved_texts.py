@@ -1,5 +1,5 @@
 """A text moves to another image of a duplicate group only scored against that image, and only
-pixels that agree make a group (lait.testkit.build_data writes the tables stage 5 reads)."""
+pixels that agree make a group (kit.build_data writes the tables stage 5 reads)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from kit import build_data as data
 from lait.build.config import BuildConfig
 from lait.build.dedup import group_duplicates
 from lait.build.pipeline import build
 from lait.build.pixels import pixel_diff, thumbnail
 from lait.parts import WorkDir, partition_of
-from lait.testkit import build_data as data
 
 SITE = data.SITE
 

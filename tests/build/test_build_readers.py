@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from kit import build_data as data  # noqa: E402
 from lait.build.config import BuildConfig
 from lait.build.pipeline import build
-from lait.testkit import build_data as data  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,10 @@ import subprocess
 import pytest
 from PIL import Image
 
+from kit import build_data as data  # noqa: E402
 from lait.app.report import summary_text, write_report
 from lait.build.config import BuildConfig
 from lait.build.pipeline import build
-from lait.testkit import build_data as data  # noqa: E402
 
 CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]

@@ -16,7 +16,7 @@ from lait.parts import PartitionedWriter, WorkDir
 
 tables = pytest.importorskip("lait.arrays")
 
-from lait.testkit import build_data as data  # noqa: E402
+from kit import build_data as data  # noqa: E402
 
 
 def _write(work: WorkDir, table: str, rows: list[dict], key: str) -> None:

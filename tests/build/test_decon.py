@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from kit import build_data
 from lait.build.config import BuildConfig, SelectConfig
 from lait.build.decon import HashIndex, eval_files, load_eval_set
 from lait.build.pixels import pixel_diff, pixel_diffs
 from lait.config import ConfigError
 from lait.parts import WorkDir, partition_of
-from lait.testkit import build_data
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 SITE = "http://pool.test"
@@ -276,7 +276,8 @@ def contaminated_pool(shared_data, tmp_path_factory):
     times each (`planted_copies`), 200 other Flickr8k photos (train and val) and the 80 COCO
     photos; one scored text per image. Returns it, the planted URLs and the others'."""
     from lait.executor import LocalExecutor
-    from lait.filters.image_stage import FilterConfig, ImageFilterStage
+    from lait.filters.config import FilterConfig
+    from lait.filters.image_stage import ImageFilterStage
 
     flickr = shared_data / "photos" / "flickr8k"
     split = {it["filename"]: it["split"] for it in json.loads((flickr / "karpathy.json").read_text())["images"]}

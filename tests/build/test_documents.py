@@ -145,10 +145,10 @@ def documents_web(shared_data, tmp_path_factory):
     above after `lait run` and `lait documents`."""
     pytest.importorskip("lait.crawler.run")
     pytest.importorskip("facenet_pytorch", reason="the face detector's package is not installed")
+    from kit import scoring_data as testdata
     from lait.crawler.config import CrawlConfig
     from lait.crawler.run import crawl
     from lait.filters.unsafe import UnsafeScorer, decode_for_model
-    from lait.testkit import scoring_data as testdata
     from lait.testkit.server import SiteServer
 
     coco = shared_data / "photos" / "coco_train"

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
+from kit.photos import PhotoServer, PhotoSite, coco_photos
+from kit.pipeline_kit import write_csv
 from lait.parts import WorkDir
-from lait.testkit.photos import PhotoServer, PhotoSite, coco_photos
-from lait.testkit.pipeline_kit import write_csv
 
 PIPELINE = "clean: {languages: [en]}\nscore: {model: demo, near_dup_threshold: 0.999}\nbuild: {samples_per_shard: 20}\n"
 # Pillow's name of the format, the file suffix, and how the photo is saved in it.

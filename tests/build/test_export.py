@@ -9,13 +9,13 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from kit import build_data as data  # noqa: E402
 from lait.app.cli import build_parser
 from lait.build.config import BuildConfig, SelectConfig
 from lait.build.export import ExportConfig, export_embeddings
 from lait.build.pipeline import build
 from lait.build.select import select
 from lait.config import ConfigError
-from lait.testkit import build_data as data  # noqa: E402
 
 
 def load_export(out: Path) -> tuple[np.ndarray, np.ndarray, list[dict]]:

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from lait.testkit.photos import MISSING_PREFIX, NOT_AN_IMAGE_PREFIX, PhotoServer, PhotoSite, coco_photos
+from kit.photos import MISSING_PREFIX, NOT_AN_IMAGE_PREFIX, PhotoServer, PhotoSite, coco_photos
 
 pytestmark = pytest.mark.slow  # two downloads and lait's stages 2-5: about a minute
 

@@ -17,10 +17,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from kit import build_data as data  # noqa: E402
 from lait.build.config import BuildConfig
 from lait.build.pipeline import build
 from lait.parts import WorkDir
-from lait.testkit import build_data as data  # noqa: E402
 
 
 def _cfg(work: Path, **kw) -> BuildConfig:

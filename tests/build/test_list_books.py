@@ -15,11 +15,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from kit import build_data as data
 from lait.build.books import coerce, input_key, status_of, type_of
 from lait.build.config import BuildConfig
 from lait.build.pipeline import build
 from lait.parts import PartitionedWriter
-from lait.testkit import build_data as data
 
 LIST = "/lists/photos.jsonl"
 GONE = f"{data.SITE}/img/gone.jpg"  # stage 2 found a 404

@@ -266,9 +266,9 @@ def test_a_bad_recipe_is_a_config_error(tmp_path):
 # -- through `lait select` -------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def work(tmp_path_factory) -> Path:
+    from kit import build_data as data
     from lait.build.config import BuildConfig
     from lait.build.pipeline import build
-    from lait.testkit import build_data as data
 
     root = tmp_path_factory.mktemp("work")
     data.make_work(root, embeddings=True)
@@ -311,9 +311,9 @@ def test_lait_select_with_recipes_records_every_removal_with_its_reason(work, tm
 
 
 def test_a_recipe_and_exclude_eval_together_drop_the_eval_copy_then_apply_the_recipe(work, tmp_path):
+    from kit import build_data as data
     from lait.build.config import SelectConfig
     from lait.build.select import select
-    from lait.testkit import build_data as data
 
     (tmp_path / "eval").mkdir()
     (tmp_path / "eval" / "copy.jpg").write_bytes(data.photo(7))  # a pool picture, in the evaluation set

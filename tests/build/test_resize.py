@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from kit import build_data as data  # noqa: E402
 from lait.build.config import BuildConfig
 from lait.build.pipeline import build
 from lait.build.resize import ImageOptions, encode, exif_json, prepare, resample, target_size
 from lait.config import ConfigError
-from lait.testkit import build_data as data  # noqa: E402
 
 
 def decode(b: bytes) -> Image.Image:

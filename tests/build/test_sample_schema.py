@@ -13,10 +13,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from kit import build_data as data  # noqa: E402
 from lait.build.config import BuildConfig
 from lait.build.pipeline import build
 from lait.build.sample import FIELDS, KEYS, SIDECAR, array_to_uids, check_sample, make_sample, sample_uid
-from lait.testkit import build_data as data  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kit import build_data as data  # noqa: E402
 from lait.app.cli import build_parser
 from lait.build.config import BuildConfig, SelectConfig
 from lait.build.pipeline import build
 from lait.build.sample import array_to_uids, uids_to_array
 from lait.build.select import select
 from lait.config import ConfigError
-from lait.testkit import build_data as data  # noqa: E402
 
 
 @pytest.fixture(scope="module")

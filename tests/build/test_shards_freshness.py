@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from kit import build_data as data  # noqa: E402
 from lait.build.config import BuildConfig, SelectConfig
 from lait.build.pipeline import build
 from lait.build.select import select
 from lait.config import ConfigError
 from lait.lock import locked
 from lait.parts import WorkDir
-from lait.testkit import build_data as data  # noqa: E402
 
 
 @pytest.fixture(scope="module")

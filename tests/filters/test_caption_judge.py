@@ -18,7 +18,8 @@ from lait.filters.caption_judge import (
     fit,
     simple_features,
 )
-from lait.filters.text_stage import CleanConfig, CleanStage
+from lait.filters.config import CleanConfig
+from lait.filters.text_stage import CleanStage
 
 PAGE = """<!DOCTYPE html><html lang="en"><head><title>Harbour day</title></head><body><main>
 <h1>A day at the harbour</h1>

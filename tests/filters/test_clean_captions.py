@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from lait.executor import LocalExecutor
+from lait.filters.config import CleanConfig
 from lait.filters.langid import detect
-from lait.filters.text_stage import CleanConfig, CleanStage
+from lait.filters.text_stage import CleanStage
 
 PAGE = "http://site.test/story.html"
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "captions"

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from lait.executor import LocalExecutor
+from lait.filters.config import CleanConfig
 from lait.filters.text_rules import Candidate, text_filters, uncut
-from lait.filters.text_stage import CleanConfig, CleanStage
+from lait.filters.text_stage import CleanStage
 
 PARAGRAPH = ("The storm passed over the island during the night. Fishermen stayed in the harbour until "
              "noon, mending their nets.")

@@ -8,8 +8,9 @@ import json
 import pytest
 
 from lait.executor import LocalExecutor
+from lait.filters.config import CleanConfig
 from lait.filters.langid import declared, detect
-from lait.filters.text_stage import CleanConfig, CleanStage
+from lait.filters.text_stage import CleanStage
 
 PAGE = "http://site.test/story.html"
 # Human captions (Flickr8k, ../shared/data) that the language model alone tags Polish or German.

@@ -10,8 +10,9 @@ from lxml import html as lxml_html
 
 from lait.app import stages as command
 from lait.executor import LocalExecutor
+from lait.filters.config import CleanConfig
 from lait.filters.text_rules import Candidate, TextRules, split_sentences, text_filters
-from lait.filters.text_stage import CleanConfig, CleanStage
+from lait.filters.text_stage import CleanStage
 from lait.pagereader import image_urls, largest_candidate
 from lait.parts import partition_of
 

@@ -11,7 +11,8 @@ import pytest
 from lxml import html as lxml_html
 
 from lait.executor import LocalExecutor
-from lait.filters.text_stage import CleanConfig, CleanStage
+from lait.filters.config import CleanConfig
+from lait.filters.text_stage import CleanStage
 from lait.pagereader import resolve
 
 

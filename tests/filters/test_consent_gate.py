@@ -11,8 +11,9 @@ from PIL import Image, PngImagePlugin, TiffImagePlugin
 
 from lait.config import ConfigError
 from lait.executor import LocalExecutor
+from lait.filters.config import FilterConfig
 from lait.filters.consent import DMI_VALUES, VOCAB, dmi_code, load_hash_list
-from lait.filters.image_stage import FilterConfig, ImageFilterStage
+from lait.filters.image_stage import ImageFilterStage
 from lait.parts import WorkDir
 
 

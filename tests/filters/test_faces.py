@@ -18,7 +18,8 @@ import pytest
 
 from lait.executor import LocalExecutor
 from lait.faceblur import blur_faces, pixel_box
-from lait.filters.image_stage import FilterConfig, ImageFilterStage
+from lait.filters.config import FilterConfig
+from lait.filters.image_stage import ImageFilterStage
 from lait.parts import WorkDir
 
 # COCO photos with faces a person can see (bench/safety/face_labels.json labels 31 in them).
@@ -48,7 +49,7 @@ def photos(shared_data):
 def _filtered_work(root, td, photos) -> WorkDir:
     """Stage 2 with its defaults (the unsafe model aside) on the photos; each gets one text,
     photo i scored 0.1 * (i + 1), so that a score threshold lets a chosen few ship."""
-    from lait.testkit.build_data import _pair
+    from kit.build_data import _pair
 
     work = WorkDir(root, n_partitions=2).init()
     td.write_table(work, "images", [td.image_row(f"http://site.test/{i}.jpg", b) for i, b in enumerate(photos)],

@@ -11,7 +11,8 @@ import pytest
 from PIL import Image
 
 from lait.executor import LocalExecutor
-from lait.filters.image_stage import FilterConfig, ImageFilterStage
+from lait.filters.config import FilterConfig
+from lait.filters.image_stage import ImageFilterStage
 
 
 def run_filter(work, **settings):
@@ -48,7 +49,7 @@ def animated_gif(td) -> bytes:
 
 
 def cut_gif() -> bytes:
-    from lait.testkit.fuzz import image_seeds
+    from kit.fuzz import image_seeds
 
     gif = image_seeds()[2]  # two frames
     return gif[: len(gif) * 6 // 10]

@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 
 from lait.executor import LocalExecutor
-from lait.filters.image_stage import FilterConfig, ImageFilterStage
-from lait.filters.text_stage import CleanConfig, CleanStage
+from lait.filters.config import CleanConfig, FilterConfig
+from lait.filters.image_stage import ImageFilterStage
+from lait.filters.text_stage import CleanStage
 
 generator = pytest.importorskip("lait.testkit.generator")
 BASE = "http://shapes.test"

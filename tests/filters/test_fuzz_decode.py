@@ -1,5 +1,5 @@
 """Fuzz: stage 2's decode path on mutated images ends in a kept image or an `ImageRejected` with
-a registered filter rule, never in the catch-all filter/error (see `lait.testkit.fuzz.image_decode`)."""
+a registered filter rule, never in the catch-all filter/error (see `tests/kit/fuzz.py` (`image_decode`))."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ pytest.importorskip("hypothesis")
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st
 
-from lait.testkit.fuzz import image_decode, image_seeds, mutate  # noqa: E402
+from kit.fuzz import image_decode, image_seeds, mutate  # noqa: E402
 
 pytestmark = pytest.mark.fuzz
 

@@ -9,9 +9,10 @@ import pytest
 from PIL import Image
 
 from lait.executor import LocalExecutor
+from lait.filters.config import CleanConfig, FilterConfig
 from lait.filters.image_rights import file_rights
-from lait.filters.image_stage import FilterConfig, ImageFilterStage
-from lait.filters.text_stage import CleanConfig, CleanStage
+from lait.filters.image_stage import ImageFilterStage
+from lait.filters.text_stage import CleanStage
 
 PAGE_CC = "https://creativecommons.org/licenses/by/4.0/"
 FIGURE_CC = "https://creativecommons.org/licenses/by-sa/2.0/"

@@ -21,7 +21,8 @@ from PIL import Image, ImageFilter
 
 from lait.config import ConfigError
 from lait.executor import LocalExecutor
-from lait.filters.image_stage import FilterConfig, ImageFilterStage
+from lait.filters.config import FilterConfig
+from lait.filters.image_stage import ImageFilterStage
 from lait.filters.unsafe import DEFAULT_MAX_UNSAFE, UnsafeScorer, decode_for_model, thumbnail_uri
 from lait.models import ModelUnavailable, load_unsafe_classifier
 from lait.parts import WorkDir
@@ -137,9 +138,9 @@ def test_missing_package_is_a_config_error_naming_the_extra_and_the_way_out(monk
 
 
 def test_punsafe_reaches_sample_json_and_sidecar(make_work, td, scores, tmp_path):
+    from kit.build_data import _pair
     from lait.build.config import BuildConfig
     from lait.build.pipeline import build
-    from lait.testkit.build_data import _pair
 
     photos, _ = scores
     work = photo_work(make_work, td, photos[:6])

@@ -35,7 +35,7 @@ def installed_tree(built_wheel, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def crawled(tmp_path_factory) -> Path:
     """A crawl of the generated 30-page site (4 partitions): the input of the stage tests."""
-    from lait.testkit.pipeline_kit import crawl_site
+    from kit.pipeline_kit import crawl_site
 
     out = tmp_path_factory.mktemp("crawled") / "crawl"
     crawl_site(out)
@@ -47,7 +47,7 @@ def model(tmp_path_factory) -> Path:
     """The tiny random-init CLIP config the stage tests score with."""
     import json
 
-    from lait.testkit.pipeline_kit import TINY_CLIP
+    from kit.pipeline_kit import TINY_CLIP
 
     path = tmp_path_factory.mktemp("model") / "tiny-clip.json"
     path.write_text(json.dumps(TINY_CLIP))

@@ -113,7 +113,7 @@ def _state_dict_checkpoint(tmp: Path) -> None:
 
 
 def _no_sizes_json(tmp: Path) -> None:
-    from lait.testkit.synthetic_shards import object_samples, write_shards
+    from kit.synthetic_shards import object_samples, write_shards
 
     write_shards(tmp / "nosizes", object_samples(8, seed=1), per_shard=4)
     (tmp / "nosizes" / "sizes.json").unlink()
@@ -230,7 +230,7 @@ MISTAKES = [
 
 @pytest.fixture(scope="module")
 def train_inputs(tmp_path_factory) -> dict[str, str]:
-    from lait.testkit.synthetic_shards import (
+    from kit.synthetic_shards import (
         object_samples,
         scene_samples,
         write_shards,

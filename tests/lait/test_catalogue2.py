@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lait.testkit import build_data as data
+from kit import build_data as data
 
 
 def lait(*argv: str, timeout: float = 300, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:

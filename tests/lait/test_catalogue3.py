@@ -22,8 +22,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from lait.testkit import build_data as data
-from lait.testkit.pipeline_kit import NO_GATES
+from kit import build_data as data
+from kit.pipeline_kit import NO_GATES
 
 
 def lait(*argv: str, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from kit import build_data as data
 from lait.app.cli import main
-from lait.testkit import build_data as data
 
 pytestmark = pytest.mark.slow  # four tiny trainings and evaluations: about a minute on two cores
 

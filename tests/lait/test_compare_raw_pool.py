@@ -42,7 +42,7 @@ def raw(demo_run, tmp_path_factory):
 
 
 def test_the_raw_pool_holds_wrong_pairs_and_records_what_was_turned_off(raw, demo_run):
-    from lait.filters.text_stage import skippable_rules
+    from lait.filters.config import skippable_rules
 
     truth = json.loads((raw / "ground_truth.json").read_text())
     pool = []
@@ -96,7 +96,7 @@ def test_compare_counts_each_selections_wrong_pairs_on_the_raw_pool(raw, capsys)
     assert rows["all"]["wrong_pairs"] > 0 and rows["random-30"]["wrong_pairs"] > 0
     # The demo scorer ranks the pool's wrong pairs below its true ones: the top 30 % holds fewer.
     assert rows["clip-top30"]["wrong_pairs"] < rows["random-30"]["wrong_pairs"]
-    from lait.filters.text_stage import skippable_rules
+    from lait.filters.config import skippable_rules
 
     # The table says which pool it judged: a raw one, with the rules that were off.
     assert result["pool_settings"]["clean"]["rules_off"] == list(skippable_rules())

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from kit.pipeline_kit import shard_members, stage_commands, tables
 from lait.parts import WorkDir
-from lait.testkit.pipeline_kit import shard_members, stage_commands, tables
 
 STAGES = ("filter", "clean", "score", "build")
 

@@ -7,9 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from kit import toy_stage as toy  # noqa: E402
 from lait.executor import LocalExecutor
 from lait.stage import run_part
-from lait.testkit import toy_stage as toy  # noqa: E402
+
+# The toy stage's script is a module of the test kit (tests/kit/), which pytest puts on sys.path.
+KIT_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    [str(Path(__file__).resolve().parents[1])] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
 
 
 def output_bytes(root: Path) -> dict[str, bytes]:
@@ -60,8 +64,8 @@ def test_failing_partition_is_reported_and_others_complete(tmp_path):
 def test_failing_partition_in_subprocess_is_named_and_exit_code_is_nonzero(tmp_path):
     work = toy.make_input(tmp_path)
     bad = work.partitions("images")[0]
-    proc = subprocess.run([sys.executable, "-m", "lait.testkit.toy_stage", str(work.root), "2", str(bad)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "kit.toy_stage", str(work.root), "2", str(bad)],
+                          env=KIT_ENV, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert f"partition {bad:05d} failed" in proc.stdout
     assert f"{len(work.partitions('images')) - 1} done" in proc.stdout
@@ -95,8 +99,8 @@ def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path, workers):
     LocalExecutor(workers=1, show_progress=False).run(toy.ToyStage(), ref)
 
     work = toy.make_input(tmp_path / "killed")
-    env = {**os.environ, "TOY_SLEEP": "0.4"}
-    cmd = [sys.executable, "-m", "lait.testkit.toy_stage", str(work.root), str(workers)]
+    env = {**KIT_ENV, "TOY_SLEEP": "0.4"}
+    cmd = [sys.executable, "-m", "kit.toy_stage", str(work.root), str(workers)]
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + 60
     while time.time() < deadline and len(work.done_stats("toy")) < 2:
@@ -106,7 +110,7 @@ def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path, workers):
     done_before = len(work.done_stats("toy"))
     assert 0 < done_before < len(work.partitions("images")), "the kill must land mid-run"
 
-    rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    rerun = subprocess.run(cmd, env=KIT_ENV, capture_output=True, text=True, timeout=120)
     assert rerun.returncode == 0, rerun.stderr
     assert f"{done_before} up to date" in rerun.stdout
     assert output_bytes(work.root) == output_bytes(ref.root)

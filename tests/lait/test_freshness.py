@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from kit.pipeline_kit import NO_GATES, crawl_site, part_bytes, shard_members, stage_commands, tables
 from lait.app.cli import main as lait
 from lait.parts import WorkDir
-from lait.testkit.pipeline_kit import NO_GATES, crawl_site, part_bytes, shard_members, stage_commands, tables
 
 QUIET = ["--no-progress", "--workers", "2"]
 

@@ -1,5 +1,5 @@
 """Fuzz: any YAML file and any `--set` given to a command's config ends in a config or a
-one-line ConfigError (see `lait.testkit.fuzz.config_loader`)."""
+one-line ConfigError (see `tests/kit/fuzz.py` (`config_loader`))."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import yaml  # noqa: E402
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st
 
-from lait.testkit.fuzz import config_loader, config_paths, config_seeds, mutate  # noqa: E402
+from kit.fuzz import config_loader, config_paths, config_seeds, mutate  # noqa: E402
 from lait.train.config import FinetuneConfig, PretrainConfig  # noqa: E402
 
 pytestmark = pytest.mark.fuzz

@@ -1,5 +1,5 @@
 """Fuzz: the page reader on mutated, generated and random pages never raises (see
-`lait.testkit.fuzz.page_reader`)."""
+`tests/kit/fuzz.py` (`page_reader`))."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ pytest.importorskip("hypothesis")
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st
 
-from lait.testkit.fuzz import ENCODINGS, mutate, page_reader, page_seeds  # noqa: E402
+from kit.fuzz import ENCODINGS, mutate, page_reader, page_seeds  # noqa: E402
 
 pytestmark = pytest.mark.fuzz
 

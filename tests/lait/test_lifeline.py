@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from kit.processes import descendants, running, wait_until
 from lait.lock import WorkDirBusy, locked
 from lait.parts import WorkDir
-from lait.testkit.processes import descendants, running, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")

@@ -76,3 +76,59 @@ def test_wheel_has_one_top_level_package(built_wheel, installed_tree, tmp_path):
                          cwd=tmp_path, env={"PATH": "/usr/bin:/bin"})
     assert res.returncode == 0, res.stderr[-2000:]
     assert str(installed_tree / "lait") in res.stdout and str(REPO) not in res.stdout
+
+
+def _module_of(path: str) -> str:
+    """`lait/x/y.py` -> `lait.x.y`; `lait/x/__init__.py` -> `lait.x`."""
+    parts = path[: -len(".py")].split("/")
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(source: str, module: str, is_package: bool) -> tuple[set[str], set[str]]:
+    """(every module a source file imports, at the top or inside a function, relative imports
+    resolved, `from X import a` counted as X and X.a; every dotted `lait.` path its strings name:
+    commands and spiders found by name, `python -m` lines, Scrapy settings)."""
+    import re
+
+    tree = ast.parse(source)
+    package = module if is_package else module.rpartition(".")[0]
+    imported: set[str] = set()
+    named: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            imported.add(base)
+            imported.update(f"{base}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            for path in re.findall(r"\blait(?:\.[A-Za-z_]\w*)+", node.value):  # a module or a name in one
+                parts = path.split(".")
+                named.update(".".join(parts[:k]) for k in range(2, len(parts) + 1))
+    return imported, named
+
+
+def test_the_wheel_holds_no_module_only_tests_or_benches_import(built_wheel):
+    """Issue 60: what only tests and benchmarks use lives in tests/kit/, outside the wheel. A
+    module of the wheel that no other module of it imports or names, and that is not the command
+    line's entry point, is there for tests alone (or for nobody)."""
+    wheel = zipfile.ZipFile(built_wheel)
+    sources = {_module_of(n): (wheel.read(n).decode(), n.endswith("__init__.py"))
+               for n in wheel.namelist() if n.endswith(".py")}
+    assert "lait.app.cli" in sources and "lait.testkit.generator" in sources
+    used: set[str] = {"lait.app.cli", "lait.__main__"}  # the `lait` script; `python -m lait`
+    for name, (source, is_package) in sources.items():
+        imported, named = _imports(source, name, is_package)
+        used |= {m for m in imported | named if m != name}
+    # Scrapy imports every module of the packages its settings name as SPIDER_MODULES.
+    settings = ast.parse(sources["lait.crawler.settings"][0])
+    (spider_packages,) = [ast.literal_eval(n.value) for n in settings.body if isinstance(n, ast.Assign)
+                          and any(getattr(t, "id", None) == "SPIDER_MODULES" for t in n.targets)]
+    unused = sorted(m for m, (_, is_package) in sources.items()
+                    if not is_package and m not in used and m.rpartition(".")[0] not in spider_packages)
+    assert not unused, "modules of the wheel that nothing in the wheel imports (move them to tests/kit/):\n" + \
+        "\n".join(unused)

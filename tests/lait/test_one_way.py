@@ -59,3 +59,11 @@ def test_train_uses_absolute_imports_like_the_rest_of_lait():
     relative = [f"{path}:{n.lineno}" for path, tree in modules(*PACKAGES).items() for n in ast.walk(tree)
                 if isinstance(n, ast.ImportFrom) and n.level]
     assert relative == []
+
+
+def test_table_schemas_are_declared_in_one_place():
+    # Issue 60: every table of the work directory is a `Table` of `lait.schemas.TABLES`; stages
+    # read their schemas with `get_table` and never register one of their own at import time
+    # (`register_table` stays for code outside lait that adds a table).
+    assert where_called("Table") == ["lait/schemas.py"]
+    assert where_called("register_table") == []

@@ -15,8 +15,9 @@ from lxml import html as lxml_html
 from scrapy.http import HtmlResponse
 
 from lait.crawler.warc_links import html_image_links
+from lait.filters.config import SOURCES, CleanConfig
 from lait.filters.html_images import find_images
-from lait.filters.text_stage import SOURCES, CleanConfig, page_candidates
+from lait.filters.text_stage import page_candidates
 from lait.pagereader import (
     BLOCK_TAGS,
     Resolver,

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from kit.processes import descendants, running, wait_until
 from lait.parts import WorkDir
-from lait.testkit.processes import descendants, running, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow,
@@ -159,7 +159,7 @@ def test_filter_parent_killed_then_rerun(filtered, tmp_path, moment):
 @pytest.fixture(scope="module")
 def photo_list(tmp_path_factory):
     """A URL list of 60 small images on a slow loopback host, and the undisturbed download."""
-    from lait.testkit.photos import PhotoServer, PhotoSite
+    from kit.photos import PhotoServer, PhotoSite
 
     jpeg = b"\xff\xd8\xff\xe0" + b"\0" * 64
     files = {f"/img/{i}.jpg": jpeg + bytes([i]) for i in range(60)}
@@ -208,8 +208,8 @@ def test_download_parent_killed_then_rerun(photo_list, tmp_path, moment):
 @pytest.fixture(scope="module")
 def scored(tmp_path_factory):
     """A work directory ready for stage 5 (the build tests' tables), and its undisturbed build."""
-    from lait.testkit import build_data
-    from lait.testkit.pipeline_kit import shard_members
+    from kit import build_data
+    from kit.pipeline_kit import shard_members
 
     src = tmp_path_factory.mktemp("scored") / "w"
     build_data.make_work(src, n_partitions=8)
@@ -226,7 +226,7 @@ def build_args(out: Path) -> list[str]:
 
 @pytest.mark.parametrize("moment", ["pick_workers_up", "first_shard_done"])
 def test_build_parent_killed_then_rerun(scored, tmp_path, moment):
-    from lait.testkit.pipeline_kit import shard_members
+    from kit.pipeline_kit import shard_members
 
     src, expected = scored
     out = tmp_path / "w"

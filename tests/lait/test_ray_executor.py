@@ -5,14 +5,9 @@ from pathlib import Path
 import pytest
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
-import cloudpickle  # noqa: E402  (ships with ray)
-
+from kit import toy_stage as toy  # noqa: E402
 from lait.executor import LocalExecutor  # noqa: E402
 from lait.ray_executor import SINGLE_NODE_ENV, RayExecutor  # noqa: E402
-from lait.testkit import toy_stage as toy  # noqa: E402
-
-# Ray workers cannot import a test module by name: ship its code with the task.
-cloudpickle.register_pickle_by_value(toy)
 
 
 class FailOnce(toy.ToyStage):
@@ -32,7 +27,9 @@ class FailOnce(toy.ToyStage):
 
 @pytest.fixture(scope="module")
 def ray_cluster(ray_temp_dir):
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=ray_temp_dir)
+    # The job's workers import the test kit as pytest does (the tasks' own environment adds lait's).
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=ray_temp_dir,
+             runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}})
     yield
     ray.shutdown()
 

@@ -319,9 +319,9 @@ def test_stats_counts_faces_searched_per_shipped_sample_and_uses_the_runs_max_un
     each picture as it writes it; a rebuild reuses the searches), with the build's detector and
     threshold, and the report blurs thumbnails at the run's max_unsafe, not the default 0.8.
     The faces found and blurred on real photos are counted by tests/filters/test_faces.py."""
+    from kit import build_data as data
     from lait.build.config import BuildConfig
     from lait.build.pipeline import build
-    from lait.testkit import build_data as data
 
     root = tmp_path / "work"
     data.make_work(root, n_partitions=1)

@@ -26,15 +26,15 @@ from pathlib import Path
 
 import pytest
 
+from kit.pipeline_kit import TINY_CLIP, shard_members, stage_commands, tables  # noqa: E402
 from lait import storage
 from lait.app.cli import main as lait
 from lait.executor import LocalExecutor
 from lait.parts import WorkDir, stats_path
 from lait.storage import RemotePath
-from lait.testkit.pipeline_kit import TINY_CLIP, shard_members, stage_commands, tables  # noqa: E402
 
 HERE = Path(__file__).parent
-from lait.testkit import toy_stage as toy  # noqa: E402
+from kit import toy_stage as toy  # noqa: E402
 
 BLOCK = 5 << 20  # S3's smallest multipart part: parts above it go up as multipart uploads
 

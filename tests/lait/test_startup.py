@@ -8,8 +8,8 @@ import subprocess
 import sys
 import textwrap
 
-from lait.testkit.photos import PhotoServer, PhotoSite, coco_photos
-from lait.testkit.pipeline_kit import write_csv
+from kit.photos import PhotoServer, PhotoSite, coco_photos
+from kit.pipeline_kit import write_csv
 
 AFTER_THE_SKIP = textwrap.dedent("""
     import sys

@@ -11,6 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
+from kit.scoring_data import jpeg
 from lait.scoring.decode import (
     DeviceJpegDecoder,
     Geometry,
@@ -20,7 +21,6 @@ from lait.scoring.decode import (
     hybrid_stream,
     jpeg_size,
 )
-from lait.testkit.scoring_data import jpeg
 
 CFG = {"size": 224, "mode": "RGB", "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "interpolation": "bicubic",
        "resize_mode": "shortest", "fill_color": 0}

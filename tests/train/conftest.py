@@ -27,7 +27,7 @@ def minilm_dir() -> Path:
 @pytest.fixture(scope="session")
 def object_shards(tmp_path_factory) -> Path:
     """4 shards x 64 samples with region features, boxes and labels."""
-    from lait.testkit.synthetic_shards import object_samples, write_shards
+    from kit.synthetic_shards import object_samples, write_shards
 
     out = tmp_path_factory.mktemp("object_shards")
     write_shards(out, object_samples(256, seed=0), per_shard=64)

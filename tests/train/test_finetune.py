@@ -108,7 +108,7 @@ def test_pretrain_finetune_eval_pipeline(tmp_path, object_shards, minilm_dir, pr
 
 def test_eval_on_karpathy_json_with_five_captions(tmp_path, pretrain_args, minilm_dir):
     pytest.importorskip("lait.testkit.scenes")
-    from lait.testkit.synthetic_shards import scene_samples, write_shards
+    from kit.synthetic_shards import scene_samples, write_shards
 
     samples = scene_samples(6, seed=3, width=96, height=80)
     write_shards(tmp_path / "shards", samples * 2, per_shard=6)

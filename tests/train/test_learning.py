@@ -48,7 +48,7 @@ REGIONS = ["--set", "data.regions.source=patches", "--set", "data.regions.patch_
 
 
 def learn(tmp_path, n_train=2000, pre_steps=250, ft_steps=100, batch=64, ft_batch=16, workers=1, seed=0, ft_extra=()):
-    from lait.testkit.synthetic_shards import scene_samples, write_shards
+    from kit.synthetic_shards import scene_samples, write_shards
 
     t0 = time.perf_counter()
     train = scene_samples(n_train, seed=1, width=192, height=160)
@@ -58,7 +58,7 @@ def learn(tmp_path, n_train=2000, pre_steps=250, ft_steps=100, batch=64, ft_batc
     # BERT's 30,522, keeps the tiny model (and this test) fast. It is the same in every run: the
     # one `tokenizers` trained before changed from run to run, and the figures with it (ITM
     # accuracy 0.54 to 0.825, shortlist R@1 0.44 to 0.60 for the same settings).
-    from lait.testkit.synthetic_shards import train_wordpiece
+    from kit.synthetic_shards import train_wordpiece
     from lait.train.data import WordPiece
 
     tokenizer = train_wordpiece([s.caption for s in train], tmp_path / "tokenizer", vocab_size=300)

@@ -32,7 +32,7 @@ def _one_torch_thread():
 def test_pretraining_on_real_photos_retrieves_far_above_chance(shared_data, minilm_dir, tmp_path):
     from pathlib import Path
 
-    from lait.testkit.photo_shards import photo_samples, write_photo_shards
+    from kit.photo_shards import photo_samples, write_photo_shards
 
     root = shared_data / "photos" / "flickr8k"
     if not (root / "karpathy.json").is_file():

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(300)
 
 def scene_shards(out: Path, n: int = 12, per_shard: int = 6) -> list[Path]:
     pytest.importorskip("lait.testkit.scenes")
-    from lait.testkit.synthetic_shards import scene_samples, write_shards
+    from kit.synthetic_shards import scene_samples, write_shards
 
     return write_shards(out, scene_samples(n, seed=4, width=96, height=80), per_shard=per_shard)
 

@@ -87,7 +87,7 @@ def _padding(batches) -> tuple[int, int]:
 
 
 def test_length_buckets_pad_less_and_keep_every_sample(tmp_path, minilm_dir):
-    from lait.testkit.synthetic_shards import object_samples, write_shards
+    from kit.synthetic_shards import object_samples, write_shards
     from lait.train.data import Decoder, ShardStream, WordPiece
 
     write_shards(tmp_path, object_samples(192, seed=2, num_classes=30, max_objects=24), per_shard=64)

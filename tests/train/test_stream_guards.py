@@ -26,7 +26,7 @@ def test_a_stream_whose_every_shard_is_unreadable_raises(tmp_path):
 
 
 def test_a_stream_whose_samples_all_fail_to_decode_raises(tmp_path, monkeypatch):
-    from lait.testkit.synthetic_shards import scene_samples, write_shards
+    from kit.synthetic_shards import scene_samples, write_shards
 
     urls = [str(p) for p in write_shards(tmp_path, scene_samples(6, seed=0, width=32, height=32), per_shard=3)]
     monkeypatch.setattr(data, "MAX_FAILED_IN_A_ROW", 20)  # 6 samples: about three epochs
@@ -37,7 +37,7 @@ def test_a_stream_whose_samples_all_fail_to_decode_raises(tmp_path, monkeypatch)
 
 def test_shards_open_as_webdataset_opens_them(tmp_path):
     """The tarfile reader takes what webdataset's did: a path, file://, and pipe:COMMAND."""
-    from lait.testkit.synthetic_shards import scene_samples, write_shards
+    from kit.synthetic_shards import scene_samples, write_shards
 
     (tar,) = write_shards(tmp_path, scene_samples(3, seed=0, width=32, height=32), per_shard=3)
     local = list(data.tar_samples(str(tar)))

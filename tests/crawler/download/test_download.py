@@ -1,7 +1,7 @@
 """Issue 19: `lait download` of a URL list of real photos, then `lait run`, to shards.
 
 The photos and their human captions are the COCO ones of ../shared/data, served as they are
-from several loopback hosts (`lait.testkit.photos`); the list has the broken rows real lists
+from several loopback hosts (`tests/kit/photos.py`); the list has the broken rows real lists
 have. Every row must end as a sample whose caption is the list's, or as a rejected/ row with
 its reason. The fetcher is the crawler's: its rules (robots.txt, TDMRep, the address guard,
 hosts marked down) apply to list rows as to a crawl's images.
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from kit.photos import MISSING_PREFIX, NOT_AN_IMAGE_PREFIX, PhotoServer, PhotoSite, coco_photos
+from kit.pipeline_kit import write_csv
 from lait.parts import WorkDir
-from lait.testkit.photos import MISSING_PREFIX, NOT_AN_IMAGE_PREFIX, PhotoServer, PhotoSite, coco_photos
-from lait.testkit.pipeline_kit import write_csv
 
 UNREACHABLE = {"crawl/host_unreachable", "crawl/host_down"}
 PIPELINE = "clean: {languages: [en]}\nscore: {model: demo, near_dup_threshold: 0.999}\nbuild: {samples_per_shard: 20}\n"

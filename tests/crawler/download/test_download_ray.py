@@ -94,9 +94,9 @@ def test_download_on_a_cluster_that_loses_a_node_ends_with_every_url_once(tmp_pa
     sys.path.insert(0, str(REPO / "bench" / "download"))
     from ray_scale import host_names, image_rows, make_site, write_list
 
-    from lait.testkit.photos import PhotoServer
-    from lait.testkit.processes import wait_until
-    from lait.testkit.raycluster import LocalRayCluster
+    from kit.photos import PhotoServer
+    from kit.processes import wait_until
+    from kit.raycluster import LocalRayCluster
 
     n = 480
     site, rows, names = make_site(n, 16, latency=0.25)

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from kit.pipeline_kit import write_csv
 from lait.app.report import _page_link, write_report
 from lait.crawler.url_list import ListOptions, read_lists
 from lait.parts import WorkDir
-from lait.testkit.pipeline_kit import write_csv
 from lait.urls import is_http_url
 
 GOOD = "http://photos.test/a.jpg"
@@ -121,7 +121,7 @@ def photo(seed: int) -> bytes:
 
 @pytest.fixture
 def photo_host():
-    from lait.testkit.photos import PhotoServer, PhotoSite
+    from kit.photos import PhotoServer, PhotoSite
 
     server = PhotoServer(PhotoSite({f"/p/{i}.jpg": photo(i) for i in range(6)}), host="127.0.0.1").start()
     yield server

@@ -11,11 +11,11 @@ from datetime import UTC, datetime
 
 import pytest
 
+from kit.photos import MISSING_PREFIX, FlakySite, PhotoServer, PhotoSite, coco_photos
+from kit.pipeline_kit import write_csv
 from lait.crawler.retry import RetryPlan, clear_transient, is_transient, is_transient_reject, plan_retry
 from lait.crawler.spiders.lait import retry_after_seconds
 from lait.parts import PartitionedWriter, WorkDir
-from lait.testkit.photos import MISSING_PREFIX, FlakySite, PhotoServer, PhotoSite, coco_photos
-from lait.testkit.pipeline_kit import write_csv
 
 
 def lait(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess:

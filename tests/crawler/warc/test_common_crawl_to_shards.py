@@ -20,8 +20,8 @@ import pytest
 from lxml import html as lxml_html
 from warcio.archiveiterator import ArchiveIterator
 
+from kit.photos import PhotoServer, PhotoSite, coco_photos, free_loopback_address
 from lait.parts import WorkDir
-from lait.testkit.photos import PhotoServer, PhotoSite, coco_photos, free_loopback_address
 
 PAGE = "https://an.wikipedia.org/wiki/Escopete"
 PIPELINE = ("filter: {unsafe_model: none}\n"  # stage 2's model gates: not what this test is about

@@ -1,5 +1,5 @@
 """Fuzz: damaged and random archives are read, split and ingested without an exception and
-without `ingest_file` reporting a failure of its own (see `lait.testkit.fuzz.warc_reader`)."""
+without `ingest_file` reporting a failure of its own (see `tests/kit/fuzz.py` (`warc_reader`))."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ pytest.importorskip("hypothesis")
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st
 
-from lait.testkit.fuzz import mutate, warc_reader, warc_seeds  # noqa: E402
+from kit.fuzz import mutate, warc_reader, warc_seeds  # noqa: E402
 
 pytestmark = pytest.mark.fuzz
 

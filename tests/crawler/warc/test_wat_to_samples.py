@@ -2,7 +2,7 @@
 metadata: each page's image links with their alt texts, no page fetched.
 
 The shared capture's WAT holds only the request record, so the response record's WAT is
-written from the shared WARC in Common Crawl's format (`lait.testkit.wat`). Its image hosts are
+written from the shared WARC in Common Crawl's format (`tests/kit/wat.py`). Its image hosts are
 pointed at a local HTTPS mirror with ``--resolve``; the mirror's log shows the images (and
 robots.txt) requested, never the page; the samples' captions are the page's alt texts."""
 
@@ -18,10 +18,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from kit.photos import PhotoServer, PhotoSite, coco_photos, free_loopback_address
+from kit.wat import write_wat
 from lait.crawler.warc_links import wat_image_links
 from lait.parts import WorkDir
-from lait.testkit.photos import PhotoServer, PhotoSite, coco_photos, free_loopback_address
-from lait.testkit.wat import write_wat
 
 PAGE = "https://an.wikipedia.org/wiki/Escopete"
 PIPELINE = ("filter: {unsafe_model: none}\n"  # stage 2's model gates: not what this test is about

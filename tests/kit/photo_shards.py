@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lait.testkit.synthetic_shards import SyntheticSample, write_shards
+from kit.synthetic_shards import SyntheticSample, write_shards
 
 
 def split_items(karpathy_json: str | Path, split: str, limit: int | None = None) -> list[dict]:

@@ -97,7 +97,7 @@ def write_wat(warc: str | Path, out: str | Path, *, only_types: tuple[str, ...] 
     out = Path(out)
     with open(warc, "rb") as src, open(out, "wb") as dst:
         writer = WARCWriter(dst, gzip=True)
-        info = writer.create_warcinfo_record(out.name, {"Software-Info": "lait.testkit.wat",
+        info = writer.create_warcinfo_record(out.name, {"Software-Info": "kit.wat",
                                                         "format": "WARC File Format 1.0"})
         writer.write_record(info)
         for record in ArchiveIterator(src):

@@ -1,6 +1,6 @@
 """A small deterministic stage for the executor tests; also runnable as a script:
 
-    python -m lait.testkit.toy_stage WORK WORKERS [FAIL_PARTITION]
+    PYTHONPATH=tests python -m kit.toy_stage WORK WORKERS [FAIL_PARTITION]
 
 It reads `images/`, keeps rows whose hash is even (with sha256 and a fake size), rejects the
 others with `toy/odd`, and sleeps TOY_SLEEP seconds per partition so a test can kill it midway.

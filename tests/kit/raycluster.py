@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lait.testkit.processes import running, wait_until
+from kit.processes import running, wait_until
 
 
 def _free_port() -> int:

@@ -147,8 +147,9 @@ def image_decode(data: bytes, mime: str | None = "image/jpeg") -> str | None:
     path lets an error other than `ImageRejected` through (the stage would record `filter/error`)."""
     from datetime import datetime, timezone
 
+    from lait.filters.config import FilterConfig
     from lait.filters.image_decode import ImageRejected
-    from lait.filters.image_stage import FilterConfig, ImageFilterStage, NearDuplicateIndex, header_filters
+    from lait.filters.image_stage import ImageFilterStage, NearDuplicateIndex, header_filters
     from lait.reasons import REASONS
 
     cfg = FilterConfig(work=".", min_side=1, max_aspect=1000.0, max_pixels=4_000_000, animated="first_frame",
@@ -203,8 +204,7 @@ def config_classes() -> list[type]:
     settings resolve the same way, through the same `lait.config`)."""
     from lait.build.config import BuildConfig
     from lait.crawler.config import CrawlConfig
-    from lait.filters.image_stage import FilterConfig
-    from lait.filters.text_stage import CleanConfig
+    from lait.filters.config import CleanConfig, FilterConfig
     from lait.scoring.config import ScoreConfig
     from lait.train.config import EvalConfig, FinetuneConfig, PretrainConfig
 
