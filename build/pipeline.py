@@ -32,8 +32,9 @@ from lait.drivers import open_work_dir, record_run, stage_executor
 from lait.executor import executor_for
 from lait.fingerprint import Fingerprint, global_fingerprint
 from lait.lock import locked
-from lait.parts import WorkDir, atomic_write_bytes, atomic_write_json, stats_path
+from lait.parts import WorkDir
 from lait.stage import RunReport, run_global_step
+from lait.writers import atomic_write_bytes, atomic_write_json, stats_path
 
 log = logging.getLogger(__name__)
 

@@ -48,8 +48,9 @@ from lait.config import ConfigError
 from lait.drivers import open_work_dir, stage_executor
 from lait.fingerprint import Fingerprint, global_fingerprint
 from lait.lock import LOCAL_FILE, REMOTE_FILE, locked_output
-from lait.parts import WorkDir, atomic_write_json
+from lait.parts import WorkDir
 from lait.stage import run_global_step
+from lait.writers import atomic_write_json
 
 log = logging.getLogger(__name__)
 

@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lait import errors, storage
+from lait.arrow_rows import binary_views
 from lait.build.books import TYPES, type_of
 from lait.build.card import CARD_FILE, REGION_MEMBERS, dataset_card, sample_schema
 from lait.build.regions import RegionReader
@@ -52,9 +53,10 @@ from lait.build.sample import (
     uids_to_array,
 )
 from lait.memory import media_heap
-from lait.parts import WorkDir, atomic_write_bytes, atomic_write_json, binary_views
+from lait.parts import WorkDir
 from lait.stage import PartContext, Stage
 from lait.storage import Location
+from lait.writers import atomic_write_bytes, atomic_write_json
 
 log = logging.getLogger(__name__)
 

@@ -33,10 +33,10 @@ from typing import Any
 
 from lait.filters.config import CleanConfig
 from lait.filters.html_images import UNSEEN_TAGS, find_images, normalise_space
+from lait.filters.html_pages import PAGE_COLUMNS, PageRejected, parse_page, time_limit
 from lait.filters.image_place import image_place, own_urls
 from lait.filters.site_texts import SiteCounts, load_site_texts, site_of, step_digest, text_key
 from lait.filters.text_rules import repair, split_sentences
-from lait.filters.text_stage import PAGE_COLUMNS, PageRejected, parse_page, time_limit
 from lait.stage import PartContext, Stage
 
 log = logging.getLogger(__name__)

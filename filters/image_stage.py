@@ -53,9 +53,9 @@ from lait.filters.image_rights import file_rights
 from lait.filters.unsafe import UnsafeScorer, decode_for_model
 from lait.imagehash import phash_of
 from lait.memory import media_heap
-from lait.parts import helper_thread
 from lait.reasons import fetch_rule
 from lait.stage import Filter, KeepResult, PartContext, Stage, first_rejection
+from lait.writers import helper_thread
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,6 @@
-"""Parquet parts in a work directory: partitioning, atomic writing, reading, completion markers.
+"""The work directory: its layout, partitioning, reading its parts, completion markers, the
+config history, and `PartitionedWriter`, through which a task writes its parts (one part file
+is written by `lait.writers.PartWriter`, its rows made into Arrow tables by `lait.arrow_rows`).
 
 Layout of a work directory::
 
@@ -21,9 +23,7 @@ goes through `lait.storage`, which keeps local paths on plain os and pyarrow cal
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
-import io
 import json
 import logging
 import os
@@ -31,22 +31,42 @@ import re
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import yaml
 
 from lait import storage
-from lait.errors import corrupt, on_write_error
+
+# Rows and Arrow tables, and the writing of one part, have modules of their own (lait.arrow_rows,
+# lait.writers); their names stay importable from here.
+from lait.arrow_rows import (  # noqa: F401
+    INCOMPRESSIBLE_COLUMNS,
+    _rows_of,
+    binary_views,
+    compression_of,
+    conform_table,
+    row_bytes,
+    table_of_rows,
+    table_row_bytes,
+    validate_rows,
+    writer_options,
+)
+from lait.errors import corrupt
 from lait.reasons import check as check_reason
 from lait.schemas import get_table
 from lait.storage import Location, RemotePath
 from lait.urls import is_http_url
+from lait.writers import (  # noqa: F401
+    BackgroundWrites,
+    PartWriter,
+    atomic_write_bytes,
+    atomic_write_json,
+    helper_thread,
+    stats_path,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,345 +85,6 @@ def part_name(partition: int, tag: str) -> str:
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", tag):
         raise ValueError(f"part tag must be [A-Za-z0-9_.-]+, got {tag!r}")
     return f"p{partition:05d}-{tag}.parquet"
-
-
-def atomic_write_bytes(path: Location, data: bytes) -> None:
-    """Write a file so that readers see either nothing or all of it."""
-    storage.write_atomic(path, data)
-
-
-def atomic_write_json(path: Location, obj: Any) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=1, sort_keys=True, default=str) + "\n").encode())
-
-
-def validate_rows(rows: Iterable[Mapping[str, Any]], schema: pa.Schema) -> list[Mapping[str, Any]]:
-    """Check rows against a schema: no unknown columns, no missing required values."""
-    names = set(schema.names)
-    required = [f.name for f in schema if not f.nullable]
-    out = []
-    for row in rows:
-        extra = row.keys() - names
-        if extra:
-            raise ValueError(f"unknown columns {sorted(extra)} for schema with {schema.names}")
-        missing = [n for n in required if row.get(n) is None]
-        if missing:
-            raise ValueError(f"missing required columns {missing} in row {_short(row)}")
-        out.append(row)
-    return out
-
-
-def row_bytes(row: Mapping[str, Any]) -> int:
-    """Bytes of a row's str and bytes values (a memoryview counts as bytes): what buffer limits count."""
-    return sum(v.nbytes if type(v) is memoryview else len(v) for v in row.values()
-               if isinstance(v, (bytes, str, memoryview)))
-
-
-def _short(row: Mapping[str, Any]) -> str:
-    return "{" + ", ".join(f"{k}={str(v)[:60]!r}" for k, v in row.items()) + "}"
-
-
-def table_of_rows(rows: list[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:
-    """`pa.Table.from_pylist(rows, schema=schema)`, with binary columns built in one piece.
-
-    Arrow's builder grows a binary column by doubling, copying the media bytes of a row group
-    (8 MiB) several times into freshly mapped memory; here each binary column is one
-    `b"".join` of its values wrapped as the array's data buffer, which is the same array.
-    Binary values may also be memoryviews (`WorkDir.iter_rows(views=True)`)."""
-    columns = [_binary_array([row.get(f.name) for row in rows]) if f.type == pa.binary() else None
-               for f in schema]
-    if all(c is None for c in columns):
-        return pa.Table.from_pylist(rows, schema=schema)
-    arrays = [c if c is not None else pa.array([row.get(f.name) for row in rows], type=f.type)
-              for f, c in zip(schema, columns)]
-    return pa.Table.from_arrays(arrays, schema=schema)
-
-
-def conform_table(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """`table` with exactly `schema`'s columns, in its order and types (a missing column is
-    null); a ValueError for an unknown column, a null in a required one or a failed cast, as
-    `validate_rows` and the row path give."""
-    extra = set(table.column_names) - set(schema.names)
-    if extra:
-        raise ValueError(f"unknown columns {sorted(extra)} for schema with {schema.names}")
-    columns = []
-    for f in schema:
-        if f.name not in table.column_names:
-            col = pa.nulls(table.num_rows, f.type)
-        else:
-            col = table.column(f.name)
-            if col.type != f.type:
-                try:
-                    col = col.cast(f.type)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                    raise ValueError(f"column {f.name}: {exc}") from exc
-        if not f.nullable and col.null_count:
-            raise ValueError(f"missing required columns [{f.name!r}] in {col.null_count} rows")
-        columns.append(col)
-    return pa.Table.from_arrays(columns, schema=schema)
-
-
-def table_row_bytes(table: pa.Table) -> np.ndarray:
-    """`row_bytes` of every row of a table, as it counts them: characters of its top-level
-    strings, bytes of its top-level binaries."""
-    total = np.zeros(table.num_rows, np.int64)
-    for col in table.columns:
-        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-            total += pc.fill_null(pc.utf8_length(col), 0).to_numpy()
-        elif pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
-            total += pc.fill_null(pc.binary_length(col), 0).to_numpy()
-    return total
-
-
-def _binary_array(values: list[Any]) -> pa.Array | None:
-    """A binary array of bytes/memoryview/None values built from one joined buffer, or None
-    when the values are anything else (Arrow's own conversion handles those, and its errors)."""
-    if not all(v is None or type(v) is bytes or type(v) is memoryview for v in values):
-        return None
-    present = [v for v in values if v is not None]
-    data = b"".join(present)
-    if len(data) > 2**31 - 1:  # 32-bit offsets: Arrow's conversion says what to do
-        return None
-    offsets = np.zeros(len(values) + 1, np.int32)
-    np.cumsum([0 if v is None else v.nbytes if type(v) is memoryview else len(v) for v in values],
-              out=offsets[1:])
-    nulls = len(values) - len(present)
-    validity = None
-    if nulls:
-        validity = pa.py_buffer(np.packbits(np.array([v is not None for v in values]), bitorder="little"))
-    return pa.Array.from_buffers(pa.binary(), len(values), [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
-                                 null_count=nulls)
-
-
-# Columns that hold already-compressed media (JPEG, PNG, WebP bytes): zstd cannot shrink them
-# and would cost time on every write and read, so they are stored as they are.
-INCOMPRESSIBLE_COLUMNS = frozenset({"bytes"})
-
-
-@functools.lru_cache(maxsize=64)
-def compression_of(schema: pa.Schema) -> dict[str, str]:
-    """Per-column Parquet codecs: zstd everywhere but the media columns."""
-    buf = io.BytesIO()
-    pq.ParquetWriter(buf, schema).close()  # the leaf column paths, as Parquet names them
-    paths = [c.path for c in pq.ParquetFile(io.BytesIO(buf.getvalue())).schema]
-    return {p: "none" if p.split(".")[0] in INCOMPRESSIBLE_COLUMNS else "zstd" for p in paths}
-
-
-def writer_options(schema: pa.Schema) -> dict[str, Any]:
-    """The `pq.ParquetWriter` options of every part: zstd, dictionaries and min/max statistics,
-    but none of the three on media bytes (all wasted on JPEGs)."""
-    codecs = compression_of(schema)
-    plain = [c for c, codec in codecs.items() if codec != "none"]
-    return {"compression": codecs, "use_dictionary": plain, "write_statistics": plain,
-            "write_page_checksum": True}  # every reader verifies them (`storage.CheckedParquetFile`)
-
-
-def _rows_with_views(batch: pa.RecordBatch) -> list[dict[str, Any]]:
-    """`batch.to_pylist()`, but binary columns as memoryviews into the batch's buffers."""
-    columns = [binary_views(col) if col.type == pa.binary() else col.to_pylist() for col in batch.columns]
-    names = batch.schema.names
-    return [dict(zip(names, values)) for values in zip(*columns)] if columns else [{} for _ in range(batch.num_rows)]
-
-
-def _rows_of(group: pa.Table, batch_size: int, views: bool) -> Iterator[dict[str, Any]]:
-    for batch in group.to_batches(max_chunksize=batch_size):
-        yield from (_rows_with_views(batch) if views else batch.to_pylist())
-
-
-def binary_views(array: pa.Array) -> list[memoryview | None]:
-    """The values of a binary array as read-only memoryviews into its data buffer (None for a
-    null): no copy, and none of the cost of an Arrow scalar per value."""
-    _, offsets, data = array.buffers()
-    ends = np.frombuffer(offsets, np.int32, count=len(array) + 1, offset=4 * array.offset).tolist()
-    view = memoryview(data if data is not None else b"").cast("B").toreadonly()
-    valid = array.is_valid().to_pylist() if array.null_count else None
-    return [view[ends[i]:ends[i + 1]] if valid is None or valid[i] else None for i in range(len(array))]
-
-
-def helper_thread(name: str) -> ThreadPoolExecutor:
-    """A one-thread executor for work a task hands off while it goes on (`writing_behind`,
-    `iter_rows(read_ahead=...)`): one such thread runs what is queued on it in order. A task
-    that hands off several kinds of work shares one: each thread that allocates gets its own
-    glibc arena, which keeps up to its trim threshold of free memory (stage 2 with a thread each
-    for reading, hashing and writing peaked 35-45 MiB higher than with one)."""
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
-
-
-class BackgroundWrites:
-    """Finished row groups written on a helper thread while the caller goes on with the next rows.
-
-    Arrow encodes a row group and hands it to the file without the GIL, so the thread runs
-    beside the caller's own native work (a stage 2 task decoding JPEGs: writing 300 MB of
-    images took 0.4-0.5 s of its 4 s). The caller builds each row group's Arrow table itself,
-    then queues its write; the executor has one thread, which runs what is queued in order, so
-    every part file gets the same row groups, in the same order, as when written inline. At
-    most `depth` writes wait at a time (the queue holds row groups, 8 MiB each). The first
-    write that failed raises its error from the next `submit` or `wait`. `executor`: a
-    `helper_thread` to share (it is left running), else one of its own."""
-
-    def __init__(self, executor: ThreadPoolExecutor | None = None, depth: int = 1):
-        self.depth = depth
-        self._own = executor is None
-        self._pool = helper_thread("lait-write") if executor is None else executor
-        self._pending: deque[Future] = deque()
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
-        while len(self._pending) >= self.depth:
-            self._pending.popleft().result()
-        self._pending.append(self._pool.submit(fn, *args))
-
-    def wait(self, *, errors: bool = True) -> None:
-        """Return once every queued write is done (all of them, also after one failed); raises
-        the first one's error unless `errors=False` (the caller is failing with its own)."""
-        first: BaseException | None = None
-        while self._pending:
-            exc = self._pending.popleft().exception()
-            first = first or exc
-        if first is not None and errors:
-            raise first
-
-    def close(self, *, errors: bool = True) -> None:
-        """Wait for the queued writes (`wait`) and stop the thread if it is its own."""
-        try:
-            self.wait(errors=errors)
-        finally:
-            if self._own:
-                self._pool.shutdown(wait=True)
-
-
-class PartWriter:
-    """Streams rows of one table into one part file, which appears atomically on `close`.
-
-    Rows go out in row groups: locally to a hidden temporary file that `close` renames into
-    place, remotely as an upload to the final key that `close` completes; the stats JSON is
-    written just before. A writer that is never closed (crash, kill) leaves only a hidden
-    temporary file, which readers ignore and `WorkDir.clean_temp` removes, or an unfinished
-    upload, which no reader can see.
-    """
-
-    # Row groups are the unit every reader holds in memory (media tables: ~8 MiB of images),
-    # so they are capped by bytes as well as rows: a partition that grows 10x then gets more
-    # row groups, not bigger ones, and a worker's memory stays the same (bench/scale).
-    def __init__(self, path: Location, schema: pa.Schema, *, row_group_rows: int = 2048,
-                 row_group_bytes: int = 8 << 20, extra_stats: Mapping[str, Any] | None = None):
-        self.path = path
-        self.schema = schema
-        self.row_group_rows = row_group_rows
-        self.row_group_bytes = row_group_bytes
-        self.extra_stats = dict(extra_stats or {})
-        self.rows = 0
-        self._buffer: list[Mapping[str, Any]] = []
-        self._tables: list[pa.Table] = []  # rows written by `write_table`, ahead of `_buffer`
-        self._table_rows = 0
-        self._buffer_bytes = 0
-        self._writer: pq.ParquetWriter | None = None
-        self._out: storage.LocalOutput | storage.RemoteOutput | None = None
-        self.closed = False
-        # Set by `PartitionedWriter.writing_behind`: row groups are written on its thread.
-        self.background: BackgroundWrites | None = None
-
-    def write(self, row: Mapping[str, Any]) -> None:
-        self._buffer.append(row)
-        self._buffer_bytes += row_bytes(row)
-        if len(self._buffer) + self._table_rows >= self.row_group_rows or self._buffer_bytes >= self.row_group_bytes:
-            self._flush()
-
-    def write_many(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        for row in rows:
-            self.write(row)
-
-    def write_table(self, table: pa.Table) -> None:
-        """Append the rows of an Arrow table: the same row groups, and so the same file, as
-        `write` of its rows one by one (a stage that works by column writes its result without
-        a dict per row). A column the table lacks is null; a column the schema does not know,
-        a null in a required column or a value that does not convert is a ValueError."""
-        table = conform_table(table, self.schema)
-        if self._buffer:  # rows written before these come first in the row group
-            self._tables.append(table_of_rows(validate_rows(self._buffer, self.schema), self.schema))
-            self._table_rows += len(self._buffer)
-            self._buffer = []
-        sizes = table_row_bytes(table)
-        start, n = 0, table.num_rows
-        while start < n:
-            # `write` flushes after the row that brings the buffer to its row or byte limit.
-            room = self.row_group_rows - self._table_rows
-            cum = np.cumsum(sizes[start:start + room]) + self._buffer_bytes
-            take = min(room, int(np.searchsorted(cum, self.row_group_bytes, side="left")) + 1, len(cum))
-            self._tables.append(table.slice(start, take))
-            self._table_rows += take
-            self._buffer_bytes = int(cum[take - 1])
-            start += take
-            if self._table_rows >= self.row_group_rows or self._buffer_bytes >= self.row_group_bytes:
-                self._flush()
-
-    @property
-    def buffered_bytes(self) -> int:
-        """Bytes of str/bytes values in rows not yet written out as a row group."""
-        return self._buffer_bytes
-
-    def flush(self) -> None:
-        """Write the buffered rows out now, as a (smaller) row group (written once this returns,
-        also when row groups are written behind)."""
-        self._flush()
-        if self.background is not None:
-            self.background.wait()
-
-    def _flush(self) -> None:
-        if not self._buffer and not self._tables:
-            return
-        tables = self._tables
-        if self._buffer:
-            tables.append(table_of_rows(validate_rows(self._buffer, self.schema), self.schema))
-        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-        if self._writer is None:
-            self._out = storage.open_output(self.path)
-            try:
-                self._writer = pq.ParquetWriter(self._out.sink, self.schema, **writer_options(self.schema))
-            except Exception as exc:
-                raise on_write_error(exc, self.path) from exc
-        if self.background is not None:
-            self.background.submit(self._write_group, table)
-        else:
-            self._write_group(table)
-        self.rows += table.num_rows
-        self._buffer = []
-        self._tables = []
-        self._table_rows = 0
-        self._buffer_bytes = 0
-
-    def _write_group(self, table: pa.Table) -> None:
-        try:
-            self._writer.write_table(table)
-        except Exception as exc:  # pyarrow's "Error writing bytes to file" names no file
-            raise on_write_error(exc, self.path) from exc
-
-    def close(self) -> dict[str, Any] | None:
-        """Finish the part. Returns its stats, or None when no row was written (no file)."""
-        if self.closed:
-            raise RuntimeError(f"{self.path} already closed")
-        self.closed = True
-        self.flush()
-        if self._writer is None:
-            return None
-        try:
-            self._writer.close()
-            stats = {"rows": self.rows, "bytes": self._out.size(), **self.extra_stats}
-        except Exception as exc:
-            raise on_write_error(exc, self.path) from exc
-        atomic_write_json(stats_path(self.path), stats)
-        self._out.commit()
-        return stats
-
-    def abort(self) -> None:
-        self.closed = True
-        if self.background is not None:  # no write may still run into the file closed below
-            self.background.wait(errors=False)  # the part is discarded: its writes' errors are moot
-        if self._writer is not None:
-            try:
-                self._writer.close()
-            except Exception as exc:  # the part is discarded anyway; the error that led here matters
-                log.debug("closing aborted part %s: %r", self.path, exc)
-            finally:
-                self._out.discard()
 
 
 def schema_problem(table: str, found: pa.Schema, columns: Iterable[str] | None = None) -> str | None:
@@ -436,10 +117,6 @@ def open_part(table: str, path: Location, columns: Iterable[str] | None = None) 
     if problem:
         raise corrupt(path, problem)
     return pf
-
-
-def stats_path(part: Location) -> Location:
-    return part.with_name(part.name[: -len(".parquet")] + ".stats.json")
 
 
 class WorkDir:

@@ -293,7 +293,7 @@ FACES = pa.schema([
     pa.field("face_scores", pa.list_(pa.float32()), nullable=False),
 ])
 
-# page_texts/ (stage 3's extraction pass, `lait.filters.text_stage.ExtractStage`): each page parsed
+# page_texts/ (stage 3's extraction pass, `lait.filters.extract_stage.ExtractStage`): each page parsed
 # once, its images with their texts, partitioned by page URL.
 PAGE_TEXTS = pa.schema([
     pa.field("page_url", pa.string(), nullable=False),

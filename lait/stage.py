@@ -30,8 +30,9 @@ import pyarrow as pa
 from lait import storage
 from lait.fingerprint import NEW, Fingerprint, RunPlan, global_step_cause, plan_run
 from lait.memory import apply_memory_settings, release_free_memory
-from lait.parts import PartitionedWriter, PartWriter, WorkDir
+from lait.parts import PartitionedWriter, WorkDir
 from lait.storage import Location
+from lait.writers import PartWriter
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,7 @@ class PartContext:
 
     def writing_behind(self, executor: ThreadPoolExecutor | None = None) -> contextlib.AbstractContextManager[None]:
         """A block inside which output row groups are written on a helper thread while the task
-        goes on (`PartitionedWriter.writing_behind`; `executor`: a `lait.parts.helper_thread`
+        goes on (`PartitionedWriter.writing_behind`; `executor`: a `lait.writers.helper_thread`
         to share): for a task whose own work also runs without the GIL (stage 2's decoding).
         The parts' bytes are the same."""
         return self.parts.writing_behind(executor)

@@ -273,7 +273,7 @@ def _is_corruption(exc: BaseException) -> bool:
 
 class CheckedParquetFile:
     """`pq.ParquetFile` whose reads verify every page's checksum (parts are written with them,
-    see `lait.parts.writer_options`) and raise `CorruptPart` naming the file when its bytes are
+    see `lait.arrow_rows.writer_options`) and raise `CorruptPart` naming the file when its bytes are
     not what was written. Parts written before checksums simply have none to verify."""
 
     def __init__(self, path: Location):

@@ -16,8 +16,9 @@ import numpy as np
 
 from lait import storage
 from lait.arrays import cell_grid, grid_boxes, region_arrays, to_bytes
-from lait.parts import WorkDir, atomic_write_bytes, atomic_write_json
+from lait.parts import WorkDir
 from lait.stage import PartContext, Stage
+from lait.writers import atomic_write_bytes, atomic_write_json
 
 log = logging.getLogger(__name__)
 

@@ -53,7 +53,8 @@ from lait.build.config import BuildConfig  # noqa: E402
 from lait.build.pipeline import build, reset  # noqa: E402
 from lait.build.shards import ShardStage  # noqa: E402
 from lait.executor import LocalExecutor  # noqa: E402
-from lait.parts import WorkDir, atomic_write_json, partition_of  # noqa: E402
+from lait.parts import WorkDir, partition_of  # noqa: E402
+from lait.writers import atomic_write_json
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 BUILD_TARGET = 0.8   # whole build / tarfile
@@ -159,9 +160,10 @@ def layout_floor(root: Path) -> float:
     are the ones the warm-up build wrote; their rows are in memory before the clock starts.
     tarfile / (this + tarfile) bounds the whole build's ratio at this size: what it would be if
     the passes' own work cost nothing and the shard pass were exactly as fast as tarfile."""
+    from lait.arrow_rows import writer_options
     from lait.build.pick import OK_COLUMNS, SCORED_COLUMNS
-    from lait.parts import stats_path, writer_options
     from lait.schemas import get_table
+    from lait.writers import stats_path
 
     work = WorkDir(root)
     reads = [(f, SCORED_COLUMNS) for f in work.part_files("scored")]

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from lait.config import Config, ConfigError, setting
-from lait.parts import atomic_write_json
+from lait.writers import atomic_write_json
 
 log = logging.getLogger(__name__)
 

@@ -70,7 +70,7 @@ class Damage:
 def _writer_of(part: Any) -> tuple[str | None, int | None]:
     """The stage and input partition of the task that wrote a part (from its stats file)."""
     from lait import storage
-    from lait.parts import stats_path
+    from lait.writers import stats_path
 
     try:
         stats = json.loads(storage.read_text(stats_path(part)))
@@ -83,8 +83,9 @@ def check_part(work: Any, table: str, part: Any) -> tuple[str | None, int]:
     """Read one part through (and hash its image bodies in images_ok/); returns the problem or
     None, and the bytes read."""
     from lait import storage
+    from lait.arrow_rows import binary_views
     from lait.errors import CorruptPart
-    from lait.parts import binary_views, schema_problem
+    from lait.parts import schema_problem
 
     try:
         pf = storage.parquet_file(part)
@@ -151,7 +152,7 @@ def verify(work: Any, *, progress: bool = True) -> tuple[list[Damage], dict[str,
 def repair(work: Any, damaged: list[Damage]) -> None:
     """Remove each damaged file and the marker of the task that wrote it: the next run redoes it."""
     from lait import storage
-    from lait.parts import stats_path
+    from lait.writers import stats_path
 
     for d in damaged:
         if d.stage not in REDO:

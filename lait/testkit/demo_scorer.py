@@ -261,7 +261,7 @@ def train_demo_model(out_dir: str | os.PathLike, *, steps: int = 360, seed: int 
     log.info("demo scorer: rendered %d scenes in %.1fs", n_images, time.perf_counter() - start)
 
     result = DemoModel(out)
-    from lait.parts import atomic_write_bytes
+    from lait.writers import atomic_write_bytes
 
     atomic_write_bytes(result.config_path, json.dumps(
         {"model_cfg": DEMO_MODEL_CFG, "preprocess_cfg": DEMO_PREPROCESS_CFG}, indent=1).encode())

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lait.parts import atomic_write_json
+from lait.writers import atomic_write_json
 
 JSON_NAME = "karpathy.json"
 

@@ -7,9 +7,10 @@ from lxml import html as lxml_html
 
 from lait.executor import LocalExecutor
 from lait.filters.config import CleanConfig
+from lait.filters.extract_stage import read_page_texts
 from lait.filters.html_images import find_images, visible_text
 from lait.filters.text_rules import repair
-from lait.filters.text_stage import CleanStage, read_page_texts
+from lait.filters.text_stage import CleanStage
 
 PAGE = "http://news.test/a/story.html"
 BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"

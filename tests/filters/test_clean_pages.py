@@ -179,7 +179,7 @@ def test_bad_pages_are_rejected_or_handled(make_work, td):
     "<p>a lone \ud800 surrogate</p>", "", " ", "<!-- only a comment -->",
 ])
 def test_a_decoded_page_parses_from_its_utf8_bytes_to_the_tree_of_its_text(text):
-    from lait.filters.text_stage import _markup
+    from lait.filters.html_pages import _markup
 
     def parse(markup, encoding):
         try:
@@ -201,7 +201,7 @@ def test_a_decoded_page_parses_from_its_utf8_bytes_to_the_tree_of_its_text(text)
     (b"<?xml version='1.0' encoding='utf-8'?><p>x</p>", "text/html", False),
 ])
 def test_decode_page_hands_its_bytes_to_the_parser_only_when_they_are_the_texts_utf8(body, ctype, utf8):
-    from lait.filters.text_stage import _markup, decode_page
+    from lait.filters.html_pages import _markup, decode_page
 
     text, _, raw = decode_page({"html": body, "status": 200, "content_type": ctype}, 1000)
     assert (raw is not None) == utf8 and (raw is None or raw == text.encode())
@@ -228,7 +228,7 @@ def test_a_page_stored_without_html_is_dropped_for_what_its_error_says(make_work
 def test_page_time_limit(make_work, td, monkeypatch):
     import time
 
-    import lait.filters.text_stage as ts
+    import lait.filters.extract_stage as ts
 
     def slow(tree):
         time.sleep(5)

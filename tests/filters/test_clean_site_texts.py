@@ -91,16 +91,16 @@ def test_a_site_is_its_host_without_www():
 def test_each_page_is_parsed_once_and_a_changed_page_redoes_its_partition(make_work, td, monkeypatch):
     # The count of site texts reads the extraction pass's rows (`page_texts/`): stage 3 parses
     # every page once, not once for the count and once for the partition.
-    from lait.filters import text_stage
+    from lait.filters import extract_stage
 
     parsed: list[str] = []
-    real = text_stage.parse_page
+    real = extract_stage.parse_page
 
     def counting(row, cfg):
         parsed.append(row["url"])
         return real(row, cfg)
 
-    monkeypatch.setattr(text_stage, "parse_page", counting)
+    monkeypatch.setattr(extract_stage, "parse_page", counting)
     work = make_work(n_partitions=4)
     urls = [f"https://www.news.test/2024/story-{i}.html" for i in range(8)]
     td.write_table(work, "pages", [td.page_row(u, site_page(i)) for i, u in enumerate(urls)], "url")
@@ -115,7 +115,7 @@ def test_each_page_is_parsed_once_and_a_changed_page_redoes_its_partition(make_w
 
 
 def test_a_failed_extraction_partition_fails_the_run(make_work, td, monkeypatch):
-    from lait.filters import text_stage
+    from lait.filters import extract_stage
 
     work = make_work(n_partitions=4)
     urls = [f"https://www.news.test/2024/story-{i}.html" for i in range(8)]
@@ -127,8 +127,8 @@ def test_a_failed_extraction_partition_fails_the_run(make_work, td, monkeypatch)
             raise OSError("disk gone")
         return real(self, ctx)
 
-    real = text_stage.ExtractStage.process
-    monkeypatch.setattr(text_stage.ExtractStage, "process", broken)
+    real = extract_stage.ExtractStage.process
+    monkeypatch.setattr(extract_stage.ExtractStage, "process", broken)
     cfg = CleanConfig(work=str(work.root), progress=False)
     report = LocalExecutor(workers=1, retries=0, show_progress=False).run(CleanStage(cfg), work)
     assert not report.ok and list(report.failed) == [bad]

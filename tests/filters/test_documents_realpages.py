@@ -19,7 +19,7 @@ from lxml import html as lxml_html
 
 from lait.filters.config import CleanConfig
 from lait.filters.documents import main_paragraphs, page_text, place_paragraphs, read_document
-from lait.filters.text_stage import parse_page
+from lait.filters.html_pages import parse_page
 
 BASE = "http://fakehost/test/index.html"
 _WORD = re.compile(r"\w+", re.U)

@@ -264,7 +264,7 @@ def test_sha256_ahead_yields_every_row_in_order():
     import hashlib
 
     from lait.filters.image_stage import HASH_BATCH, _with_sha256
-    from lait.parts import helper_thread
+    from lait.writers import helper_thread
 
     values = [bytes([i]) * (3000 + i) for i in range(2 * HASH_BATCH + 3)]
     values[1], values[2], values[HASH_BATCH + 1] = None, b"x" * 10_000, 7

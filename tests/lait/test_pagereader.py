@@ -16,8 +16,8 @@ from scrapy.http import HtmlResponse
 
 from lait.crawler.warc_links import html_image_links
 from lait.filters.config import SOURCES, CleanConfig
+from lait.filters.extract_stage import page_candidates
 from lait.filters.html_images import find_images
-from lait.filters.text_stage import page_candidates
 from lait.pagereader import (
     BLOCK_TAGS,
     Resolver,
@@ -194,7 +194,7 @@ def test_what_lies_deeper_than_libxml2_reads_is_not_read():
     assert read_page(html, PAGE).links == []
     assert read_page(html, PAGE).too_deep and not read_page(page('<img src="/a.jpg">'), PAGE).too_deep
     assert warc_urls(html) == {"https://news.example.org/before.jpg"}
-    from lait.filters.text_stage import PageRejected
+    from lait.filters.html_pages import PageRejected
 
     with pytest.raises(PageRejected, match="too_deep"):
         stage3_urls(html)

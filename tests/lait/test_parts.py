@@ -5,8 +5,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lait.parts import PartWriter, WorkDir, partition_of, stats_path
+from lait.parts import WorkDir, partition_of
 from lait.schemas import IMAGES, get_table
+from lait.writers import PartWriter, stats_path
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -242,7 +243,7 @@ def test_rolling_writer_commits_parts_under_sequential_tags(tmp_path):
 
 
 def test_table_of_rows_is_arrows_own_conversion():
-    from lait.parts import table_of_rows
+    from lait.arrow_rows import table_of_rows
     from lait.schemas import IMAGES_OK
 
     rows = [{**image_row(i), "bytes": [b"\xff\xd8" * i, None, b""][i % 3], "page_url": [None, "p", "é"][i % 3],
@@ -358,7 +359,8 @@ def test_writing_behind_gives_the_same_parts(tmp_path, monkeypatch):
     written inline; the rows counted and the stats are the same too."""
     import threading
 
-    from lait.parts import PartitionedWriter, helper_thread
+    from lait.parts import PartitionedWriter
+    from lait.writers import helper_thread
 
     real = pq.ParquetWriter.write_table
     threads = []
@@ -449,7 +451,7 @@ def test_iter_rows_read_ahead_gives_the_same_rows(tmp_path):
     stops its thread."""
     import threading
 
-    from lait.parts import helper_thread
+    from lait.writers import helper_thread
 
     work = WorkDir(tmp_path, n_partitions=2).init()
     for tag, start in (("a", 0), ("b", 25)):

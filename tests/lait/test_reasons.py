@@ -32,6 +32,8 @@ SOURCES = {
     "crawler/url_list.py": "download",
     "filters/image_stage.py": "filter",
     "filters/image_decode.py": "filter",
+    "filters/html_pages.py": "clean",
+    "filters/extract_stage.py": "clean",
     "filters/text_stage.py": "clean",
     "filters/text_rules.py": "clean",
     "filters/text_junk.py": "clean",

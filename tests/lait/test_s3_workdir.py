@@ -30,8 +30,9 @@ from kit.pipeline_kit import TINY_CLIP, shard_members, stage_commands, tables  #
 from lait import storage
 from lait.app.cli import main as lait
 from lait.executor import LocalExecutor
-from lait.parts import WorkDir, stats_path
+from lait.parts import WorkDir
 from lait.storage import RemotePath
+from lait.writers import stats_path
 
 HERE = Path(__file__).parent
 from kit import toy_stage as toy  # noqa: E402
