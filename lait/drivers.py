@@ -75,21 +75,38 @@ def _not_a_work_dir(work: WorkDir) -> ConfigError:
 
 
 def run_stage(stage: Stage, cfg: StageConfig, command: str) -> RunReport:
-    """Run a stage over the work directory with the executor the config names, holding the
-    directory's lock, and record the run's settings and what it redid."""
+    """The one launcher: run a stage over the work directory with the executor the config
+    names, holding the directory's lock, and record the run's settings and what it redid.
+
+    In order: `stage.preflight` (checks before anything is written), the executor's run inside
+    `stage.running()` (the stages of `stage.before()`, its global steps, then its partitions),
+    and, when every partition succeeded, `stage.after_steps` (global work over whole tables, and
+    any stage it runs, on the same executor settings). Returns the stage's report, with the
+    failed partitions of the stages its after-steps ran."""
     work = open_work_dir(cfg.work)
     with locked(work, f"lait {command}"):
-        report = stage_executor(stage, cfg).run(stage, work)
-        record_run(work, command, cfg, [report])
+        stage.preflight(work)
+        with stage.running():
+            report = stage_executor(stage, cfg).run(stage, work)
+        reports = [report]
+        if report.ok:
+            def run(other: Stage, workers: int | None = None) -> RunReport:
+                return stage_executor(other, cfg, workers=workers).run(other, work)
+
+            for extra in stage.after_steps(work, report, run):
+                report.failed.update(extra.failed)
+                reports.append(extra)
+        record_run(work, command, cfg, reports)
     return report
 
 
-def stage_executor(stage: Stage, cfg: StageConfig) -> Any:
-    """The executor the config names, for `stage`. A stage whose workers run torch says so
-    (`spawn_workers`) and gets spawned local workers: a child forked from a process whose torch
-    (OpenMP) thread pool is up can hang in its first parallel region."""
+def stage_executor(stage: Stage, cfg: StageConfig, workers: int | None = None) -> Any:
+    """The executor the config names, for `stage` (with `workers` instead of the config's). A
+    stage whose workers run torch says so (`spawn_workers`) and gets spawned local workers: a
+    child forked from a process whose torch (OpenMP) thread pool is up can hang in its first
+    parallel region."""
     spawn = cfg.executor == "local" and getattr(stage, "spawn_workers", False)
-    return executor_for(cfg, **({"start_method": "spawn"} if spawn else {}))
+    return executor_for(cfg, **({"start_method": "spawn"} if spawn else {}), **({"workers": workers} if workers else {}))
 
 
 def record_run(work: WorkDir, command: str, cfg: Config, reports: list[RunReport]) -> None:

@@ -10,18 +10,21 @@ from tqdm.auto import tqdm
 
 
 def setup_logging(verbosity: int = 0) -> None:
-    """-q: warnings only; default: info; -v: debug."""
+    """-q: warnings only; default: lait's info and everyone's warnings; -v: debug, everyone's."""
     level = logging.WARNING if verbosity < 0 else logging.INFO if verbosity == 0 else logging.DEBUG
     logging.basicConfig(
-        level=level,
+        level=level if verbosity > 0 else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
         stream=sys.stderr,
         force=True,
     )
-    # Third-party libraries are chatty at INFO; keep their warnings only unless -v.
+    # Third-party libraries are chatty at INFO (matplotlib's first font cache, Ray, faiss...):
+    # at the default verbosity only lait's own loggers say more than warnings. Those libraries
+    # that set a level of their own are held to warnings by name too.
+    logging.getLogger("lait").setLevel(level)
     for name in ("scrapy", "twisted", "trafilatura", "htmldate", "PIL", "filelock", "urllib3",
-                 "botocore", "aiobotocore", "s3fs", "fsspec", "faiss"):
+                 "botocore", "aiobotocore", "s3fs", "fsspec", "faiss", "matplotlib"):
         logging.getLogger(name).setLevel(logging.DEBUG if verbosity > 0 else logging.WARNING)
 
 

@@ -225,6 +225,25 @@ class Stage(ABC):
         partitions (`start_report`), so `global_inputs` sees their result; none by default."""
         return None
 
+    # Hooks of the one launcher (`lait.drivers.run_stage`), which opens the work directory,
+    # holds its lock, runs the stage on the configured executor and records the run.
+    def preflight(self, work: WorkDir) -> None:
+        """What must hold before anything is written (a model's weights load), under the lock,
+        before the executor starts; nothing by default."""
+        return None
+
+    def running(self) -> contextlib.AbstractContextManager[None]:
+        """What the launching process holds while the partitions run (stage 4: one decode pool
+        for every partition it scores itself); nothing by default."""
+        return contextlib.nullcontext()
+
+    def after_steps(self, work: WorkDir, report: RunReport, run: Callable[..., RunReport]) -> list[RunReport]:
+        """Steps over whole tables once every partition succeeded (stage 4: near-duplicates over
+        all embeddings, the regions' codebook), through `run_global_step`; `run(stage,
+        workers=None)` runs another stage on the launcher's executor. Returns the reports of the
+        stages it ran (their failed partitions fail the run); none by default."""
+        return []
+
     def output_folder(self, work: WorkDir) -> Location | None:
         """Where the files a task records with `PartContext.record_file` live; None: it records none."""
         return None

@@ -267,3 +267,17 @@ def get_scorer(cfg: ScoreConfig):
     if key not in _CACHE:
         _CACHE[key] = load_scorer(cfg)
     return _CACHE[key]
+
+
+def runs_inline(cfg: ScoreConfig) -> bool:
+    """Whether the partitions run in this process (one local worker)."""
+    return cfg.executor == "local" and (cfg.workers or os.cpu_count() or 1) == 1
+
+
+def preflight(cfg: ScoreConfig) -> None:
+    """Load the model once here so that missing weights fail before any output exists."""
+    if pick_device(cfg.device) == "cpu" or runs_inline(cfg):
+        get_scorer(cfg)  # cached: the inline executor (and forked workers) reuse it
+    else:
+        # CUDA must not be initialised before the executor forks its workers.
+        load_scorer(cfg.replace(device="cpu"))

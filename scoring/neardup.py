@@ -14,11 +14,14 @@ import logging
 import numpy as np
 
 from lait.arrays import stack_embs
+from lait.fingerprint import global_fingerprint
 from lait.parts import PartitionedWriter, WorkDir
+from lait.stage import RunReport, run_global_step
 
 log = logging.getLogger(__name__)
 
 TAG = "score-near-dups"
+NEAR_DUPS_STEP = "score_near_dups"  # its completion marker: _done/score_near_dups/
 
 
 def knn_inner_product(x: np.ndarray, k: int, backend: str = "auto") -> tuple[np.ndarray, np.ndarray]:
@@ -117,3 +120,13 @@ def write_near_dups(work: WorkDir, threshold: float, k: int, fingerprint: str | 
                                                                  "cosine": s[sel]}))
     log.info("score: %d near-duplicate image pairs among %d images (cosine >= %.3f)", len(a), len(urls), threshold)
     return len(a)
+
+
+def near_dups_step(work: WorkDir, cfg, report: RunReport) -> None:
+    """`near_dups/` over every image embedding (a `ScoreConfig`'s threshold and k), redone when
+    an embedding part or a setting of the step changed since it last ran."""
+    fp = global_fingerprint(work, NEAR_DUPS_STEP, {"near_dup_threshold": cfg.near_dup_threshold,
+                                                    "near_dup_k": cfg.near_dup_k}, ["image_embs"])
+    run_global_step(work, fp, lambda: {"pairs": write_near_dups(work, cfg.near_dup_threshold, cfg.near_dup_k,
+                                                                fp.digest)},
+                    label="score: near-duplicates", force=cfg.force, report=report)

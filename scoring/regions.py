@@ -16,8 +16,9 @@ import numpy as np
 
 from lait import storage
 from lait.arrays import cell_grid, grid_boxes, region_arrays, to_bytes
+from lait.fingerprint import global_fingerprint
 from lait.parts import WorkDir
-from lait.stage import PartContext, Stage
+from lait.stage import PartContext, RunReport, Stage, run_global_step
 from lait.writers import atomic_write_bytes, atomic_write_json
 
 log = logging.getLogger(__name__)
@@ -121,3 +122,22 @@ class RegionLabelStage(Stage):
             labels = nearest_centroid(region_arrays(row).features, centroids)
             ctx.write("region_labels", {"image_url": row["image_url"], "n": row["n"],
                                         "labels": to_bytes(labels, "i4")})
+
+
+def codebook_step(work: WorkDir, cfg, report: RunReport) -> bool:
+    """Train the codebook (a `ScoreConfig`'s k, sample, iterations and seed) when its inputs or
+    settings changed; whether a codebook is there for `RegionLabelStage` to label with."""
+    fp = global_fingerprint(work, CODEBOOK_STEP_NAME, {k: getattr(cfg, k) for k in
+                                                       ("codebook_k", "codebook_sample", "codebook_iters", "seed")},
+                            ["regions"])
+
+    def codebook() -> dict[str, int] | None:
+        centroids = train_codebook(work, cfg.codebook_k, cfg.codebook_sample, cfg.codebook_iters, cfg.seed)
+        if centroids is None:
+            log.warning("score: --regions is set but no region features were written")
+            storage.remove_tree(work.root / CODEBOOK_DIR)
+            return None
+        return {"k": int(centroids.shape[0])}
+
+    run_global_step(work, fp, codebook, label="score: codebook", force=cfg.force, report=report)
+    return work.is_done(CODEBOOK_STEP_NAME, 0)

@@ -13,9 +13,10 @@ only counted here (`score/no_image`), so the funnel does not count it twice.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -27,12 +28,15 @@ from lait.scoring.decode import (
     ImageDecoder,
     decode_stream,
     hybrid_stream,
+    keeping_pools,
     release_pools,
     shared_pool,
 )
 from lait.scoring.model import get_scorer
-from lait.scoring.regions import pool_tokens
-from lait.stage import PartContext, Stage
+from lait.scoring.model import preflight as load_model_first
+from lait.scoring.neardup import near_dups_step
+from lait.scoring.regions import RegionLabelStage, codebook_step, pool_tokens
+from lait.stage import PartContext, RunReport, Stage
 
 log = logging.getLogger(__name__)
 
@@ -83,16 +87,36 @@ class ScoreStage(Stage):
     input_table = "candidates"
     extra_inputs = ("images_ok",)
     output_tables = ("scored", "image_embs", "text_embs", "regions")
-    # Settings of the global steps after the partitions (see lait.scoring.pipeline): changing
+    # Settings of the global steps after the partitions (`after_steps`): changing
     # them redoes those steps, not the scoring.
     GLOBAL_SETTINGS = frozenset({"near_dup_threshold", "near_dup_k", "codebook_k", "codebook_sample",
                                  "codebook_iters", "seed"})
+
+    # Its workers run torch: local ones are spawned, never forked from this process (whose
+    # torch thread pool is up once `preflight` loaded the model).
+    spawn_workers = True
 
     def __init__(self, cfg: ScoreConfig):
         self.cfg = cfg
 
     def settings(self) -> dict[str, Any]:
         return {k: v for k, v in self.cfg.output_settings().items() if k not in self.GLOBAL_SETTINGS}
+
+    def preflight(self, work) -> None:
+        """The model's weights load before anything is written (`lait.scoring.model.preflight`)."""
+        load_model_first(self.cfg)
+
+    def running(self) -> contextlib.AbstractContextManager[None]:
+        """One decode pool for every partition this process scores itself."""
+        return keeping_pools()
+
+    def after_steps(self, work, report: RunReport, run: Callable[..., RunReport]) -> list[RunReport]:
+        """`near_dups/` over every image embedding; with `regions`, the codebook over all region
+        features and `RegionLabelStage` (light: one worker)."""
+        near_dups_step(work, self.cfg, report)
+        if self.cfg.regions and codebook_step(work, self.cfg, report):
+            return [run(RegionLabelStage(), workers=1)]
+        return []
 
     def process(self, ctx: PartContext) -> None:
         cfg = self.cfg

@@ -73,6 +73,33 @@ def test_the_command_logs_at_the_level_the_flags_ask_wherever_they_stand(argv, v
     assert seen == [verbosity]
 
 
+@pytest.mark.parametrize("verbosity,shown", [
+    (0, {"lait-info", "lib-warning"}),
+    (-1, {"lib-warning"}),
+    (1, {"lait-info", "lib-info", "lib-debug", "lib-warning"}),
+])
+def test_only_lait_logs_info_unless_verbose(capsys, verbosity, shown):
+    # A library that logs at INFO on a fresh machine (matplotlib's first font cache, in the
+    # demo's report) put a third-party line among the stage summaries.
+    import logging
+
+    from lait.log import setup_logging
+
+    try:
+        setup_logging(verbosity)
+        logging.getLogger("lait.app.run").info("lait-info")
+        for lib in ("matplotlib.font_manager", "some_library"):
+            logging.getLogger(lib).info("lib-info")
+            logging.getLogger(lib).debug("lib-debug")
+            logging.getLogger(lib).warning("lib-warning")
+    finally:
+        setup_logging(0)
+    lines = capsys.readouterr().err.splitlines()
+    assert {line.rsplit(": ", 1)[-1] for line in lines} == shown
+    if verbosity == 0:
+        assert sum("lib-warning" in line for line in lines) == 2
+
+
 def test_an_unknown_command_is_one_line(capsys):
     with pytest.raises(SystemExit) as exc:
         build_parser().parse_args(["flter", "w"])

@@ -38,7 +38,7 @@ def test_global_steps_run_through_one_runner():
     # Fingerprint check, cause line, clear, run, marker: `lait.stage.run_global_step`.
     assert where_called("global_step_cause") == ["lait/stage.py"]
     assert where_called("run_global_step") == [
-        "build/pipeline.py", "build/select.py", "filters/site_texts.py", "scoring/pipeline.py"]
+        "build/pipeline.py", "build/select.py", "filters/site_texts.py", "scoring/neardup.py", "scoring/regions.py"]
 
 
 def test_the_trainer_is_set_up_in_one_place():
@@ -67,3 +67,14 @@ def test_table_schemas_are_declared_in_one_place():
     # (`register_table` stays for code outside lait that adds a table).
     assert where_called("Table") == ["lait/schemas.py"]
     assert where_called("register_table") == []
+
+
+def test_stages_are_launched_by_one_function():
+    # Issue 60: `lait.drivers.run_stage` opens the work directory, locks it, runs the stage (its
+    # `before` stages, global steps, partitions, `after_steps`) on the configured executor and
+    # records the run. Only it builds an executor for a stage, but for the passes that still
+    # run their stages by hand: stage 5's build and select, and `lait documents`.
+    assert where_called("executor_for") == ["build/pipeline.py", "lait/drivers.py"]
+    assert where_called("stage_executor") == ["build/pipeline.py", "build/select.py", "lait/app/documents.py",
+                                              "lait/drivers.py"]
+    assert where_called("make_executor") == ["lait/executor.py"]
