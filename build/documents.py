@@ -26,7 +26,9 @@ What is written for a kept document:
 - `NNNNN.parquet`: the same documents as OBELICS lays them out, in DOM order: `texts` and
   `images` aligned lists with None in the other's slots (a paragraph per text slot; the image
   slot holds the picture's URL, `image_bytes` its bytes as written), `metadata` (JSON per slot)
-  and `general_metadata` (JSON of the document).
+  and `general_metadata` (JSON of the document);
+- `stats.json`: the counts, the rules' drops, a few examples, and each file's size and SHA-256
+  (`files`), which `lait verify` reads the files back against.
 
 Every picture written is the one stage 5 writes into the pair shards: resized and encoded by
 `lait.build.resize.prepare`, faces searched at the size it ships and blurred
@@ -55,6 +57,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lait import storage
 from lait.build.config import DocumentsConfig
 from lait.build.resize import prepare
 from lait.build.shards import FaceSearch
@@ -269,13 +272,17 @@ def write_documents(cfg: DocumentsConfig) -> dict[str, Any]:
             faces.close(counts)
         close_shard()
     written = c["documents/written"]
+    # What `lait verify` reads each file back against (`lait.stage.file_change`); a rename of the
+    # folder keeps the files' times.
+    files = {f.name: {"bytes": f.stat().st_size, "sha256": storage.sha256_of(f), "mtime_ns": f.stat().st_mtime_ns}
+             for f in sorted(staging.iterdir()) if f.suffix in (".tar", ".parquet")}
     stats = {"documents": written, "images": c["documents/images_written"],
              "images_per_document": round(c["documents/images_written"] / written, 3) if written else 0.0,
              "words_per_document": round(c["documents/words_written"] / written, 1) if written else 0.0,
              "images_in_several_documents": sum(1 for n in image_docs.values() if n > 1),
              "shards": shard, "counters": dict(sorted(c.items())), "examples": shown,
              "seconds": round(time.perf_counter() - started, 2),
-             "settings": cfg.output_settings()}
+             "settings": cfg.output_settings(), "files": files}
     (staging / "stats.json").write_text(json.dumps(stats, indent=1, ensure_ascii=False))
     old = out.with_name(out.name + ".old")
     shutil.rmtree(old, ignore_errors=True)

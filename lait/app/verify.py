@@ -5,7 +5,9 @@
 - every image body of `images_ok/` against the SHA-256 stage 2 recorded for it;
 - every shard a build finished, against the size and SHA-256 in its task's marker; while a
   rebuild is unfinished, both the shards it staged in `shards.next/` and the earlier set still
-  shipped in `shards/` (their records kept by the rebuild's staging flag).
+  shipped in `shards/` (their records kept by the rebuild's staging flag);
+- the tars and Parquet files of `WORK/documents/` (`lait documents`), against the sizes and
+  SHA-256 digests its `stats.json` records; `lait documents` writes the folder anew.
 
 Each problem is one line naming the file, its partition and the commands that redo it. A
 part's columns are checked against its table's too (a dropped `score` column, numbers turned
@@ -123,6 +125,28 @@ def check_recorded(folder: Any, files: dict[str, Any], stage: str, partition: in
     return damaged
 
 
+def check_documents(work: Any) -> tuple[list[Damage], int]:
+    """WORK/documents/ (`lait documents`) against the sizes and digests its `stats.json` records;
+    the damage and the number of files checked. A folder written by a lait that recorded none
+    is not checked."""
+    from lait import storage
+    from lait.build.documents import TAG
+
+    folder = work.root / "documents"
+    if not storage.is_dir(folder):
+        return [], 0
+    stats = folder / "stats.json"
+    try:
+        files = json.loads(storage.read_text(stats)).get("files")
+    except FileNotFoundError:
+        return [Damage(stats, "is missing", TAG, noticed=True)], 0
+    except ValueError as exc:
+        return [Damage(stats, f"is not valid JSON ({exc})", TAG, noticed=True)], 0
+    if files is None:
+        return [], 0
+    return check_recorded(folder, files, TAG, None), len(files)
+
+
 def verify(work: Any, *, progress: bool = True) -> tuple[list[Damage], dict[str, int]]:
     """Every damaged file of a work directory, and counts of what was checked."""
     from lait.build.pipeline import LIVE, live_files, rebuilding, shard_pass
@@ -146,6 +170,8 @@ def verify(work: Any, *, progress: bool = True) -> tuple[list[Damage], dict[str,
         counts["staged"], counts["shards"] = counts["shards"], counts["shards"] + len(live)
         # No task of the rebuild wrote these: finishing it (`lait build`) replaces them.
         damaged += check_recorded(work.root / LIVE, live, shards.name, None)
+    documents, counts["documents"] = check_documents(work)
+    damaged += documents
     return damaged, counts
 
 
@@ -181,8 +207,9 @@ def run_verify(args: argparse.Namespace) -> int:
     state = f"{len(damaged)} damaged" if damaged else "all intact"
     staged = (f" ({counts['staged']} of them staged in shards.next/ by a rebuild not finished yet: "
               f"`lait build` finishes it)") if "staged" in counts else ""
-    print(f"verify: {counts['parts']} parts ({counts['bytes'] / 1e6:.1f} MB) and {counts['shards']} shards{staged} "
-          f"read back: {state}", file=sys.stderr)
+    documents = f", {counts['documents']} document files" if counts.get("documents") else ""
+    print(f"verify: {counts['parts']} parts ({counts['bytes'] / 1e6:.1f} MB) and {counts['shards']} shards{staged}"
+          f"{documents} read back: {state}", file=sys.stderr)
     return 1 if damaged else 0
 
 

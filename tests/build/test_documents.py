@@ -385,3 +385,27 @@ def test_stats_and_the_report_show_the_documents(documents_web, tmp_path):
     assert html.count('class="document"') == 3 and html.count('<img class="doc"') >= 3
     first = _documents(folder)[0]
     assert first["text_list"][0] in html
+
+
+def test_verify_reads_the_documents_back_and_names_a_changed_byte(documents_web, tmp_path):
+    import shutil
+
+    work, folder, _, _ = documents_web
+    run = [sys.executable, "-m", "lait", "verify"]
+    done = subprocess.run([*run, str(work)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "2 document files read back: all intact" in done.stderr, done.stderr[-2000:]
+    # A copy of the folder with one byte of its tar changed (the module's other tests read the original).
+    copy = tmp_path / "work"
+    shutil.copytree(work, copy)
+    tar = copy / "documents" / "00000.tar"
+    data = bytearray(tar.read_bytes())
+    data[len(data) // 2] ^= 1
+    tar.write_bytes(bytes(data))
+    done = subprocess.run([*run, str(copy)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1
+    (line,) = [x for x in done.stderr.splitlines() if x.startswith("documents/")]
+    assert line.startswith("documents/00000.tar: does not match the SHA-256") and "lait documents redoes it" in line
+    (copy / "documents" / "stats.json").unlink()
+    done = subprocess.run([*run, str(copy)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1 and "documents/stats.json: is missing; lait documents redoes it" in done.stderr
