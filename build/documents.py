@@ -66,6 +66,7 @@ from lait.parts import PartitionedWriter, WorkDir, partition_of
 log = logging.getLogger(__name__)
 
 TAG = "documents_build"  # the tag of the rejected/ parts this pass writes (replaced on each run)
+FOLDER = "documents"  # WORK/documents/, unless `out` says otherwise
 SHINGLE = 5
 N_HASHES, BANDS = 64, 16
 _WORD = re.compile(r"\w+", re.U)
@@ -202,7 +203,7 @@ class _Counts:
 
 
 def out_dir(cfg: DocumentsConfig) -> Path:
-    return Path(cfg.out) if cfg.out else Path(cfg.work) / "documents"
+    return Path(cfg.out) if cfg.out else Path(cfg.work) / FOLDER
 
 
 def write_documents(cfg: DocumentsConfig) -> dict[str, Any]:
@@ -274,8 +275,8 @@ def write_documents(cfg: DocumentsConfig) -> dict[str, Any]:
     written = c["documents/written"]
     # What `lait verify` reads each file back against (`lait.stage.file_change`); a rename of the
     # folder keeps the files' times.
-    files = {f.name: {"bytes": f.stat().st_size, "sha256": storage.sha256_of(f), "mtime_ns": f.stat().st_mtime_ns}
-             for f in sorted(staging.iterdir()) if f.suffix in (".tar", ".parquet")}
+    files = {f.name: {"bytes": st.st_size, "sha256": storage.sha256_of(f), "mtime_ns": st.st_mtime_ns}
+             for f in sorted(staging.iterdir()) if f.suffix in (".tar", ".parquet") for st in [f.stat()]}
     stats = {"documents": written, "images": c["documents/images_written"],
              "images_per_document": round(c["documents/images_written"] / written, 3) if written else 0.0,
              "words_per_document": round(c["documents/words_written"] / written, 1) if written else 0.0,

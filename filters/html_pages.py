@@ -6,7 +6,6 @@ the time limit a page runs under. A page that cannot be read is a `PageRejected`
 from __future__ import annotations
 
 import codecs
-import logging
 import re
 import signal
 import threading
@@ -14,14 +13,10 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from lait.filters.config import CleanConfig
-from lait.filters.html_images import (
-    BLOCK_TAGS,
-)
+from lait.filters.html_images import BLOCK_TAGS
 from lait.pagereader import html_parser
 from lait.reasons import fetch_rule
 from lait.stage import Rejected
-
-log = logging.getLogger(__name__)
 
 # The columns of pages/ this stage reads (not the times and crawl depth; the headers for Content-Language).
 PAGE_COLUMNS = ["url", "status", "content_type", "html", "encoding", "error", "license", "headers"]

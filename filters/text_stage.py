@@ -25,7 +25,6 @@ files (`warc_links/` rows of source `wat`, `lait ingest-warc`) their alt and tit
 
 from __future__ import annotations
 
-import logging
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -57,8 +56,6 @@ from lait.filters.site_texts import SiteCounts, load_site_texts, site_of, site_t
 from lait.filters.text_rules import TextRules, text_filters
 from lait.parts import partition_of
 from lait.stage import PartContext, Stage
-
-log = logging.getLogger(__name__)
 
 LANGUAGE_COLUMNS = ("language", "lang", "LANGUAGE", "Language")  # as LAION's multilingual lists name it
 LIST_PRIOR_MIN_WORDS = 4  # captions this long vote for their list's language

@@ -41,7 +41,7 @@ import yaml
 from lait import storage
 
 # Rows and Arrow tables, and the writing of one part, have modules of their own (lait.arrow_rows,
-# lait.writers); their names stay importable from here.
+# lait.writers): what this module uses, and the names code outside lait may have imported from here.
 from lait.arrow_rows import (  # noqa: F401
     INCOMPRESSIBLE_COLUMNS,
     _rows_of,
@@ -59,14 +59,7 @@ from lait.reasons import check as check_reason
 from lait.schemas import get_table
 from lait.storage import Location, RemotePath
 from lait.urls import is_http_url
-from lait.writers import (  # noqa: F401
-    BackgroundWrites,
-    PartWriter,
-    atomic_write_bytes,
-    atomic_write_json,
-    helper_thread,
-    stats_path,
-)
+from lait.writers import BackgroundWrites, PartWriter, atomic_write_bytes, atomic_write_json, helper_thread, stats_path
 
 log = logging.getLogger(__name__)
 

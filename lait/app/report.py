@@ -35,6 +35,7 @@ from lait.app.examples import EXAMPLES_PER_REASON, Example, reject_examples, run
 from lait.app.funnel import DERIVED, IMAGES, FunnelRow, funnel, reason_unit
 from lait.app.pagecopies import write_page_copies
 from lait.app.plots import THRESHOLD_COLOR, Threshold, plots, score_histogram_svg
+from lait.build.documents import FOLDER as DOCUMENTS
 from lait.build.shards import shard_files
 from lait.filters.unsafe import DEFAULT_MAX_UNSAFE
 from lait.parts import WorkDir
@@ -168,7 +169,7 @@ def gather(work_root: str | Path, *, examples_per_reason: int = 1, thumbnails: b
             st.samples += [dict(r, tar=tar.name) for r in rows if r["status"] == "success"]
         st.shards += 1
         st.shard_bytes += storage.size(tar)
-    docs = storage.location(work_root) / "documents" / "stats.json"
+    docs = storage.location(work_root) / DOCUMENTS / "stats.json"
     if storage.exists(docs):
         st.documents = json.loads(storage.read_text(docs))
     st.funnel = funnel(work, st.rejects, st.reject_units, len(st.samples) if st.shards else None,
@@ -200,7 +201,7 @@ def documents_text(st: DatasetStats) -> list[str]:
 
 def shown_documents(work_root: str | Path) -> list[dict[str, Any]]:
     """The documents the report renders: the first of WORK/documents/00000.tar, as MMC4 dicts."""
-    first = storage.location(work_root) / "documents" / "00000.tar"
+    first = storage.location(work_root) / DOCUMENTS / "00000.tar"
     if not storage.exists(first):
         return []
     with tarfile.open(fileobj=io.BytesIO(storage.read_bytes(first))) as tf:

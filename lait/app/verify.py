@@ -130,9 +130,9 @@ def check_documents(work: Any) -> tuple[list[Damage], int]:
     the damage and the number of files checked. A folder written by a lait that recorded none
     is not checked."""
     from lait import storage
-    from lait.build.documents import TAG
+    from lait.build.documents import FOLDER, TAG
 
-    folder = work.root / "documents"
+    folder = work.root / FOLDER
     if not storage.is_dir(folder):
         return [], 0
     stats = folder / "stats.json"
