@@ -541,14 +541,15 @@ _META_ENCODER = json.JSONEncoder(ensure_ascii=False, sort_keys=True)  # once, no
 _SORTED_META_ENCODER = json.JSONEncoder(ensure_ascii=False, check_circular=False)
 
 
-def image_license(best: Cand, rep: Image) -> dict[str, str | None]:
+def image_license(figure: str | None, file: str | None) -> dict[str, str | None]:
     """The licence declared for the picture itself, apart from its page's (`license`): the one
-    its page gives it (a rel="license" link in its figure), else the one its file carries (XMP,
-    IPTC), with where it came from (`figure`, `file`; "" when neither)."""
-    if best.image_license:
-        return {"image_license": best.image_license, "image_license_from": "figure"}
-    if rep.rights:
-        return {"image_license": rep.rights, "image_license_from": "file"}
+    its page gives it (`figure`: a rel="license" link in its figure), else the one its file
+    carries (`file`: XMP, IPTC), with where it came from (`figure`, `file`; None when neither).
+    The pairs and the documents (`lait.build.documents`) both ship it."""
+    if figure:
+        return {"image_license": figure, "image_license_from": "figure"}
+    if file:
+        return {"image_license": file, "image_license_from": "file"}
     return {"image_license": None, "image_license_from": None}
 
 
@@ -583,7 +584,7 @@ def plan_metas(groups: list[Group], cfg: BuildConfig, extras: list[dict[str, Any
         faces.append(_FACES_ENCODER.encode([[round(float(v), 4) for v in b] for b in rep.face_bboxes])
                      if rep.face_bboxes else "[]")
         height.append(rep.height)
-        il = image_license(best, rep)
+        il = image_license(best.image_license, rep.rights)
         lic.append(il["image_license"])
         lic_from.append(il["image_license_from"])
         lang.append(best.lang)
@@ -645,7 +646,7 @@ def plan_meta(key: str, g: Group, cfg: BuildConfig, extra: dict[str, Any] | None
     the same text as `sort_keys` gives; a list's extra columns (any keys, any nesting) go
     through the sorting encoder."""
     best, rep = g.candidates[0], g.rep
-    lic = image_license(best, rep)
+    lic = image_license(best.image_license, rep.rights)
     meta = {
         "candidates": [{"lang": c.lang, "page_url": c.page_url, "score": round(float(c.score), 6),
                         "source": c.source, "text": c.text} for c in g.candidates[:cfg.max_candidates]],

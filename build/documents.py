@@ -22,11 +22,14 @@ What is written for a kept document:
   `image_info` with `image_name`, `raw_url`, `matched_text_index`, `matched_sim`,
   `face_detections`, and the picture itself as `image_base64`, as OpenFlamingo's MMC4 loader
   reads it; `similarity_matrix`, images x sentences) plus lait's `uid`, `license`, `lang`,
-  `title` and each picture's `uid`, `sha256`, `width`, `height`;
+  `title` and each picture's `uid`, `sha256`, `width`, `height` and its own licence as the pair
+  shards give it (`image_license`: its figure's rel="license" link, else its file's XMP or IPTC
+  rights; `image_license_from`: `figure`, `file` or null);
 - `NNNNN.parquet`: the same documents as OBELICS lays them out, in DOM order: `texts` and
   `images` aligned lists with None in the other's slots (a paragraph per text slot; the image
-  slot holds the picture's URL, `image_bytes` its bytes as written), `metadata` (JSON per slot)
-  and `general_metadata` (JSON of the document);
+  slot holds the picture's URL, `image_bytes` its bytes as written), `metadata` (JSON per slot;
+  a picture's: its `uid`, `sha256`, sizes, faces and licence) and `general_metadata`
+  (JSON of the document);
 - `stats.json`: the counts, the rules' drops, a few examples, and each file's size and SHA-256
   (`files`), which `lait verify` reads the files back against.
 
@@ -58,6 +61,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lait import storage
+from lait.build.aggregate import image_license
 from lait.build.config import DocumentsConfig
 from lait.build.resize import prepare
 from lait.build.shards import FaceSearch
@@ -295,13 +299,14 @@ def write_documents(cfg: DocumentsConfig) -> dict[str, Any]:
 
 
 def _images_ok(work: WorkDir, urls: set[str]) -> dict[str, dict[str, Any]]:
-    """URL -> its images_ok/ row (bytes, format, sizes, digest) for each of `urls` stage 2 kept."""
+    """URL -> its images_ok/ row (bytes, format, sizes, digest, the file's rights) for each of
+    `urls` stage 2 kept."""
     out: dict[str, dict[str, Any]] = {}
     by_part: dict[int, set[str]] = defaultdict(set)
     for u in urls:
         by_part[partition_of(u, work.n_partitions)].add(u)
     have = set(work.partitions("images_ok"))
-    cols = ["image_url", "bytes", "format", "width", "height", "sha256"]
+    cols = ["image_url", "bytes", "format", "width", "height", "sha256", "rights"]
     for part, group in sorted(by_part.items()):
         if part in have:
             for row in work.iter_rows("images_ok", part, columns=cols, batch_size=64):
@@ -364,7 +369,8 @@ def _document(doc: dict[str, Any], sims_row: dict[str, Any] | None, kept: dict[s
                 "face_detections": [{"box": b} for b in boxes],
                 "image_base64": base64.b64encode(data).decode("ascii"),
                 "uid": uid_of(url, doc["page_url"]), "sha256": row["sha256"],
-                "width": shipped.width, "height": shipped.height}
+                "width": shipped.width, "height": shipped.height,
+                **image_license(doc["images"][i].get("license"), row.get("rights"))}
         image_info.append(info)
         matrix_rows.append(row_of[i])
         shipped_bytes[url] = data
@@ -390,7 +396,9 @@ def _document(doc: dict[str, Any], sims_row: dict[str, Any] | None, kept: dict[s
             bytes_col.append(shipped_bytes[info["raw_url"]])
             texts_col.append(None)
             meta.append(json.dumps({"uid": info["uid"], "sha256": info["sha256"], "width": info["width"],
-                                    "height": info["height"], "face_detections": info["face_detections"]}))
+                                    "height": info["height"], "face_detections": info["face_detections"],
+                                    "image_license": info["image_license"],
+                                    "image_license_from": info["image_license_from"]}))
         if k < len(paragraphs):
             images_col.append(None)
             bytes_col.append(None)

@@ -37,6 +37,7 @@ from lait.filters.html_pages import PAGE_COLUMNS, PageRejected, parse_page, time
 from lait.filters.image_place import image_place, own_urls
 from lait.filters.site_texts import SiteCounts, load_site_texts, site_of, step_digest, text_key
 from lait.filters.text_rules import repair, split_sentences
+from lait.pagereader import figure_license
 from lait.stage import PartContext, Stage
 
 log = logging.getLogger(__name__)
@@ -149,7 +150,8 @@ def read_document(row: dict[str, Any], cfg: CleanConfig, boilerplate: SiteCounts
             seen.add(img.urls[0])
             after = sum(1 for pos, _ in kept if pos is not None and pos < offset)
             alt = next((t for src, t in img.texts if src == "alt"), None)
-            images.append({"urls": list(img.urls), "after": after, "alt": alt})
+            declared = figure_license(img.figure, tree, url) if img.figure is not None else None
+            images.append({"urls": list(img.urls), "after": after, "alt": alt, "license": declared})
     title = tree.findtext(".//title")
     return {"page_url": url, "license": row.get("license"), "lang": None,
             "title": normalise_space(title) or None, "paragraphs": [s for _, s in kept],
@@ -164,7 +166,7 @@ class DocumentStage(Stage):
     name = "clean_documents"
     input_table = "pages"
     output_tables = ("doc_pages",)
-    version = 1
+    version = 2  # 2: each image's own licence (`license`: its figure's rel="license" link)
     SETTINGS = ("max_page_bytes", "page_timeout", "languages", "rules_off")
 
     def __init__(self, cfg: CleanConfig):

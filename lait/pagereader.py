@@ -34,7 +34,8 @@ header value or ``<meta name="tdm-reservation">`` content (``1`` reserves, ``0``
 
 Licence: `page_license` is the licence a page declares: a ``rel="license"`` link (``<link>``,
 ``<a>`` or ``<area>``; a Creative Commons one first), else a licence meta tag (`LICENSE_META_NAMES`),
-else a link to a Creative Commons licence or public-domain deed anywhere on the page.
+else a link to a Creative Commons licence or public-domain deed anywhere on the page; links
+inside a ``<figure>`` are that figure's image's own licence (`figure_license`), not the page's.
 
 Parsing is libxml2's (lxml), with its limits: a page nested deeper than 256 elements stops the
 parser there, so whatever follows is not read at all. `parse_page` and `PageRead.too_deep` say
@@ -557,10 +558,16 @@ def figure_license(figure: etree._Element, tree: etree._Element, page_url: str) 
     alone, not to the page; or None."""
     if next(figure.iter("a", "link", "area"), None) is None:  # the common figure: no link at all
         return None
-    return _page_license(figure, Resolver(base_url(tree, page_url)), page_url)
+    return _page_license(figure, Resolver(base_url(tree, page_url)), page_url, figures=True)
 
 
-def _page_license(tree: etree._Element, resolve_: Resolver, page_url: str) -> str | None:
+def _in_figure(el: etree._Element) -> bool:
+    return next(el.iterancestors("figure"), None) is not None
+
+
+def _page_license(tree: etree._Element, resolve_: Resolver, page_url: str, figures: bool = False) -> str | None:
+    """The licence `tree` declares (see the module docstring). `figures`: whether links inside a
+    `<figure>` count; for a page they do not, as each is its figure's own (`figure_license`)."""
     declared: list[str] = []
     cc_links: list[str] = []
     for el in tree.iter("link", "a", "area"):
@@ -568,6 +575,9 @@ def _page_license(tree: etree._Element, resolve_: Resolver, page_url: str) -> st
         if not href:
             continue
         rel = (el.get("rel") or "").lower().split()
+        if ("license" in rel or (el.tag == "a" and "creativecommons.org" in href)) and not figures \
+                and _in_figure(el):
+            continue
         if "license" in rel:
             url = resolve_(href)
             if url and url != page_url:

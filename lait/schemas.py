@@ -318,6 +318,9 @@ DOC_IMAGE = pa.struct([
     pa.field("urls", pa.list_(pa.string()), nullable=False),  # the <img>'s URLs (src, srcset), best first
     pa.field("after", pa.int32(), nullable=False),  # how many of the paragraphs come before it
     pa.field("alt", pa.string()),
+    # The licence the page declares for this image alone (a rel="license" link in its <figure>,
+    # `lait.pagereader.figure_license`), as candidates.image_license holds it for the pairs.
+    pa.field("license", pa.string()),
 ])
 DOC_PAGES = pa.schema([
     pa.field("page_url", pa.string(), nullable=False),

@@ -100,6 +100,22 @@ def _paragraphs(shared_data: Path, n_pages: int) -> list[list[str]]:
     pytest.skip("../shared/data/html/readability has too few pages")
 
 
+FIGURE_CC = "https://creativecommons.org/licenses/by-sa/2.0/"  # p3's figure's own licence
+FILE_RIGHTS = "(c) 2019 Jane Doe, all rights reserved"  # what p4's file declares (XMP dc:rights)
+
+
+def with_xmp_rights(jpeg: bytes, rights: str) -> bytes:
+    """The JPEG with an XMP packet declaring `rights` (dc:rights) inserted after its start
+    marker, as a camera or an editor writes one: the pixels are the same bytes."""
+    packet = ('<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#">'
+              '<rdf:Description xmlns:dc="http://purl.org/dc/elements/1.1/"><dc:rights><rdf:Alt>'
+              f'<rdf:li xml:lang="x-default">{rights}</rdf:li></rdf:Alt></dc:rights></rdf:Description>'
+              '</rdf:RDF></x:xmpmeta>').encode()
+    body = b"http://ns.adobe.com/xap/1.0/\x00" + packet
+    assert jpeg[:2] == b"\xff\xd8"
+    return jpeg[:2] + b"\xff\xe1" + (len(body) + 2).to_bytes(2, "big") + body + jpeg[2:]
+
+
 class DocumentsWeb:
     """Four articles and a reserved page; each article: a headline, three real paragraphs, two
     figures with a caption between them."""
@@ -124,8 +140,11 @@ class DocumentsWeb:
             return self.Response(200, html, f"<html><body><ul>{links}</ul></body></html>".encode())
         if path in self.pages:
             paras, photos, headers = self.pages[path]
+            # p3's figure declares a licence of its own (a rel="license" link), as a page can.
             figs = [f"<figure><img src='/img/{name}.jpg' alt='A photograph for {path}, number {k}' width='640'>"
-                    f"<figcaption>Photo {k} of the story at {path}</figcaption></figure>"
+                    f"<figcaption>Photo {k} of the story at {path}"
+                    + (f" <a rel='license' href='{FIGURE_CC}'>licence</a>" if name == "p3" else "")
+                    + "</figcaption></figure>"
                     for k, name in enumerate(photos)]
             body = (f"<article><h1>Story {path}</h1><p>{paras[0]}</p>{figs[0]}<p>{paras[1]}</p>{figs[1]}"
                     f"<p>{paras[2]}</p></article>")
@@ -165,6 +184,7 @@ def documents_web(shared_data, tmp_path_factory):
     rest = max(scores[n] for n in [FACES, *ranked[1:len(ROLES) + 1]])
     assert scores[ranked[0]] > rest, "two photos with one score: pick others"
     max_unsafe = (scores[ranked[0]] + rest) / 2
+    photos["p4"] = with_xmp_rights(photos["p4"], FILE_RIGHTS)
     site = DocumentsWeb(_paragraphs(shared_data, 5), photos)
 
     root = tmp_path_factory.mktemp("documents")
@@ -341,6 +361,33 @@ def test_an_unsafe_picture_is_in_no_pair_and_no_document(documents_web):
     assert not [u for u in shipped if u.endswith("/img/unsafe.jpg")]
     page = next(d for d in docs if d["url"].endswith("/a/2.html"))
     assert [i["raw_url"].rsplit("/", 1)[1] for i in page["image_info"]] == ["p2.jpg"]
+
+
+def test_each_pictures_own_licence_is_in_documents_as_in_pairs(documents_web):
+    """A figure's rel="license" link and a file's XMP rights reach the document's picture as
+    they reach the pair sample (`image_license`, `image_license_from`), in the MMC4 JSON and in
+    the OBELICS metadata; the page's licence stays the document's."""
+    import pyarrow.parquet as pq
+
+    work, folder, _, _ = documents_web
+    docs = _documents(folder)
+    got = {i["raw_url"].rsplit("/", 1)[1]: (i["image_license"], i["image_license_from"])
+           for d in docs for i in d["image_info"]}
+    assert got["p3.jpg"] == (FIGURE_CC, "figure") and got["p4.jpg"] == (FILE_RIGHTS, "file")
+    assert {v for k, v in got.items() if k not in ("p3.jpg", "p4.jpg")} == {(None, None)}
+    assert {d["license"] for d in docs} == {"CC BY 4.0"}
+    pairs = {s["url"]: (s["image_license"] or None, s["image_license_from"] or None) for s, _ in _pair_samples(work)}
+    both = [i for d in docs for i in d["image_info"] if i["raw_url"] in pairs]
+    assert both, "no picture is in both a pair and a document"
+    assert all((i["image_license"], i["image_license_from"]) == pairs[i["raw_url"]] for i in both)
+    slots = {}
+    for f in sorted(folder.glob("*.parquet")):
+        for row in pq.read_table(f).to_pylist():
+            for url, meta in zip(row["images"], json.loads(row["metadata"])):
+                if url is not None:
+                    m = json.loads(meta)
+                    slots[url.rsplit("/", 1)[1]] = (m["image_license"], m["image_license_from"])
+    assert slots == got
 
 
 def test_faces_are_blurred_in_documents_as_in_pairs(documents_web):

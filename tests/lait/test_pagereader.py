@@ -339,6 +339,10 @@ def test_fast_resolver_equals_the_reference_on_every_reference_of_the_real_pages
     ("", '<a href="https://creativecommons.org/publicdomain/zero/1.0/">CC0</a>',
      "https://creativecommons.org/publicdomain/zero/1.0/"),
     ("", '<a href="https://creativecommons.org/about/">about CC</a><a rel="license" href="#">x</a>', None),
+    # A figure's licence is its image's (figure_license), not the page's.
+    ('<meta name="license" content="CC BY 4.0">', '<figure><img src="a.jpg"><figcaption>x <a rel="license" '
+     'href="https://creativecommons.org/licenses/by-sa/2.0/">cc</a></figcaption></figure>', "CC BY 4.0"),
+    ("", '<figure><img src="a.jpg"><a href="https://creativecommons.org/licenses/by/2.0/">cc</a></figure>', None),
 ])
 def test_declared_licence(head, body, expected):
     html = f"<html><head>{head}</head><body>{body}</body></html>"
