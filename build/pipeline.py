@@ -20,7 +20,7 @@ from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from lait import lifeline, storage
 from lait.build.aggregate import EXTRA_COLUMNS, PLAN_TAG, plan_build
@@ -28,10 +28,8 @@ from lait.build.config import BuildConfig
 from lait.build.pick import PickStage
 from lait.build.shards import ShardStage, faces_line, finish_shard_dir, shard_files, write_stats, written_members
 from lait.config import ConfigError
-from lait.drivers import open_work_dir, record_run, stage_executor
-from lait.executor import executor_for
+from lait.drivers import open_work_dir, run_stage
 from lait.fingerprint import Fingerprint, global_fingerprint
-from lait.lock import locked
 from lait.parts import WorkDir
 from lait.stage import RunReport, run_global_step
 from lait.writers import atomic_write_bytes, atomic_write_json, stats_path
@@ -199,19 +197,44 @@ def swap_in(work: WorkDir) -> None:
 
 
 def build(cfg: BuildConfig) -> BuildResult:
-    """Run stage 5 on `cfg.work`; returns the reports of the passes and the dataset counters."""
-    work = open_work_dir(cfg.work, initialized=True)
-    if not work.part_files("scored"):
-        raise ConfigError(f"{work.root} has no scored/ table yet: run `lait score` first")
-    with locked(work, "lait build"):
+    """Run stage 5 on `cfg.work` through the one launcher (`BuildStage`); returns the reports of
+    the passes and the dataset counters."""
+    stage = BuildStage(cfg)
+    stage.result.reports.insert(0, run_stage(stage, cfg, "build"))
+    return stage.result
+
+
+class BuildStage(PickStage):
+    """Stage 5 as `lait.drivers.run_stage` runs it: its partitions are the pick pass's
+    (`PickStage`, whose name, settings and markers it keeps); `preflight` finishes a swap a kill
+    interrupted and clears a build made from other inputs or settings; `after_steps` plans once
+    and writes the shards (`run_passes`), then swaps them in. `result` holds what it did."""
+
+    def __init__(self, cfg: BuildConfig):
+        self.cfg = cfg
+        self.fp: Fingerprint | None = None
+        self.result = BuildResult()
+
+    def settings(self) -> dict[str, Any]:
+        return {}  # the pick pass's: the build's settings are in its own fingerprint (`fingerprint`)
+
+    def __getstate__(self) -> dict[str, Any]:  # sent to workers as the pick pass: no reports
+        return {**self.__dict__, "result": BuildResult()}
+
+    def preflight(self, work: WorkDir) -> list[str]:
+        if not work.part_files("scored"):
+            raise ConfigError(f"{work.root} has no scored/ table yet: run `lait score` first")
         recover_swap(work)
-        fp = fingerprint(work, cfg)
-        why = start_build(work, cfg, fp)
-        result = run_passes(work, cfg, fp)
-        if why:
-            result.reports[0].plan.insert(0, why)
-        record_run(work, "build", cfg, result.reports)
-    return result
+        self.fp = fingerprint(work, self.cfg)
+        why = start_build(work, self.cfg, self.fp)
+        return [why] if why else []
+
+    def after_steps(self, work: WorkDir, report: RunReport, run: Callable[..., RunReport]) -> list[RunReport]:
+        assert self.fp is not None
+        done = run_passes(work, self.cfg, self.fp, run, picked=report)
+        self.result.stats, self.result.reused = done.stats, done.reused
+        self.result.reports += done.reports
+        return done.reports
 
 
 def start_build(work: WorkDir, cfg: BuildConfig, fp: Fingerprint) -> str | None:
@@ -235,15 +258,13 @@ def eval_record(cfg: BuildConfig) -> dict[str, Any] | None:
             "images": len(eval_set), "digest": eval_set.digest}
 
 
-def run_passes(work: WorkDir, cfg: BuildConfig, fp: Fingerprint) -> BuildResult:
-    """Pick per partition, plan once, shards per shard; each pass skips what is done. `fp` is
-    the build's fingerprint (`fingerprint`): the plan reads the same inputs and settings."""
-    executor = executor_for(cfg)
+def run_passes(work: WorkDir, cfg: BuildConfig, fp: Fingerprint, run: Callable[..., RunReport],
+               picked: RunReport) -> BuildResult:
+    """After the pick pass (`picked`, done per partition by the launcher): plan once, then the
+    shards per shard through `run` (the launcher's executor); each pass skips what is done. `fp`
+    is the build's fingerprint (`fingerprint`): the plan reads the same inputs and settings.
+    Returns the plan's and the shards' reports, with the stats of what was written."""
     result = BuildResult()
-
-    result.reports.append(executor.run(PickStage(), work))
-    if not result.reports[-1].ok:
-        return result
 
     plan_report = RunReport("build_plan")
     plan_fp = dataclasses.replace(fp, stage="build_plan")  # the pick pass wrote none of its inputs
@@ -263,11 +284,11 @@ def run_passes(work: WorkDir, cfg: BuildConfig, fp: Fingerprint) -> BuildResult:
     out = shard_dir(work)
     extra = [tuple(c) for c in (work.markers("build_plan").get(0) or {}).get("extra_columns") or []]
     shards = ShardStage(cfg.image_options(), cfg.regions, out=str(out), extra_columns=extra)
-    shard_report = stage_executor(shards, cfg).run(shards, work)
+    shard_report = run(shards)
     result.reports.append(shard_report)
     if not shard_report.ok:
         return result
-    result.reused = all(not r.done for r in result.reports)
+    result.reused = all(not r.done for r in (picked, *result.reports))
     sizes = finish_shard_dir(out, cfg.image_options().encode_format, written_members(work, ShardStage.name))
     result.stats = collect_stats(work, sizes)
     write_stats(out, result.stats)

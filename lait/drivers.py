@@ -81,21 +81,20 @@ def run_stage(stage: Stage, cfg: StageConfig, command: str) -> RunReport:
     In order: `stage.preflight` (checks before anything is written), the executor's run inside
     `stage.running()` (the stages of `stage.before()`, its global steps, then its partitions),
     and, when every partition succeeded, `stage.after_steps` (global work over whole tables, and
-    any stage it runs, on the same executor settings). Returns the stage's report, with the
-    failed partitions of the stages its after-steps ran."""
+    any stage it runs, on the same executor settings). Returns the stage's report; the lines
+    `preflight` returned come first in its `plan`."""
     work = open_work_dir(cfg.work)
     with locked(work, f"lait {command}"):
-        stage.preflight(work)
+        said = stage.preflight(work) or []
         with stage.running():
             report = stage_executor(stage, cfg).run(stage, work)
+        report.plan[:0] = said
         reports = [report]
         if report.ok:
             def run(other: Stage, workers: int | None = None) -> RunReport:
                 return stage_executor(other, cfg, workers=workers).run(other, work)
 
-            for extra in stage.after_steps(work, report, run):
-                report.failed.update(extra.failed)
-                reports.append(extra)
+            reports += stage.after_steps(work, report, run)
         record_run(work, command, cfg, reports)
     return report
 

@@ -227,9 +227,11 @@ class Stage(ABC):
 
     # Hooks of the one launcher (`lait.drivers.run_stage`), which opens the work directory,
     # holds its lock, runs the stage on the configured executor and records the run.
-    def preflight(self, work: WorkDir) -> None:
-        """What must hold before anything is written (a model's weights load), under the lock,
-        before the executor starts; nothing by default."""
+    def preflight(self, work: WorkDir) -> list[str] | None:
+        """What must hold or be done before the partitions run (a model's weights load; stage 5
+        clears a build made from other inputs), under the lock, before the executor starts.
+        Returns the lines that say what it redid and why, which go first in the report's
+        `plan`; nothing by default."""
         return None
 
     def running(self) -> contextlib.AbstractContextManager[None]:
@@ -239,9 +241,11 @@ class Stage(ABC):
 
     def after_steps(self, work: WorkDir, report: RunReport, run: Callable[..., RunReport]) -> list[RunReport]:
         """Steps over whole tables once every partition succeeded (stage 4: near-duplicates over
-        all embeddings, the regions' codebook), through `run_global_step`; `run(stage,
-        workers=None)` runs another stage on the launcher's executor. Returns the reports of the
-        stages it ran (their failed partitions fail the run); none by default."""
+        all embeddings, the regions' codebook; stage 5: its plan and shards), through
+        `run_global_step`; `run(stage, workers=None)` runs another stage on the launcher's
+        executor. Returns the reports of the passes it ran, which the run's record lists; one
+        whose failure must fail the command puts its failed partitions into `report` (or the
+        command reads them); none by default."""
         return []
 
     def output_folder(self, work: WorkDir) -> Location | None:

@@ -115,7 +115,9 @@ class ScoreStage(Stage):
         features and `RegionLabelStage` (light: one worker)."""
         near_dups_step(work, self.cfg, report)
         if self.cfg.regions and codebook_step(work, self.cfg, report):
-            return [run(RegionLabelStage(), workers=1)]
+            labels = run(RegionLabelStage(), workers=1)
+            report.failed.update(labels.failed)  # a partition left unlabelled fails `lait score`
+            return [labels]
         return []
 
     def process(self, ctx: PartContext) -> None:
