@@ -1,4 +1,5 @@
-"""Stages 2 to 5 on a local Ray cluster give exactly the local executor's output (issue 8)."""
+"""Stages 2 to 5 on a local Ray cluster give exactly the local executor's output (issue 8), and
+so do the two table passes of `lait documents` (issue 63) and the documents they lead to."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def crawled(tmp_path_factory):
 def tables(root) -> dict[str, list[dict]]:
     work = WorkDir(root)
     out = {}
-    for t in ("images_ok", "candidates", "scored", "rejected", "image_embs", "near_dups"):
+    for t in ("images_ok", "candidates", "scored", "rejected", "image_embs", "near_dups", "doc_pages", "doc_sims"):
         rows = work.read(t).to_pylist()
         out[t] = sorted(rows, key=repr)
     return out
@@ -64,14 +65,33 @@ def test_stages_2_to_5_on_ray_equal_local(crawled, tmp_path, ray_temp_dir):
     shutil.copytree(crawled, local)
     shutil.copytree(crawled, on_ray)
     assert run_pipeline(str(local), sections, overrides={"workers": 2, "progress": False})
+    # A tiny random scorer's cosines say nothing: every picture stays (min_sim -1).
+    documents = {"workers": 2, "progress": False, "min_sim": -1.0, "min_words": 20}
+    assert _documents(local, documents)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=ray_temp_dir)
     try:
         assert run_pipeline(str(on_ray), sections, overrides={"executor": "ray", "workers": 2, "progress": False})
+        assert _documents(on_ray, {**documents, "executor": "ray"})
     finally:
         ray.shutdown()
     a, b = tables(local), tables(on_ray)
-    assert all(a[t] for t in ("images_ok", "candidates", "scored"))
+    assert all(a[t] for t in ("images_ok", "candidates", "scored", "doc_pages", "doc_sims"))
     for t in a:
         assert a[t] == b[t], t
     members = shard_members(local)
     assert members and members == shard_members(on_ray)
+    docs = {p.name: p.read_bytes() for p in sorted((local / "documents").iterdir()) if p.suffix in (".tar", ".parquet")}
+    assert any(name.endswith(".tar") for name in docs)
+    assert docs == {p.name: p.read_bytes() for p in sorted((on_ray / "documents").iterdir())
+                    if p.suffix in (".tar", ".parquet")}
+
+
+def _documents(root, settings: dict) -> int:
+    """`lait documents` on `root` (its three passes, as the command runs them); the number of
+    documents written."""
+    from lait.app.documents import make_documents
+    from lait.build.config import DocumentsConfig
+
+    reports, stats = make_documents(DocumentsConfig.from_dict({"work": str(root), **settings}))
+    assert stats is not None and all(r.ok for r in reports), [r.summary() for r in reports]
+    return stats["documents"]
