@@ -166,7 +166,9 @@ class DocumentStage(Stage):
     name = "clean_documents"
     input_table = "pages"
     output_tables = ("doc_pages",)
-    version = 2  # 2: each image's own licence (`license`: its figure's rel="license" link)
+    # 2: each image's own licence (`license`: its figure's rel="license" link); 3: pictures that
+    # link to another site are chrome (image_place)
+    version = 3
     SETTINGS = ("max_page_bytes", "page_timeout", "languages", "rules_off")
 
     def __init__(self, cfg: CleanConfig):

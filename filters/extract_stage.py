@@ -272,7 +272,9 @@ class ExtractStage(Stage):
     name = "clean_pages"
     input_table = "pages"
     output_tables = ("page_texts",)
-    version = 2  # 2: texts of images in the site's chrome dropped as clean/image_place (issue 62)
+    # 2: texts of images in the site's chrome dropped as clean/image_place (issue 62); 3: also of
+    # images that link to another site
+    version = 3
     # What `read_page_texts` and `ExtractStage.prepare` read; the rules' settings are CleanStage's
     # (`rules_off` too, but for `page_text`, which `read_page_texts` applies; absent while empty).
     SETTINGS = ("sources", "max_words", "context_sentences", "context_window", "max_page_bytes", "page_timeout",

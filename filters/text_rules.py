@@ -41,6 +41,10 @@ _NUMBERED = re.compile(r"^(image|photo|picture|img|pic|slide|figure|fig|bild|fot
 # A short text naming a piece of site furniture: "Snopes Logo", "rss icon", "print header logo".
 _FURNITURE = re.compile(r"\b(logo|logos|icon|icons|banner|avatar|headshot|thumbnail|placeholder|spacer|"
                         r"sprite|button|badge|emoji|image for post|foto facebook)$")
+# A short text that calls its picture a logo or a banner anywhere, in a word of its own or at the
+# end of a compound: "Logo Capital Digital", "Trust Logos for FinCompare", "... GmbH-Firmenlogo",
+# "Belize Weather Banner - Travellers Liquor" (a longer caption mentioning a logo describes a scene).
+_NAMES_FURNITURE = re.compile(r"logos?\b|\bbanner\b")
 
 
 # Bidirectional controls: embeddings and overrides (U+202A-U+202E), isolates (U+2066-U+2069),
@@ -202,7 +206,8 @@ class BoilerplateFilter(Filter):
         plain = _plain(c.text)
         if plain in BOILERPLATE or _NUMBERED.match(plain):
             return False, plain
-        if len(plain.split()) <= 5 and (_FURNITURE.search(plain) or plain.startswith(("headshot", "avatar"))):
+        if len(plain.split()) <= 5 and (_FURNITURE.search(plain) or _NAMES_FURNITURE.search(plain)
+                                        or plain.startswith(("headshot", "avatar"))):
             return False, plain
         return True
 

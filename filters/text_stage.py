@@ -117,10 +117,11 @@ class CleanStage(Stage):
     # that a list row whose image was never fetched gives no candidate (nor rejects).
     extra_inputs = ("url_list", "warc_links", "images")
     output_tables = ("candidates",)
-    version = 7  # 2: junk rules, page texts with one owner, language ID over all languages; 3: WAT links,
+    version = 8  # 2: junk rules, page texts with one owner, language ID over all languages; 3: WAT links,
     # list rows only with their image fetched; 4: site texts counted over the whole pool; 5: the caption
     # judge; 6: the judge on static MiniLM token vectors, texts of any length, its threshold chosen in
-    # training; 7: pages read from the extraction pass (ExtractStage), which also records what the site count counts
+    # training; 7: pages read from the extraction pass (ExtractStage), which also records what the site count
+    # counts; 8: a short text calling its picture a logo or a banner anywhere is boilerplate
 
     def __init__(self, cfg: CleanConfig):
         self.cfg = cfg

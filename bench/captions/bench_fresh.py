@@ -82,25 +82,48 @@ def fresh_kept(data: Path, settings: dict, split: str | None = None, workers: in
 
 def unseen_kept(data: Path, pages_dir: Path, settings: dict, workers: int = 2) -> set[tuple[str, str, str]]:
     """(page path, image path, text) of every text stage 3 keeps on the unseen pages
-    (`unseen_pages.py`'s folder, served by the real-web mode as `unseen.json` names them), with
-    `settings` over its defaults but `languages: [any]`."""
-    from run_clean import BASE, write_pages
+    (`unseen_pages.py`'s folder, as the real-web mode serves them and `unseen.json` names them),
+    with `settings` over its defaults but `languages: [any]`. Each page is read at the URL its
+    site published it at (as a crawl of that site gives it to stage 3: its own links are its
+    own, not another site's), with the real-web mode's local pictures."""
+    from datetime import datetime, timezone
+    from urllib.parse import urlsplit
+
+    from run_clean import BASE
 
     from lait.executor import LocalExecutor
     from lait.filters.text_stage import CleanConfig, CleanStage
-    from lait.parts import WorkDir
+    from lait.parts import WorkDir, partition_of
     from lait.testkit.realweb import RealWebSite
 
     site = RealWebSite(data, pages_dir=pages_dir)
+    path_of = {}
+    by_part: dict[int, list[dict]] = {}
+    now = datetime(2024, 5, 1, tzinfo=timezone.utc)
+    ctype = "text/html; charset=utf-8"
     with tempfile.TemporaryDirectory(prefix="unseen-clean-") as tmp:
         work = WorkDir(Path(tmp) / "work", n_partitions=4).init()
-        write_pages(work, site, [p for p in site.page_paths() if p != "/"])
+        for path in site.page_paths():
+            if path == "/":
+                continue
+            url = site.original(path)[1]
+            url = url if url.startswith(("http://", "https://")) else BASE + path
+            path_of[url] = path
+            by_part.setdefault(partition_of(url, work.n_partitions), []).append(
+                {"url": url, "status": 200, "fetched_at": now, "headers": {"Content-Type": ctype},
+                 "content_type": ctype, "html": site.route(path).body, "encoding": None, "depth": 0,
+                 "referer": None, "error": None})
+        for part, rows in by_part.items():
+            w = work.writer("pages", part, "unseen")
+            w.write_many(rows)
+            w.close()
         cfg = CleanConfig(work=str(work.root), progress=False, **{"languages": ["any"], **settings})
         cfg.validate()
         report = LocalExecutor(workers=workers, show_progress=False).run(CleanStage(cfg), work)
         if not report.ok:
             raise RuntimeError(report.summary())
-        return {(r["page_url"][len(BASE):], r["image_url"][len(BASE):], t["text"])
+        return {(path_of[r["page_url"]], r["image_url"][len(BASE):] if r["image_url"].startswith(BASE)
+                 else urlsplit(r["image_url"]).path, t["text"])
                 for r in work.iter_rows("candidates") for t in r["texts"]}
 
 

@@ -55,6 +55,11 @@ def page(body: str, head: str = "") -> str:
     ("{\\displaystyle A^{\\mathsf {H}}}", "clean/markup"),
     ("Lorem ipsum dolor sit amet, consectetur adipiscing elit.", "clean/markup"),
     ("Snopes Logo", "clean/boilerplate"),
+    # A short text that calls its picture a logo or a banner anywhere (unseen.json's junk, issue 62).
+    ("Logo Capital Digital", "clean/boilerplate"),
+    ("Trust Logos for FinCompare", "clean/boilerplate"),
+    ("EUROVIA Verkehrsbau Union GmbH-Firmenlogo", "clean/boilerplate"),
+    ("Belize Weather Banner - Travellers Liquor", "clean/boilerplate"),
 ])
 def test_junk_is_dropped_with_its_reason(make_work, td, text, reason):
     html = page(f'<img src="/junk.jpg" alt="{text}"><img src="/ok.jpg" alt="A red fox crossing a snowy field">')
