@@ -158,7 +158,14 @@ class WorkDir:
         storage.make_dirs(self.root)
         meta = self.root / META_FILE
         if not storage.exists(meta):
-            atomic_write_json(meta, {"partitions": self.n_partitions})
+            try:
+                atomic_write_json(meta, {"partitions": self.n_partitions})
+            except FileNotFoundError:
+                # A second lait that made the directory at the same time took its lock first and
+                # swept the temporary files (`clean_temp`), ours among them, after writing its
+                # own lait.json: the directory is made; its lock then says who holds it.
+                if not storage.exists(meta):
+                    raise
         return self
 
     # -- parts -----------------------------------------------------------------------------

@@ -74,6 +74,31 @@ def test_partition_count_is_fixed_per_work_dir(tmp_path):
         WorkDir(tmp_path, n_partitions=4)
 
 
+def test_a_second_lait_making_the_directory_at_once_does_not_fail_the_first(tmp_path, monkeypatch):
+    """Two `lait crawl` into one new folder: the second writes lait.json, takes the lock and
+    sweeps the temporary files (`clean_temp`) while the first is still writing its lait.json.
+    The first must then find the directory made (and its lock taken), not fail on the rename."""
+    from lait import storage
+
+    root = tmp_path / "work"
+    commit = storage.LocalOutput.commit
+
+    raced = []
+
+    def other_lait_first(self):
+        if self.path.name == "lait.json" and not raced:
+            raced.append(self.tmp)
+            WorkDir(root, n_partitions=4).init()  # its own write, not swept
+            WorkDir(root).clean_temp()  # under its lock: sweeps our .tmp- file
+        commit(self)
+
+    monkeypatch.setattr(storage.LocalOutput, "commit", other_lait_first)
+    work = WorkDir(root, n_partitions=4).init()
+    assert raced and not raced[0].exists()  # the race happened: our temporary file was swept
+    assert work.is_initialized() and WorkDir(root).n_partitions == 4
+    assert not list(root.glob(".tmp-*"))
+
+
 def test_parts_of_several_writers_form_one_partition(tmp_path):
     work = WorkDir(tmp_path).init()
     for tag, rows in (("b", [3, 4]), ("a", [1, 2])):
