@@ -38,38 +38,27 @@ CAPTION_BOUND = 0.85
 LABELS = ("caption", "page", "junk")
 
 
-def fresh_kept(data: Path, settings: dict, split: str | None = None, workers: int = 2) -> set[tuple[str, str]]:
-    """(page id, text) of every text stage 3 keeps on the fresh pages (of `split`, or all),
-    with `settings` over its defaults."""
-    import gzip
+def stage3_texts(pages: list[tuple[str, bytes]], settings: dict, workers: int = 2) -> list[tuple[str, str, str]]:
+    """(page URL, image URL, text) of every text stage 3 keeps on `pages` ((URL, HTML bytes),
+    as a crawl gives them to it: `pages/` rows fetched with status 200), with `settings` over its
+    defaults but `languages: [any]` (the language is a user's choice, not a judgement of junk)."""
     from datetime import datetime, timezone
-
-    from fresh_pages import fresh_index
 
     from lait.executor import LocalExecutor
     from lait.filters.text_stage import CleanConfig, CleanStage
     from lait.parts import WorkDir, partition_of
 
-    pages, seen = [], set()
-    for p in fresh_index(data):
-        if p["id"] not in seen and (split is None or p["split"] == split):
-            seen.add(p["id"])
-            pages.append(p)
-    with tempfile.TemporaryDirectory(prefix="fresh-clean-") as tmp:
+    now = datetime(2024, 5, 1, tzinfo=timezone.utc)
+    ctype = "text/html; charset=utf-8"
+    with tempfile.TemporaryDirectory(prefix="bench-fresh-") as tmp:
         work = WorkDir(Path(tmp) / "work", n_partitions=4).init()
-        now = datetime(2024, 5, 1, tzinfo=timezone.utc)
-        ctype = "text/html; charset=utf-8"
         by_part: dict[int, list[dict]] = {}
-        urls = {}
-        for p in pages:
-            url = p["url"] if "://" in p["url"] else f"https://fresh.invalid/{p['id']}.html"
-            urls[url] = p["id"]
+        for url, html in pages:
             by_part.setdefault(partition_of(url, work.n_partitions), []).append(
                 {"url": url, "status": 200, "fetched_at": now, "headers": {"Content-Type": ctype},
-                 "content_type": ctype, "html": gzip.decompress(Path(p["path"]).read_bytes()), "encoding": None,
-                 "depth": 0, "referer": None, "error": None})
+                 "content_type": ctype, "html": html, "encoding": None, "depth": 0, "referer": None, "error": None})
         for part, rows in by_part.items():
-            w = work.writer("pages", part, "fresh")
+            w = work.writer("pages", part, "bench")
             w.write_many(rows)
             w.close()
         cfg = CleanConfig(work=str(work.root), progress=False, **{"languages": ["any"], **settings})
@@ -77,54 +66,50 @@ def fresh_kept(data: Path, settings: dict, split: str | None = None, workers: in
         report = LocalExecutor(workers=workers, show_progress=False).run(CleanStage(cfg), work)
         if not report.ok:
             raise RuntimeError(report.summary())
-        return {(urls[r["page_url"]], t["text"]) for r in work.iter_rows("candidates") for t in r["texts"]}
+        return [(r["page_url"], r["image_url"], t["text"]) for r in work.iter_rows("candidates") for t in r["texts"]]
+
+
+def fresh_kept(data: Path, settings: dict, split: str | None = None, workers: int = 2) -> set[tuple[str, str]]:
+    """(page id, text) of every text stage 3 keeps on the fresh pages (of `split`, or all),
+    with `settings` over its defaults."""
+    import gzip
+
+    from fresh_pages import fresh_index
+
+    ids: dict[str, str] = {}  # URL -> page id
+    pages, seen = [], set()
+    for p in fresh_index(data):
+        if p["id"] not in seen and (split is None or p["split"] == split):
+            seen.add(p["id"])
+            url = p["url"] if "://" in p["url"] else f"https://fresh.invalid/{p['id']}.html"
+            ids[url] = p["id"]
+            pages.append((url, gzip.decompress(Path(p["path"]).read_bytes())))
+    return {(ids[page], text) for page, _, text in stage3_texts(pages, settings, workers)}
 
 
 def unseen_kept(data: Path, pages_dir: Path, settings: dict, workers: int = 2) -> set[tuple[str, str, str]]:
     """(page path, image path, text) of every text stage 3 keeps on the unseen pages
     (`unseen_pages.py`'s folder, as the real-web mode serves them and `unseen.json` names them),
-    with `settings` over its defaults but `languages: [any]`. Each page is read at the URL its
-    site published it at (as a crawl of that site gives it to stage 3: its own links are its
-    own, not another site's), with the real-web mode's local pictures."""
-    from datetime import datetime, timezone
+    with `settings` over its defaults. Each page is read at the URL its site published it at (as
+    a crawl of that site gives it to stage 3: its own links are its own, not another site's),
+    with the real-web mode's local pictures."""
     from urllib.parse import urlsplit
 
     from run_clean import BASE
 
-    from lait.executor import LocalExecutor
-    from lait.filters.text_stage import CleanConfig, CleanStage
-    from lait.parts import WorkDir, partition_of
     from lait.testkit.realweb import RealWebSite
 
     site = RealWebSite(data, pages_dir=pages_dir)
-    path_of = {}
-    by_part: dict[int, list[dict]] = {}
-    now = datetime(2024, 5, 1, tzinfo=timezone.utc)
-    ctype = "text/html; charset=utf-8"
-    with tempfile.TemporaryDirectory(prefix="unseen-clean-") as tmp:
-        work = WorkDir(Path(tmp) / "work", n_partitions=4).init()
-        for path in site.page_paths():
-            if path == "/":
-                continue
+    path_of: dict[str, str] = {}  # URL -> the real-web mode's path
+    pages = []
+    for path in site.page_paths():
+        if path != "/":
             url = site.original(path)[1]
             url = url if url.startswith(("http://", "https://")) else BASE + path
             path_of[url] = path
-            by_part.setdefault(partition_of(url, work.n_partitions), []).append(
-                {"url": url, "status": 200, "fetched_at": now, "headers": {"Content-Type": ctype},
-                 "content_type": ctype, "html": site.route(path).body, "encoding": None, "depth": 0,
-                 "referer": None, "error": None})
-        for part, rows in by_part.items():
-            w = work.writer("pages", part, "unseen")
-            w.write_many(rows)
-            w.close()
-        cfg = CleanConfig(work=str(work.root), progress=False, **{"languages": ["any"], **settings})
-        cfg.validate()
-        report = LocalExecutor(workers=workers, show_progress=False).run(CleanStage(cfg), work)
-        if not report.ok:
-            raise RuntimeError(report.summary())
-        return {(path_of[r["page_url"]], r["image_url"][len(BASE):] if r["image_url"].startswith(BASE)
-                 else urlsplit(r["image_url"]).path, t["text"])
-                for r in work.iter_rows("candidates") for t in r["texts"]}
+            pages.append((url, site.route(path).body))
+    return {(path_of[page], image[len(BASE):] if image.startswith(BASE) else urlsplit(image).path, text)
+            for page, image, text in stage3_texts(pages, settings, workers)}
 
 
 def unseen_rows() -> list[dict]:
