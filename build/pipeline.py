@@ -200,7 +200,8 @@ def build(cfg: BuildConfig) -> BuildResult:
     """Run stage 5 on `cfg.work` through the one launcher (`BuildStage`); returns the reports of
     the passes and the dataset counters."""
     stage = BuildStage(cfg)
-    stage.result.reports.insert(0, run_stage(stage, cfg, "build"))
+    picked = run_stage(stage, cfg, "build")  # after_steps, when it runs, sets stage.result
+    stage.result.reports.insert(0, picked)
     return stage.result
 
 
@@ -231,10 +232,8 @@ class BuildStage(PickStage):
 
     def after_steps(self, work: WorkDir, report: RunReport, run: Callable[..., RunReport]) -> list[RunReport]:
         assert self.fp is not None
-        done = run_passes(work, self.cfg, self.fp, run, picked=report)
-        self.result.stats, self.result.reused = done.stats, done.reused
-        self.result.reports += done.reports
-        return done.reports
+        self.result = run_passes(work, self.cfg, self.fp, run, picked=report)
+        return self.result.reports
 
 
 def start_build(work: WorkDir, cfg: BuildConfig, fp: Fingerprint) -> str | None:

@@ -26,20 +26,15 @@ import hashlib
 import json
 from pathlib import Path
 
+from lait.filters.image_place import registered_domain
+
 REPO = Path(__file__).resolve().parents[2]
-# Second-level labels under which a country's sites register (example.co.uk, example.com.au).
-_SLD = {"co", "com", "net", "org", "ac", "gov", "edu", "ne", "or", "go", "gv", "gob", "nic"}
 
 
 def site_of(host: str) -> str:
-    """The registered domain of a host: its last two labels, or three under a country code's
-    second-level domain (bbc.co.uk, abc.net.au)."""
-    labels = host.lower().rstrip(".").split(".")
-    if labels and labels[0] == "www":
-        labels = labels[1:]
-    if len(labels) >= 3 and len(labels[-1]) == 2 and labels[-2] in _SLD:
-        return ".".join(labels[-3:])
-    return ".".join(labels[-2:])
+    """The registered domain of a host (`lait.filters.image_place.registered_domain`: its last
+    two labels, or three under a country code's second-level domain, bbc.co.uk, abc.net.au)."""
+    return registered_domain(host)
 
 
 def split_of(site: str) -> str:
