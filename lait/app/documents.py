@@ -1,10 +1,11 @@
 """`lait documents`: interleaved documents beside the pairs (issue 63), from one work directory.
 
-The app layer runs the three passes in order, each in its own stage: stage 3's document pass
-(`lait.filters.documents`, with the settings `lait clean` last completed with), stage 4's
-similarities (`lait.scoring.documents`, with those of `lait score`) and stage 5's rules and
-writers (`lait.build.documents`). The two table passes are stages like the others: they run on
-the executor the settings name, skip partitions already done and redo those whose inputs changed.
+The app layer runs the three passes in order on the one launcher (`lait.drivers.run_stage`):
+stage 3's document pass (`lait.filters.documents`, with the settings `lait clean` last completed
+with), then, as its after-steps (`lait.app.documents_stage`), stage 4's similarities
+(`lait.scoring.documents`, with those of `lait score`) and stage 5's rules and writers
+(`lait.build.documents`). The two table passes are stages like the others: they run on the
+executor the settings name, skip partitions already done and redo those whose inputs changed.
 """
 
 from __future__ import annotations
@@ -43,34 +44,23 @@ examples:
 
 
 def make_documents(cfg) -> tuple[list, dict | None]:
-    """Run the three passes over `cfg.work` (holding its lock, re-entrant); returns the two table
-    passes' reports and the written documents' stats (None when a pass failed)."""
+    """Run the three passes over `cfg.work` on the one launcher (`lait.drivers.run_stage`,
+    holding the directory's lock, re-entrant); returns the two table passes' reports and the
+    written documents' stats (None when a pass failed)."""
+    from lait.app.documents_stage import DocumentsPasses
     from lait.app.steps import recorded_settings
-    from lait.build.documents import write_documents
-    from lait.drivers import open_work_dir, record_run, stage_executor
+    from lait.drivers import run_stage
     from lait.filters.config import CleanConfig
-    from lait.filters.documents import DocumentStage
-    from lait.lock import locked
     from lait.scoring.config import ScoreConfig
-    from lait.scoring.documents import DocSimStage
 
-    work = open_work_dir(cfg.work)
     # How the two table passes run is this command's to say (and --force redoes them too).
     run = {"work": cfg.work, "executor": cfg.executor, "workers": cfg.workers, "ray_address": cfg.ray_address,
            "force": cfg.force, "progress": cfg.progress, "retries": cfg.retries}
     clean = CleanConfig.from_dict({**recorded_settings(cfg.work, "clean", CleanConfig)[0], **run})
     score = ScoreConfig.from_dict({**recorded_settings(cfg.work, "score", ScoreConfig)[0], **run})
-    with locked(work, "lait documents"):
-        reports = []
-        for stage, stage_cfg in ((DocumentStage(clean), clean), (DocSimStage(score), score)):
-            report = stage_executor(stage, stage_cfg).run(stage, work)
-            reports.append(report)
-            if not report.ok:
-                record_run(work, "documents", cfg, reports)
-                return reports, None
-        stats = write_documents(cfg)
-        record_run(work, "documents", cfg, reports)
-    return reports, stats
+    passes = DocumentsPasses(clean, score, cfg)
+    report = run_stage(passes, cfg, "documents")
+    return [report, *passes.reports], passes.stats
 
 
 def documents_line(cfg, stats: dict) -> str:
