@@ -44,6 +44,7 @@ caption-labelled texts (87.6 % before).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from urllib.parse import urldefrag, urljoin, urlsplit
@@ -84,6 +85,7 @@ PHOTO_SITES = frozenset({
 # Second-level labels under which a country's sites register (example.co.uk, example.com.au).
 _SECOND_LEVEL = frozenset({"co", "com", "net", "org", "ac", "gov", "edu", "ne", "or", "go", "gv", "gob", "nic"})
 ASPECT_PLACEHOLDERS = frozenset({(16, 9), (9, 16), (4, 3), (3, 4), (3, 2), (2, 3), (1, 1), (21, 9)})
+_NAMED = NAME_TOKENS | REGION_TOKENS
 CHROME_TAGS = ("footer", "nav")
 CONTENT_TAGS = ("article", "main")
 MAX_DEPTH = 12  # ancestors whose names are read: figure > a > picture > img in a card in a list
@@ -109,8 +111,9 @@ def _holds_content(el: lxml_html.HtmlElement) -> bool:
     return False
 
 
-def _tokens(value: str | None) -> set[str]:
-    return {t.lower() for t in _SPLIT.split(value or "") if t}
+@functools.lru_cache(maxsize=8192)  # a page's cards repeat their class names image after image
+def _tokens(value: str | None) -> frozenset[str]:
+    return frozenset(t.lower() for t in _SPLIT.split(value or "") if t)
 
 
 def _host(url: str) -> str:
@@ -212,6 +215,11 @@ def _address_says(url: str, w: int | None, h: int | None) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=64)  # the same few addresses for every image of a page
+def _sites(urls: frozenset[str]) -> frozenset[str]:
+    return frozenset(registered_domain(_host(u)) for u in urls)
+
+
 def image_place(img: lxml_html.HtmlElement, page_url: str, srcs: list[str] | None = None,
                 selves: frozenset[str] = frozenset()) -> Place:
     """Where the `<img>` sits (see the module's docstring). `srcs`: the image's URLs (default
@@ -231,7 +239,7 @@ def image_place(img: lxml_html.HtmlElement, page_url: str, srcs: list[str] | Non
         if el is None or not isinstance(el.tag, str) or el.tag in ("body", "html"):
             break
         names = _tokens(el.get("class")) | _tokens(el.get("id"))
-        if (names & (NAME_TOKENS | REGION_TOKENS) or el.tag in CHROME_TAGS) and _holds_content(el):
+        if (names & _NAMED or el.tag in CHROME_TAGS) and _holds_content(el):
             break  # the article's container and every one above it
         if names & NAME_TOKENS:
             return Place(f"inside <{el.tag}> named {sorted(names & NAME_TOKENS)[0]!r}")
@@ -249,7 +257,7 @@ def image_place(img: lxml_html.HtmlElement, page_url: str, srcs: list[str] | Non
                     if _tokens(parts.path) & AUTHOR_PATH_TOKENS:
                         return Place("linking to an author's page")
                     site = registered_domain(host)
-                    if site and site not in PHOTO_SITES and site not in {registered_domain(_host(u)) for u in selves}:
+                    if site and site not in PHOTO_SITES and site not in _sites(selves):
                         return Place(f"linking to another site ({host[:60]})")
                     target = url
                     region = region or "linking to another page"
