@@ -186,3 +186,28 @@ def test_held_out_labelled_texts_junk_share_and_page_texts(real_web_candidates, 
             images_of.setdefault((path, text), set()).add(picture.get((path, image), -1))
     several = {k: v for k, v in images_of.items() if len(v) > 1}
     assert not several, several
+
+
+def test_a_text_is_the_caption_of_two_pictures_only_where_the_page_gives_it_to_both(real_web_candidates):
+    """Issue 62, acceptance 2, on every text stage 3 keeps over the 311 real pages: a text kept for
+    two pictures of one page (a picture: all the URLs `pictures` counts as one) is each picture's
+    own alt, title or figcaption there, never a nearby sentence or the page's og text given to a
+    second picture."""
+    from lait.filters.page_texts import pictures
+    from lait.pagereader import parse_html
+
+    site, candidates = real_web_candidates
+    where: dict[tuple[str, str], dict[int, set[str]]] = {}  # (page, text) -> picture -> its sources
+    picture_of: dict[str, dict[str, int]] = {}
+    for row in candidates:
+        page = row["page_url"]
+        if page not in picture_of:
+            picture_of[page] = pictures(parse_html(site.route(page[len(BASE):]).body), page)
+        n = picture_of[page].get(row["image_url"], -1)
+        for t in row["texts"]:
+            where.setdefault((page, t["text"]), {}).setdefault(n, set()).add(t["source"])
+    several = {k: v for k, v in where.items() if len(v) > 1}
+    own = {"alt", "title", "aria", "figcaption"}
+    given_away = {k: v for k, v in several.items() if any(not sources <= own for sources in v.values())}
+    assert len(candidates) > 500 and where
+    assert not given_away, list(given_away.items())[:5]
