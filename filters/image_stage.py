@@ -53,8 +53,8 @@ from lait.filters.image_rights import file_rights
 from lait.filters.unsafe import UnsafeScorer, decode_for_model
 from lait.imagehash import phash_of
 from lait.memory import media_heap
-from lait.reasons import fetch_rule
-from lait.stage import Filter, KeepResult, PartContext, Stage, first_rejection
+from lait.reasons import FETCH_RULES, fetch_rule
+from lait.stage import Drop, Filter, KeepResult, PartContext, Stage, first_rejection
 from lait.writers import helper_thread
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,57 @@ log = logging.getLogger(__name__)
 # Side of the colour thumbnails that confirm a phash match: coarse enough that two resizes of
 # one picture agree at 1/8-scale decoding, fine enough that different pictures do not.
 THUMB = 8
+
+
+# -- one image as the rules read it ---------------------------------------------------------------
+
+
+class ImageCandidate:
+    """One images/ row as stage 2's rules read it: its bytes and their digest, and the decoded
+    forms, each made when a rule first reads it (`header`: `open_image`; `preview`: the
+    reduced-scale decode; `phash`, `thumb`), so that a row dropped early costs no decoding. Reading
+    `header` or `preview` raises the decoders' ImageRejected."""
+
+    def __init__(self, row: dict[str, Any], sha: str | None, max_pixels: int):
+        self.row = row
+        self.data = row.get("bytes")
+        self.max_pixels = max_pixels
+        self._sha = sha
+        self._header: ImageHeader | None = None
+        self._preview: Any = None
+        self._phash: int | None = None
+        self._thumb: np.ndarray | None = None
+        self.punsafe: float | None = None  # the unsafe model's probability, once `UnsafeFilter` read it
+
+    @property
+    def sha(self) -> str:
+        if self._sha is None:
+            self._sha = hashlib.sha256(self.data).hexdigest()
+        return self._sha
+
+    @property
+    def header(self) -> ImageHeader:
+        if self._header is None:
+            self._header = open_image(self.data, max_pixels=self.max_pixels)
+        return self._header
+
+    @property
+    def preview(self) -> Any:
+        if self._preview is None:
+            self._preview = decode_small(self.header)
+        return self._preview
+
+    @property
+    def phash(self) -> int:
+        if self._phash is None:
+            self._phash = phash_of(self.preview.image)
+        return self._phash
+
+    @property
+    def thumb(self) -> np.ndarray:
+        if self._thumb is None:
+            self._thumb = thumb_of(self.preview.image)
+        return self._thumb
 
 
 # -- rule filters on the header ------------------------------------------------------------------
@@ -73,14 +124,16 @@ class FormatFilter(Filter):
     def __init__(self, formats: list[str]):
         self.formats = frozenset(f.upper() for f in formats)
 
-    def keep(self, rec: ImageHeader) -> KeepResult:
+    def keep(self, c: ImageCandidate) -> KeepResult:
+        rec = c.header
         return rec.format in self.formats or (False, f"{rec.format} not in {sorted(self.formats)}")
 
 
 class AnimatedFilter(Filter):
     name = "animated"
 
-    def keep(self, rec: ImageHeader) -> KeepResult:
+    def keep(self, c: ImageCandidate) -> KeepResult:
+        rec = c.header
         return rec.frames <= 1 or (False, f"{rec.frames} frames")
 
 
@@ -90,7 +143,8 @@ class MinSideFilter(Filter):
     def __init__(self, min_side: int):
         self.min_side = min_side
 
-    def keep(self, rec: ImageHeader) -> KeepResult:
+    def keep(self, c: ImageCandidate) -> KeepResult:
+        rec = c.header
         return min(rec.width, rec.height) >= self.min_side or (
             False, f"{rec.width}x{rec.height}: shorter side < {self.min_side}")
 
@@ -101,7 +155,8 @@ class AspectRatioFilter(Filter):
     def __init__(self, max_aspect: float):
         self.max_aspect = max_aspect
 
-    def keep(self, rec: ImageHeader) -> KeepResult:
+    def keep(self, c: ImageCandidate) -> KeepResult:
+        rec = c.header
         ratio = max(rec.width, rec.height) / min(rec.width, rec.height)
         return ratio <= self.max_aspect or (False, f"{rec.width}x{rec.height}: ratio {ratio:.2f} > {self.max_aspect}")
 
@@ -156,6 +211,134 @@ def thumb_of(image: Any) -> np.ndarray:
     from PIL import Image
 
     return np.asarray(image.resize((THUMB, THUMB), Image.Resampling.BOX), np.uint8).reshape(-1)
+
+
+# -- the rules over one image ---------------------------------------------------------------------
+
+
+class FetchedFilter(Filter):
+    """A row the crawl stored no usable body for: its `error`'s rule (`lait.reasons.fetch_rule`),
+    or `status` for any status but 200 or no bytes."""
+
+    name = "status"
+    rules = tuple(sorted(FETCH_RULES["images"]))
+
+    def keep(self, c: ImageCandidate) -> KeepResult:
+        row = c.row
+        fetched = fetch_rule(row.get("error"), "images")
+        if fetched is None and row.get("status") == 200 and c.data is not None:
+            return True
+        return (False, f"crawl status {row.get('status')}" + (f" ({row['error']})" if row.get("error") else "")
+                + ("" if c.data is not None else ", no bytes"), fetched or "status")
+
+
+class TooLargeFilter(Filter):
+    name = "too_large"
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+
+    def keep(self, c: ImageCandidate) -> KeepResult:
+        return len(c.data) <= self.max_bytes or (False, f"{len(c.data)} bytes > {self.max_bytes}")
+
+
+class ExcludedHashFilter(Filter):
+    """Bytes on the `--exclude-hashes` list (by sha256, or MD5 where the list has those)."""
+
+    name = "excluded_hash"
+
+    def __init__(self, hashes: Any, path: str):
+        self.hashes, self.path = hashes, path
+
+    def keep(self, c: ImageCandidate) -> KeepResult:
+        listed = self.hashes.match(c.data, c.sha)
+        return not listed or (False, f"{listed} is on {self.path}")
+
+
+class ExcludedPdqFilter(ExcludedHashFilter):
+    """A picture on the list's PDQ hashes (the reduced decode first, as for every pixel rule:
+    a damaged file is `truncated` or `corrupt` by the same decoder with or without the list)."""
+
+    def keep(self, c: ImageCandidate) -> KeepResult:
+        _ = c.preview
+        listed = self.hashes.match_pdq(decode_for_pdq(c.header))
+        return not listed or (False, f"{listed} is on {self.path}")
+
+
+class SameBytesFilter(Filter):
+    """The same bytes as an image kept before it in the partition (`dedup`)."""
+
+    name = "duplicate_sha256"
+
+    def __init__(self, kept_sha: dict[str, str]):
+        self.kept_sha = kept_sha
+
+    def keep(self, c: ImageCandidate) -> KeepResult:
+        return not (c.sha in self.kept_sha and c.data) or (False, f"same bytes as {self.kept_sha[c.sha]}")
+
+
+class SniffFilter(Filter):
+    """Bytes that are plainly no raster image (`lait.filters.image_decode.sniff`)."""
+
+    name = "not_an_image"
+    rules = ("empty", "not_an_image", "svg")
+
+    def keep(self, c: ImageCandidate) -> KeepResult:
+        sniffed = sniff(c.data, c.row.get("mime"))
+        return sniffed is None or (False, sniffed[1], sniffed[0])
+
+
+class ReservedFilter(Filter):
+    """An image whose file reserves its use (IPTC DMI, or a C2PA training assertion)."""
+
+    name = "dmi_reserved"
+
+    def keep(self, c: ImageCandidate) -> KeepResult:
+        header = c.header
+        applist = getattr(header.image, "applist", None) if header.format in ("JPEG", "MPO") else None
+        reserved = (dmi_reservation(header.image.info, c.data, header.format)
+                    or c2pa_reservation(c.data, header.format, applist))
+        return not reserved or (False, reserved)
+
+
+class UninformativeFilter(Filter):
+    """The uninformative hook (`lait.filters.uninformative`) on the reduced decode."""
+
+    name = "uninformative"
+
+    def __init__(self, classifier: Any):
+        self.classifier = classifier
+
+    def keep(self, c: ImageCandidate) -> KeepResult:
+        flagged, detail = self.classifier.judge(c.preview)
+        return not flagged or (False, f"{self.classifier.name}: {detail}")
+
+
+class UnsafeFilter(Filter):
+    """The unsafe model's probability over `max_unsafe`; kept as the candidate's `punsafe`."""
+
+    name = "unsafe"
+
+    def __init__(self, scorer: UnsafeScorer, max_unsafe: float):
+        self.scorer, self.max_unsafe = scorer, max_unsafe
+
+    def keep(self, c: ImageCandidate) -> KeepResult:
+        c.punsafe = punsafe = self.scorer(decode_for_model(c.header.data, c.header.orientation))
+        return not punsafe > self.max_unsafe or (
+            False, f"punsafe {punsafe:.4f} > max_unsafe {self.max_unsafe} ({self.scorer.name})")
+
+
+class NearDuplicateFilter(Filter):
+    """A perceptual duplicate of an image kept before it in the partition (`dedup`)."""
+
+    name = "duplicate_phash"
+
+    def __init__(self, near: NearDuplicateIndex):
+        self.near = near
+
+    def keep(self, c: ImageCandidate) -> KeepResult:
+        dup = self.near.find(c.phash, c.thumb)
+        return dup is None or (False, f"like {dup[0]} (phash distance {dup[1]}, thumbnail diff {dup[2]:.1f})")
 
 
 # -- the stage -------------------------------------------------------------------------------------
@@ -243,115 +426,97 @@ class ImageFilterStage(Stage):
             _HASH_LISTS[key] = load_hash_list(path)
         return _HASH_LISTS[key]
 
+    def rules(self, kept_sha: dict[str, str], near: NearDuplicateIndex, classifier: Any) -> list[Filter]:
+        """Stage 2's rules over an `ImageCandidate`, cheapest first (the module's docstring):
+        every one a `Filter`, read by `first_rejection`. Only the decoders raise (`ImageRejected`
+        from `open_image` and the reduced decode, as a candidate's `header` or `preview` is first
+        read), for what they find in bytes they cannot return from. `kept_sha` and `near`: the
+        partition's kept images, which the duplicate rules search."""
+        cfg = self.cfg
+        out: list[Filter] = [FetchedFilter(), TooLargeFilter(cfg.max_bytes)]
+        if self.hashes:
+            out.append(ExcludedHashFilter(self.hashes, cfg.exclude_hashes))
+        if cfg.dedup:
+            out.append(SameBytesFilter(kept_sha))
+        out.append(SniffFilter())
+        if cfg.obey_reservations:
+            out.append(ReservedFilter())
+        out += header_filters(cfg)  # on the header alone
+        if self.hashes is not None and self.hashes.pdq is not None:
+            out.append(ExcludedPdqFilter(self.hashes, cfg.exclude_hashes))
+        out.append(UninformativeFilter(classifier))
+        if self.unsafe is not None:
+            # Last of the pixel tests: the model costs more than every test before it together.
+            out.append(UnsafeFilter(self.unsafe, cfg.max_unsafe))
+        if cfg.dedup:
+            out.append(NearDuplicateFilter(near))
+        return out
+
     def process(self, ctx: PartContext) -> None:
         cfg = self.cfg
         classifier = self._classifier()
         self.hashes = self._hash_list()
         self.unsafe = self._unsafe()
-        rules = header_filters(cfg)
         kept_sha: dict[str, str] = {}
         near = NearDuplicateIndex(cfg.phash_distance, cfg.near_dup_max_diff)
+        rules = self.rules(kept_sha, near, classifier)
         # One helper thread reads the next row group of images/, hashes the next batch of images
         # and writes the finished row groups of images_ok/, while this one decodes: Arrow,
         # hashlib and Pillow's decoder all work without the GIL. Outputs are the same as inline.
         with media_heap(), helper_thread("lait-filter") as helper, ctx.writing_behind(helper):
-            self._process_rows(ctx, rules, classifier, kept_sha, near, helper)
+            self._process_rows(ctx, rules, kept_sha, near, helper)
             ctx.flush()  # the last row group of images_ok too
 
-    def _process_rows(self, ctx: PartContext, rules: list[Filter], classifier: Any,
-                      kept_sha: dict[str, str], near: NearDuplicateIndex, helper: ThreadPoolExecutor) -> None:
+    def _process_rows(self, ctx: PartContext, rules: list[Filter], kept_sha: dict[str, str],
+                      near: NearDuplicateIndex, helper: ThreadPoolExecutor) -> None:
         # Image bytes as views into the read row group: hashing and decoding need no copy, and
         # the part writer joins the kept ones into the output row group directly.
         rows = ctx.work.iter_rows("images", ctx.partition, batch_size=HASH_BATCH, views=True, read_ahead=helper)
         with contextlib.closing(rows), contextlib.closing(_with_sha256(rows, self.cfg.max_bytes, helper)) as hashed:
-            self._filter_rows(ctx, hashed, rules, classifier, kept_sha, near)
+            self._filter_rows(ctx, hashed, rules, kept_sha, near)
 
     def _filter_rows(self, ctx: PartContext, hashed: Iterator[tuple[dict[str, Any], str | None]],
-                     rules: list[Filter], classifier: Any, kept_sha: dict[str, str],
-                     near: NearDuplicateIndex) -> None:
+                     rules: list[Filter], kept_sha: dict[str, str], near: NearDuplicateIndex) -> None:
         for row, sha in hashed:
             ctx.count("in")
             try:
-                out = self._one(row, rules, classifier, kept_sha, near, sha)
-            except ImageRejected as rej:
-                ctx.reject(rej.rule, image_url=row["image_url"], page_url=row.get("page_url"),
-                           detail=rej.detail)
-                continue
+                out = self._one(row, rules, kept_sha, near, sha)
+            except ImageRejected as rej:  # what a decoder found
+                out = Drop(rej.rule, rej.detail)
             except Exception as exc:  # a codec bug on one image must not fail the partition
                 log.warning("filter: %s: %r", row["image_url"], exc)
                 ctx.reject("error", image_url=row["image_url"], page_url=row.get("page_url"),
                            detail=f"{type(exc).__name__}: {exc}")
                 continue
+            if isinstance(out, Drop):
+                ctx.reject(out.rule, image_url=row["image_url"], page_url=row.get("page_url"), detail=out.detail)
+                continue
             ctx.write("images_ok", out)
             if out["bytes"] is not row["bytes"]:
                 ctx.count("reencoded")
 
-    def _one(self, row: dict[str, Any], rules: list[Filter], classifier: Any,
-             kept_sha: dict[str, str], near: NearDuplicateIndex, sha: str | None = None) -> dict[str, Any]:
-        """The images_ok row for one images row, or ImageRejected. `sha`: the hex sha256 of its
-        bytes when already known."""
+    def _one(self, row: dict[str, Any], rules: list[Filter], kept_sha: dict[str, str],
+             near: NearDuplicateIndex, sha: str | None = None) -> dict[str, Any] | Drop:
+        """The images_ok row for one images row, or why the first of `rules` drops it (a
+        decoder's ImageRejected propagates). `sha`: the hex sha256 of its bytes when already
+        known."""
         cfg = self.cfg
-        data = row.get("bytes")
-        fetched = fetch_rule(row.get("error"), "images")
-        if fetched is not None or row.get("status") != 200 or data is None:
-            raise ImageRejected(fetched or "status", f"crawl status {row.get('status')}"
-                                + (f" ({row['error']})" if row.get("error") else "")
-                                + ("" if data is not None else ", no bytes"))
-        if len(data) > cfg.max_bytes:
-            raise ImageRejected("too_large", f"{len(data)} bytes > {cfg.max_bytes}")
-        if sha is None:
-            sha = hashlib.sha256(data).hexdigest()
-        listed = self.hashes.match(data, sha) if self.hashes else None
-        if listed:
-            raise ImageRejected("excluded_hash", f"{listed} is on {cfg.exclude_hashes}")
-        if cfg.dedup and sha in kept_sha and data:
-            raise ImageRejected("duplicate_sha256", f"same bytes as {kept_sha[sha]}")
-        sniffed = sniff(data, row.get("mime"))
-        if sniffed:
-            raise ImageRejected(*sniffed)
-        header = open_image(data, max_pixels=cfg.max_pixels)
-        if cfg.obey_reservations:
-            applist = getattr(header.image, "applist", None) if header.format in ("JPEG", "MPO") else None
-            reserved = (dmi_reservation(header.image.info, data, header.format)
-                        or c2pa_reservation(data, header.format, applist))
-            if reserved:
-                raise ImageRejected("dmi_reserved", reserved)
-        dropped = first_rejection(rules, header)
+        c = ImageCandidate(row, sha, cfg.max_pixels)
+        dropped = first_rejection(rules, c)
         if dropped is not None:
-            raise ImageRejected(dropped[0].name, dropped[1] or "")
-        preview = decode_small(header)
-        small = preview.image
-        if self.hashes is not None and self.hashes.pdq is not None:
-            listed = self.hashes.match_pdq(decode_for_pdq(header))
-            if listed:
-                raise ImageRejected("excluded_hash", f"{listed} is on {cfg.exclude_hashes}")
-        flagged, detail = classifier.judge(preview)
-        if flagged:
-            raise ImageRejected("uninformative", f"{classifier.name}: {detail}")
-        punsafe = None
-        if self.unsafe is not None:
-            # Last of the pixel tests: the model costs more than every test before it together.
-            punsafe = self.unsafe(decode_for_model(header.data, header.orientation))
-            if punsafe > cfg.max_unsafe:
-                raise ImageRejected("unsafe", f"punsafe {punsafe:.4f} > max_unsafe {cfg.max_unsafe} "
-                                              f"({self.unsafe.name})")
-        phash = phash_of(small)
-        if cfg.dedup:
-            thumb = thumb_of(small)  # only near-duplicate search uses it
-            dup = near.find(phash, thumb)
-            if dup is not None:
-                raise ImageRejected("duplicate_phash", f"like {dup[0]} (phash distance {dup[1]}, "
-                                                       f"thumbnail diff {dup[2]:.1f})")
+            return dropped
+        header, data = c.header, c.data
+        phash = c.phash
         stored, _ = encode_for_storage(header, keep_max_bytes=cfg.keep_jpeg_max_bytes, quality=cfg.jpeg_quality)
         if cfg.dedup:
-            kept_sha[sha] = row["image_url"]
-            near.add(row["image_url"], phash, thumb)
+            kept_sha[c.sha] = row["image_url"]
+            near.add(row["image_url"], phash, c.thumb)
         out = {k: row.get(k) for k in ("image_url", "page_url", "mime", "status", "fetched_at", "error")}
         # sha256 is the digest of the bytes stored, which stage 5 checks and ships; a re-encoded
         # file keeps its fetched digest beside it, for provenance and hash lists.
-        stored_sha = sha if stored is data else hashlib.sha256(stored).hexdigest()
+        stored_sha = c.sha if stored is data else hashlib.sha256(stored).hexdigest()
         out.update(bytes=stored, mime="image/jpeg", width=header.width, height=header.height,
-                   format=header.format, sha256=stored_sha, fetched_sha256=sha, phash=f"{phash:016x}",
-                   punsafe=punsafe,
+                   format=header.format, sha256=stored_sha, fetched_sha256=c.sha, phash=f"{phash:016x}",
+                   punsafe=c.punsafe,
                    face_bboxes=None, face_scores=None, rights=file_rights(header.image, data, header.format))
         return out

@@ -302,6 +302,6 @@ class TextRules:
         c = Candidate(text, "", "", "", prior=prior)
         dropped = first_rejection(self.rules, c)
         if dropped is not None:
-            return Verdict(dropped[0].name, dropped[1], c.lang)
+            return Verdict(dropped.rule, dropped.detail, c.lang)
         return Verdict(None, None, c.lang)
 

@@ -7,9 +7,9 @@ so every stage gets atomic outputs, reasons for every drop and a stats funnel fo
 
 A row is dropped in one of two ways, both ending in `PartContext.reject` with a reason
 registered in `lait.reasons`: the first of a list of `Filter`s that drops a record
-(`first_rejection`, which reads every `keep` result the one way), or, for a rule that is not a
-test of one record, a call to `reject` (deep inside a decoder, a `Rejected` exception carries
-the rule up to the loop that calls it).
+(`first_rejection`, which reads every `keep` result the one way and names the rule as a `Drop`),
+or, for a rule that is not a test of one record, a call to `reject` (deep inside a decoder, a
+`Rejected` exception carries the rule up to the loop that calls it).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import pyarrow as pa
 
@@ -36,17 +36,20 @@ from lait.writers import PartWriter
 
 log = logging.getLogger(__name__)
 
-KeepResult = bool | tuple[bool, str]
+KeepResult = bool | tuple[bool, str] | tuple[bool, str, str]
 
 
 class Filter(ABC):
     """A rule that keeps a record or names why it drops it.
 
     `keep` returns True, or `(False, detail)`; `first_rejection` reads it, and the stage records
-    the drop as `STAGE/NAME` with the detail (`PartContext.reject`).
+    the drop as `STAGE/NAME` with the detail (`PartContext.reject`). A filter whose one test
+    tells several rules apart (stage 2's fetch status, its sniffing of the bytes) lists them in
+    `rules` and returns `(False, detail, rule)`.
     """
 
     name: ClassVar[str]
+    rules: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def keep(self, record: Any) -> KeepResult: ...
@@ -75,20 +78,27 @@ class RegexFilter(Filter):
         return m is None or (False, m.group(0)[: self.detail_chars])
 
 
-def read_verdict(result: KeepResult) -> tuple[bool, str | None]:
-    """A `Filter.keep` result as (kept, detail): True, False, or a `(kept, detail)` pair."""
+class Drop(NamedTuple):
+    """Why a record is dropped: the rule (a `Filter`'s name, or one of its `rules`) and the detail."""
+
+    rule: str
+    detail: str | None
+
+
+def read_verdict(result: KeepResult) -> tuple[bool, str | None, str | None]:
+    """A `Filter.keep` result as (kept, detail, rule): True, False, a `(kept, detail)` pair, or
+    `(False, detail, rule)` of a filter with several `rules` (else the rule is None)."""
     if isinstance(result, tuple):
-        kept, detail = result
-        return bool(kept), detail
-    return bool(result), None
+        return bool(result[0]), result[1], result[2] if len(result) > 2 else None
+    return bool(result), None, None
 
 
-def first_rejection(filters: Sequence[Filter], record: Any) -> tuple[Filter, str | None] | None:
-    """The first filter that drops `record`, with its detail; None when every filter keeps it."""
+def first_rejection(filters: Sequence[Filter], record: Any) -> Drop | None:
+    """Why the first filter that drops `record` drops it; None when every filter keeps it."""
     for f in filters:
-        kept, detail = read_verdict(f.keep(record))
+        kept, detail, rule = read_verdict(f.keep(record))
         if not kept:
-            return f, detail
+            return Drop(rule or f.name, detail)
     return None
 
 

@@ -149,8 +149,9 @@ def image_decode(data: bytes, mime: str | None = "image/jpeg") -> str | None:
 
     from lait.filters.config import FilterConfig
     from lait.filters.image_decode import ImageRejected
-    from lait.filters.image_stage import ImageFilterStage, NearDuplicateIndex, header_filters
+    from lait.filters.image_stage import ImageFilterStage, NearDuplicateIndex
     from lait.reasons import REASONS
+    from lait.stage import Drop
 
     cfg = FilterConfig(work=".", min_side=1, max_aspect=1000.0, max_pixels=4_000_000, animated="first_frame",
                        uninformative="flat")
@@ -158,12 +159,15 @@ def image_decode(data: bytes, mime: str | None = "image/jpeg") -> str | None:
     stage = ImageFilterStage(cfg)
     row = {"image_url": "http://fuzz.test/i", "page_url": PAGE_URL, "bytes": data, "mime": mime, "status": 200,
            "fetched_at": datetime(2026, 1, 1, tzinfo=timezone.utc), "error": None}
+    kept: dict[str, str] = {}
+    near = NearDuplicateIndex(cfg.phash_distance, cfg.near_dup_max_diff)
     try:
-        stage._one(row, header_filters(cfg), stage._classifier(), {}, NearDuplicateIndex(cfg.phash_distance,
-                                                                                           cfg.near_dup_max_diff))
-    except ImageRejected as rej:
-        assert f"filter/{rej.rule}" in REASONS and rej.rule != "error", rej.rule
-        return rej.rule
+        out = stage._one(row, stage.rules(kept, near, stage._classifier()), kept, near)
+    except ImageRejected as rej:  # a decoder's
+        out = Drop(rej.rule, rej.detail)
+    if isinstance(out, Drop):
+        assert f"filter/{out.rule}" in REASONS and out.rule != "error", out.rule
+        return out.rule
     return None
 
 
