@@ -33,7 +33,8 @@ import logging
 import os
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -232,46 +233,41 @@ class FetchedFilter(Filter):
                 + ("" if c.data is not None else ", no bytes"), fetched or "status")
 
 
+@dataclass
 class TooLargeFilter(Filter):
-    name = "too_large"
-
-    def __init__(self, max_bytes: int):
-        self.max_bytes = max_bytes
+    max_bytes: int
+    name: ClassVar[str] = "too_large"
 
     def keep(self, c: ImageCandidate) -> KeepResult:
         return len(c.data) <= self.max_bytes or (False, f"{len(c.data)} bytes > {self.max_bytes}")
 
 
+@dataclass
 class ExcludedHashFilter(Filter):
-    """Bytes on the `--exclude-hashes` list (by sha256, or MD5 where the list has those)."""
+    """Bytes on the `--exclude-hashes` list (by sha256, or MD5 where the list has those); with
+    `pdq`, a picture on the list's PDQ hashes (the reduced decode first, as for every pixel
+    rule: a damaged file is `truncated` or `corrupt` by the same decoder with or without it)."""
 
-    name = "excluded_hash"
-
-    def __init__(self, hashes: Any, path: str):
-        self.hashes, self.path = hashes, path
+    hashes: Any
+    path: str
+    pdq: bool = False
+    name: ClassVar[str] = "excluded_hash"
 
     def keep(self, c: ImageCandidate) -> KeepResult:
-        listed = self.hashes.match(c.data, c.sha)
+        if self.pdq:
+            _ = c.preview
+            listed = self.hashes.match_pdq(decode_for_pdq(c.header))
+        else:
+            listed = self.hashes.match(c.data, c.sha)
         return not listed or (False, f"{listed} is on {self.path}")
 
 
-class ExcludedPdqFilter(ExcludedHashFilter):
-    """A picture on the list's PDQ hashes (the reduced decode first, as for every pixel rule:
-    a damaged file is `truncated` or `corrupt` by the same decoder with or without the list)."""
-
-    def keep(self, c: ImageCandidate) -> KeepResult:
-        _ = c.preview
-        listed = self.hashes.match_pdq(decode_for_pdq(c.header))
-        return not listed or (False, f"{listed} is on {self.path}")
-
-
+@dataclass
 class SameBytesFilter(Filter):
     """The same bytes as an image kept before it in the partition (`dedup`)."""
 
-    name = "duplicate_sha256"
-
-    def __init__(self, kept_sha: dict[str, str]):
-        self.kept_sha = kept_sha
+    kept_sha: dict[str, str]
+    name: ClassVar[str] = "duplicate_sha256"
 
     def keep(self, c: ImageCandidate) -> KeepResult:
         return not (c.sha in self.kept_sha and c.data) or (False, f"same bytes as {self.kept_sha[c.sha]}")
@@ -301,26 +297,25 @@ class ReservedFilter(Filter):
         return not reserved or (False, reserved)
 
 
+@dataclass
 class UninformativeFilter(Filter):
     """The uninformative hook (`lait.filters.uninformative`) on the reduced decode."""
 
-    name = "uninformative"
-
-    def __init__(self, classifier: Any):
-        self.classifier = classifier
+    classifier: Any
+    name: ClassVar[str] = "uninformative"
 
     def keep(self, c: ImageCandidate) -> KeepResult:
         flagged, detail = self.classifier.judge(c.preview)
         return not flagged or (False, f"{self.classifier.name}: {detail}")
 
 
+@dataclass
 class UnsafeFilter(Filter):
     """The unsafe model's probability over `max_unsafe`; kept as the candidate's `punsafe`."""
 
-    name = "unsafe"
-
-    def __init__(self, scorer: UnsafeScorer, max_unsafe: float):
-        self.scorer, self.max_unsafe = scorer, max_unsafe
+    scorer: UnsafeScorer
+    max_unsafe: float
+    name: ClassVar[str] = "unsafe"
 
     def keep(self, c: ImageCandidate) -> KeepResult:
         c.punsafe = punsafe = self.scorer(decode_for_model(c.header.data, c.header.orientation))
@@ -328,13 +323,12 @@ class UnsafeFilter(Filter):
             False, f"punsafe {punsafe:.4f} > max_unsafe {self.max_unsafe} ({self.scorer.name})")
 
 
+@dataclass
 class NearDuplicateFilter(Filter):
     """A perceptual duplicate of an image kept before it in the partition (`dedup`)."""
 
-    name = "duplicate_phash"
-
-    def __init__(self, near: NearDuplicateIndex):
-        self.near = near
+    near: NearDuplicateIndex
+    name: ClassVar[str] = "duplicate_phash"
 
     def keep(self, c: ImageCandidate) -> KeepResult:
         dup = self.near.find(c.phash, c.thumb)
@@ -443,7 +437,7 @@ class ImageFilterStage(Stage):
             out.append(ReservedFilter())
         out += header_filters(cfg)  # on the header alone
         if self.hashes is not None and self.hashes.pdq is not None:
-            out.append(ExcludedPdqFilter(self.hashes, cfg.exclude_hashes))
+            out.append(ExcludedHashFilter(self.hashes, cfg.exclude_hashes, pdq=True))
         out.append(UninformativeFilter(classifier))
         if self.unsafe is not None:
             # Last of the pixel tests: the model costs more than every test before it together.

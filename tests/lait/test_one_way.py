@@ -120,7 +120,8 @@ def test_every_row_dropped_is_recorded_one_way_with_a_registered_reason():
                     found.append((path, n.lineno, f"{stage}/{rule}"))
             elif isinstance(n, ast.ClassDef) and any("Filter" in ast.unparse(b) for b in n.bases):
                 for item in n.body:
-                    target = [ast.unparse(t) for t in item.targets] if isinstance(item, ast.Assign) else []
+                    target = ([ast.unparse(t) for t in item.targets] if isinstance(item, ast.Assign) else
+                              [ast.unparse(item.target)] if isinstance(item, ast.AnnAssign) and item.value else [])
                     if target == ["name"] and isinstance(item.value, ast.Constant):
                         found.append((path, item.lineno, f"{stage}/{item.value.value}"))
                     elif target == ["rules"] and isinstance(item.value, ast.Tuple):  # a filter of several

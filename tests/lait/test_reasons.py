@@ -80,9 +80,13 @@ def _rules_in(tree: ast.AST) -> set[str]:
             if name in DROP_CALLS:
                 found |= _strings(node.args[0])
         elif isinstance(node, ast.ClassDef) and any(getattr(b, "id", "") in ("Filter", "RegexFilter") for b in node.bases):
-            for stmt in node.body:
-                if isinstance(stmt, ast.Assign) and [getattr(t, "id", "") for t in stmt.targets] == ["name"]:
+            for stmt in node.body:  # `name = "rule"`, `name: ClassVar[str] = "rule"`, `rules = ("a", "b")`
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else \
+                    [stmt.target] if isinstance(stmt, ast.AnnAssign) and stmt.value else []
+                if [getattr(t, "id", "") for t in targets] == ["name"]:
                     found |= _strings(stmt.value)
+                elif [getattr(t, "id", "") for t in targets] == ["rules"] and isinstance(stmt.value, ast.Tuple):
+                    found |= {s for e in stmt.value.elts for s in _strings(e)}
         elif isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == ["rule"]:
             found |= _strings(node.value)
         elif isinstance(node, ast.FunctionDef) and node.name in RULE_FUNCTIONS:
