@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, NamedTuple
 from urllib.parse import urlsplit
 
 from lait.filters.caption_judge import JUDGED_SOURCES
@@ -55,7 +55,39 @@ from lait.filters.html_pages import (  # noqa: F401
 from lait.filters.site_texts import SiteCounts, load_site_texts, site_of, site_texts_step, step_digest, text_key
 from lait.filters.text_rules import TextRules, text_filters
 from lait.parts import partition_of
-from lait.stage import PartContext, Stage
+from lait.stage import Filter, KeepResult, PartContext, Stage, first_rejection
+
+
+class Offered(NamedTuple):
+    """A text offered to an image, as the rules that read its page's site see it."""
+
+    source: str
+    text: str
+
+
+@dataclass
+class SiteBoilerplateFilter(Filter):
+    """A text its site offers images on many of its pages (`lait.filters.site_texts`)."""
+
+    repeated: SiteCounts
+    site: str
+    name: ClassVar[str] = "site_boilerplate"
+
+    def keep(self, t: Offered) -> KeepResult:
+        count = self.repeated.get((self.site, text_key(t.text)))
+        return count is None or (False, f"{t.source} text on {count[0]} of the {count[1]} pages of {self.site}")
+
+
+@dataclass
+class SiteNameFilter(Filter):
+    """A text that is only one of the names the page gives its site (`html_images.site_names`)."""
+
+    names: frozenset[str]
+    name: ClassVar[str] = "boilerplate"
+
+    def keep(self, t: Offered) -> KeepResult:
+        return t.text.casefold() not in self.names or (False, f"{t.source} text is the site's name")
+
 
 LANGUAGE_COLUMNS = ("language", "lang", "LANGUAGE", "Language")  # as LAION's multilingual lists name it
 LIST_PRIOR_MIN_WORDS = 4  # captions this long vote for their list's language
@@ -297,20 +329,20 @@ class CleanStage(Stage):
               image_license: str | None = None, where: _Where | None = None) -> None:
         seen: set[str] = set()
         texts: list[dict[str, Any]] = []
+        page_rules: list[Filter] = []  # the rules that read the page's site, before the text rules
+        if repeated:
+            page_rules.append(SiteBoilerplateFilter(repeated, site))
+        if names and "boilerplate" not in self.cfg.rules_off:
+            page_rules.append(SiteNameFilter(names))
         # Texts an image also has from an unjudged source (an alt that is also its figcaption): the
         # judge leaves them alone, as it would the figcaption that the duplicate check folded away.
         unjudged: set[str] = set()
         for source, text in raw:
             if where is not None and source not in JUDGED_SOURCES:
                 unjudged.add(text)
-            count = repeated.get((site, text_key(text))) if repeated else None
-            if count is not None:
-                ctx.reject("site_boilerplate", image_url=image_url, page_url=page_url, text=text,
-                           detail=f"{source} text on {count[0]} of the {count[1]} pages of {site}")
-                continue
-            if text.casefold() in names and "boilerplate" not in self.cfg.rules_off:
-                ctx.reject("boilerplate", image_url=image_url, page_url=page_url, text=text,
-                           detail=f"{source} text is the site's name")
+            dropped = first_rejection(page_rules, Offered(source, text)) if page_rules else None
+            if dropped is not None:
+                ctx.reject(dropped.rule, image_url=image_url, page_url=page_url, text=text, detail=dropped.detail)
                 continue
             if text in seen:
                 continue
