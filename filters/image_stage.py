@@ -311,16 +311,15 @@ class UninformativeFilter(Filter):
 
 @dataclass
 class UnsafeFilter(Filter):
-    """The unsafe model's probability over `max_unsafe`; kept as the candidate's `punsafe`."""
+    """The unsafe model's probability over its `max_unsafe`; kept as the candidate's `punsafe`."""
 
     scorer: UnsafeScorer
-    max_unsafe: float
     name: ClassVar[str] = "unsafe"
 
     def keep(self, c: ImageCandidate) -> KeepResult:
         c.punsafe = punsafe = self.scorer(decode_for_model(c.header.data, c.header.orientation))
-        return not punsafe > self.max_unsafe or (
-            False, f"punsafe {punsafe:.4f} > max_unsafe {self.max_unsafe} ({self.scorer.name})")
+        limit = self.scorer.max_unsafe
+        return not punsafe > limit or (False, f"punsafe {punsafe:.4f} > max_unsafe {limit} ({self.scorer.name})")
 
 
 @dataclass
@@ -441,7 +440,7 @@ class ImageFilterStage(Stage):
         out.append(UninformativeFilter(classifier))
         if self.unsafe is not None:
             # Last of the pixel tests: the model costs more than every test before it together.
-            out.append(UnsafeFilter(self.unsafe, cfg.max_unsafe))
+            out.append(UnsafeFilter(self.unsafe))
         if cfg.dedup:
             out.append(NearDuplicateFilter(near))
         return out
