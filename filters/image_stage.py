@@ -145,9 +145,8 @@ class MinSideFilter(Filter):
         self.min_side = min_side
 
     def keep(self, c: ImageCandidate) -> KeepResult:
-        rec = c.header
-        return min(rec.width, rec.height) >= self.min_side or (
-            False, f"{rec.width}x{rec.height}: shorter side < {self.min_side}")
+        w, h = c.header.width, c.header.height
+        return min(w, h) >= self.min_side or (False, f"{w}x{h}: shorter side < {self.min_side}")
 
 
 class AspectRatioFilter(Filter):
