@@ -26,6 +26,7 @@ files (`warc_links/` rows of source `wat`, `lait ingest-warc`) their alt and tit
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 from urllib.parse import urlsplit
@@ -257,7 +258,12 @@ class CleanStage(Stage):
                    repeated: SiteCounts | None, judge_ctx: tuple[Counter[str], int, list[_Pending]] | None) -> None:
         """The texts of one page's images through the rules; with `judge_ctx` (the partition's
         counts of the page's site, its pages there, the pending rows), each row waits for the judge."""
-        site = site_of(url)
+        # The rules that read the page's site, before the text rules: made once for the page.
+        page_rules: list[Filter] = []
+        if repeated:
+            page_rules.append(SiteBoilerplateFilter(repeated, site_of(url)))
+        if found.site_names and "boilerplate" not in self.cfg.rules_off:
+            page_rules.append(SiteNameFilter(found.site_names))
         for s in found.shared:  # given to another image of the page, or dropped for where its image sits
             ctx.reject("image_place" if s.rule == "image_place" else "page_text", image_url=s.image_url,
                        page_url=url, text=s.text, detail=f"{s.source} text {s.detail}")
@@ -267,8 +273,8 @@ class CleanStage(Stage):
             if judge_ctx is not None:
                 counts, n_pages, pending = judge_ctx
                 where = _Where(i / last, counts, n_pages, found.lang, pending)
-            self._emit(ctx, url, image_url, raw, rules, site, repeated, found.site_names, license_,
-                       found.lang, found.image_licenses.get(image_url), where)
+            self._emit(ctx, url, image_url, raw, rules, page_rules, license_, found.lang,
+                       found.image_licenses.get(image_url), where)
 
     def _wat_links(self, ctx: PartContext, rules: TextRules) -> None:
         """The alt and title texts of each WAT image link (`warc_links/` rows of source `wat`) as
@@ -324,16 +330,10 @@ class CleanStage(Stage):
             self._emit(ctx, row["page_url"] or "", row["image_url"], raw, rules, prior=prior)
 
     def _emit(self, ctx: PartContext, page_url: str, image_url: str, raw: list[tuple[str, str]],
-              rules: TextRules, site: str = "", repeated: SiteCounts | None = None,
-              names: frozenset[str] = frozenset(), license_: str | None = None, prior: str | None = None,
-              image_license: str | None = None, where: _Where | None = None) -> None:
+              rules: TextRules, page_rules: Sequence[Filter] = (), license_: str | None = None,
+              prior: str | None = None, image_license: str | None = None, where: _Where | None = None) -> None:
         seen: set[str] = set()
         texts: list[dict[str, Any]] = []
-        page_rules: list[Filter] = []  # the rules that read the page's site, before the text rules
-        if repeated:
-            page_rules.append(SiteBoilerplateFilter(repeated, site))
-        if names and "boilerplate" not in self.cfg.rules_off:
-            page_rules.append(SiteNameFilter(names))
         # Texts an image also has from an unjudged source (an alt that is also its figcaption): the
         # judge leaves them alone, as it would the figcaption that the duplicate check folded away.
         unjudged: set[str] = set()

@@ -27,9 +27,6 @@ class DocumentsPasses(DocumentStage):
         self.reports: list = []
         self.stats: dict | None = None
 
-    def __getstate__(self) -> dict[str, Any]:  # workers run the document pass only
-        return {**super().__getstate__(), "reports": [], "stats": None}
-
     def after_steps(self, work, report, run: Callable[..., Any]) -> list:
         sims = run(DocSimStage(self.score))
         self.reports = [sims]
