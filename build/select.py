@@ -25,11 +25,13 @@ take the lock).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import logging
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,11 +47,11 @@ from lait.build.pipeline import Reports, stage_counters
 from lait.build.sample import UID_DTYPE, array_to_uids
 from lait.build.shards import ShardStage, faces_line, finish_shard_dir, shard_files, write_stats, written_members
 from lait.config import ConfigError
-from lait.drivers import open_work_dir, stage_executor
+from lait.drivers import open_work_dir, run_stage
 from lait.fingerprint import Fingerprint, global_fingerprint
 from lait.lock import LOCAL_FILE, REMOTE_FILE, locked_output
 from lait.parts import WorkDir
-from lait.stage import run_global_step
+from lait.stage import RunReport, run_global_step
 from lait.writers import atomic_write_json
 
 log = logging.getLogger(__name__)
@@ -266,54 +268,89 @@ def prepare_out(out: storage.Location, state: WorkDir, fp: str, overwrite: bool,
 
 
 def select(cfg: SelectConfig) -> SelectResult:
-    """Write the selection `cfg` describes from `cfg.work`'s pool into `cfg.out`."""
-    work = open_work_dir(cfg.work, initialized=True)
-    if not work.part_files("pool") or not work.is_done("build_plan", 0):
-        raise ConfigError(f"{work.root} has no pool/ yet: run `lait build` on it first (it scores nothing)")
-    out = storage.location(cfg.out)
-    # The folder is made by its lock, once the work directory's is held: a selection refused
-    # because a build holds the work directory leaves nothing behind.
-    with locked_output(out, "lait select", reads=work):
-        return select_into(work, out, cfg)
+    """Write the selection `cfg` describes from `cfg.work`'s pool into `cfg.out`, through the one
+    launcher (`SelectStage`)."""
+    stage = SelectStage(cfg)
+    report = run_stage(stage, cfg, "select")
+    return SelectResult([report], stats=stage.stats)
 
 
-def select_into(work: WorkDir, out: storage.Location, cfg: SelectConfig) -> SelectResult:
-    """The selection, its folder locked."""
-    check_build_current(work)
-    reads_embeddings = bool(cfg.recipe) and any(step.rule == "semdedup" for step in load_all(cfg.recipe))
-    read = source_inputs(work, reads_embeddings)
-    state = WorkDir(out / STATE_DIR, n_partitions=1)
-    wanted = read_uids(cfg.uids) if cfg.uids else None
-    selection = fingerprint(work, cfg, read)
-    prepare_out(out, state, selection, cfg.overwrite, cfg.force)
+class SelectStage(ShardStage):
+    """`lait select` as `lait.drivers.run_stage` runs it: the shard pass (`ShardStage`, whose name,
+    settings and markers it keeps) over the selection's plan in `OUT/_select/`. Its `workspace`
+    is that folder, locked with the work directory it reads; `preflight` checks the pool, makes
+    the folder ready (`prepare_out`) and plans once; `after_steps` checks that nothing it read
+    changed and writes the folder's `sizes.json`, `uids.npy` and `stats.json` (`stats`)."""
 
-    def plan() -> dict[str, Any]:
-        state.remove_parts("rejected", PLAN_STAGE)  # an interrupted plan's
-        chosen, counts = choose(work, cfg, wanted, state)
-        counts["selected"] = len(chosen)
-        counts["shards_planned"] = write_plan(state, pool_rows(work, chosen), cfg.samples_per_shard, PLAN_STAGE)
-        return {"stage": PLAN_STAGE, "partition": 0, "counts": counts}
+    def __init__(self, cfg: SelectConfig):
+        super().__init__(cfg.image_options(), cfg.regions, out=str(storage.location(cfg.out)))
+        self.cfg = cfg
+        self.stats: dict[str, Any] = {}
+        self.read: dict[str, Any] = {}
+        self.counts: dict[str, Any] = {}
+        self.work: WorkDir | None = None  # the work directory read, once `workspace` opened it
 
-    # The selection's digest stands for everything it reads (`fingerprint`); a new one empties `state`.
-    run_global_step(state, Fingerprint(PLAN_STAGE, 1, {"selection": selection}, {}), plan, label="select")
-    counts = state.markers(PLAN_STAGE)[0]["counts"]
-    log.info("select: %d of %d pool samples chosen", counts["selected"], counts["pool"])
-    stage = ShardStage(cfg.image_options(), cfg.regions, source=work.url, out=str(out))
-    result = SelectResult([stage_executor(stage, cfg).run(stage, state)])
-    if not result.ok:
-        return result
-    if source_inputs(work, reads_embeddings) != read:
-        # A build or a filter rewrote what the shards were cut from while they were written.
-        storage.remove(state.root / SELECTION_FILE)
-        raise RuntimeError(f"select: {work.root} changed while the selection ran (a `lait build` or an "
-                           f"earlier stage rewrote it); run `lait select` again, with --overwrite")
-    sizes = finish_shard_dir(out, cfg.image_options().encode_format, written_members(state, stage.name))
-    counters = stage_counters(state, (stage.name,))
-    shard_bytes = int(counters.get("build/shard_bytes", 0))
-    result.stats = {"samples": sum(sizes.values()), "shards": len(shard_files(out)), "shard_bytes": shard_bytes,
-                    "out": str(out), "source": work.url, **counts, "uids_file": cfg.uids or None,
-                    "exclude_eval": {"source": cfg.exclude_eval, "splits": list(cfg.exclude_eval_split),
-                                     "root": cfg.exclude_eval_root or None} if cfg.exclude_eval else None,
-                    "config": cfg.content(), "counters": dict(sorted(counters.items()))}
-    write_stats(out, result.stats)
-    return result
+    def settings(self) -> dict[str, Any]:
+        return ShardStage.settings(self)  # the selection's own fingerprint holds every other setting
+
+    def __getstate__(self) -> dict[str, Any]:  # sent to workers as the shard pass
+        return {**self.__dict__, "stats": {}, "read": {}, "counts": {}, "work": None}
+
+    @contextlib.contextmanager
+    def _held(self) -> Iterator[WorkDir]:
+        work = open_work_dir(self.cfg.work, initialized=True)
+        if not work.part_files("pool") or not work.is_done("build_plan", 0):
+            raise ConfigError(f"{work.root} has no pool/ yet: run `lait build` on it first (it scores nothing)")
+        out = storage.location(self.cfg.out)
+        self.work, self.source = work, work.url
+        # The folder is made by its lock, once the work directory's is held: a selection refused
+        # because a build holds the work directory leaves nothing behind.
+        with locked_output(out, "lait select", reads=work):
+            yield WorkDir(out / STATE_DIR, n_partitions=1)
+
+    def workspace(self, cfg: Any, command: str) -> contextlib.AbstractContextManager[WorkDir]:
+        return self._held()
+
+    def _reads_embeddings(self) -> bool:
+        return bool(self.cfg.recipe) and any(step.rule == "semdedup" for step in load_all(self.cfg.recipe))
+
+    def preflight(self, state: WorkDir) -> list[str]:
+        cfg, work = self.cfg, self.work
+        assert work is not None
+        check_build_current(work)
+        self.read = source_inputs(work, self._reads_embeddings())
+        wanted = read_uids(cfg.uids) if cfg.uids else None
+        selection = fingerprint(work, cfg, self.read)
+        prepare_out(storage.location(cfg.out), state, selection, cfg.overwrite, cfg.force)
+
+        def plan() -> dict[str, Any]:
+            state.remove_parts("rejected", PLAN_STAGE)  # an interrupted plan's
+            chosen, counts = choose(work, cfg, wanted, state)
+            counts["selected"] = len(chosen)
+            counts["shards_planned"] = write_plan(state, pool_rows(work, chosen), cfg.samples_per_shard, PLAN_STAGE)
+            return {"stage": PLAN_STAGE, "partition": 0, "counts": counts}
+
+        # The selection's digest stands for everything it reads (`fingerprint`); a new one empties `state`.
+        run_global_step(state, Fingerprint(PLAN_STAGE, 1, {"selection": selection}, {}), plan, label="select")
+        self.counts = state.markers(PLAN_STAGE)[0]["counts"]
+        log.info("select: %d of %d pool samples chosen", self.counts["selected"], self.counts["pool"])
+        return []
+
+    def after_steps(self, state: WorkDir, report: RunReport, run: Callable[..., RunReport]) -> list[RunReport]:
+        cfg, work, out = self.cfg, self.work, storage.location(self.cfg.out)
+        assert work is not None
+        if source_inputs(work, self._reads_embeddings()) != self.read:
+            # A build or a filter rewrote what the shards were cut from while they were written.
+            storage.remove(state.root / SELECTION_FILE)
+            raise RuntimeError(f"select: {work.root} changed while the selection ran (a `lait build` or an "
+                               f"earlier stage rewrote it); run `lait select` again, with --overwrite")
+        sizes = finish_shard_dir(out, cfg.image_options().encode_format, written_members(state, self.name))
+        counters = stage_counters(state, (self.name,))
+        shard_bytes = int(counters.get("build/shard_bytes", 0))
+        self.stats = {"samples": sum(sizes.values()), "shards": len(shard_files(out)), "shard_bytes": shard_bytes,
+                      "out": str(out), "source": work.url, **self.counts, "uids_file": cfg.uids or None,
+                      "exclude_eval": {"source": cfg.exclude_eval, "splits": list(cfg.exclude_eval_split),
+                                       "root": cfg.exclude_eval_root or None} if cfg.exclude_eval else None,
+                      "config": cfg.content(), "counters": dict(sorted(counters.items()))}
+        write_stats(out, self.stats)
+        return []

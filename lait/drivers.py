@@ -3,7 +3,9 @@ the executor its config names."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,15 +78,16 @@ def _not_a_work_dir(work: WorkDir) -> ConfigError:
 
 def run_stage(stage: Stage, cfg: StageConfig, command: str) -> RunReport:
     """The one launcher: run a stage over the work directory with the executor the config
-    names, holding the directory's lock, and record the run's settings and what it redid.
+    names, holding the directory's lock, and record the run's settings and what it redid
+    (the directory is the stage's own `workspace` where it names one: `lait select`'s).
 
     In order: `stage.preflight` (checks before anything is written), the executor's run inside
     `stage.running()` (the stages of `stage.before()`, its global steps, then its partitions),
     and, when every partition succeeded, `stage.after_steps` (global work over whole tables, and
     any stage it runs, on the same executor settings). Returns the stage's report; the lines
     `preflight` returned come first in its `plan`."""
-    work = open_work_dir(cfg.work)
-    with locked(work, f"lait {command}"):
+    own = stage.workspace(cfg, command)
+    with own if own is not None else locked_work_dir(cfg.work, command) as work:
         said = stage.preflight(work) or []
         with stage.running():
             report = stage_executor(stage, cfg).run(stage, work)
@@ -97,6 +100,14 @@ def run_stage(stage: Stage, cfg: StageConfig, command: str) -> RunReport:
             reports += stage.after_steps(work, report, run)
         record_run(work, command, cfg, reports)
     return report
+
+
+@contextlib.contextmanager
+def locked_work_dir(root: str, command: str) -> Iterator[WorkDir]:
+    """The work directory `root` (`open_work_dir`), its lock held for `lait COMMAND`."""
+    work = open_work_dir(root)
+    with locked(work, f"lait {command}"):
+        yield work
 
 
 def stage_executor(stage: Stage, cfg: StageConfig, workers: int | None = None) -> Any:

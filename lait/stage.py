@@ -237,6 +237,13 @@ class Stage(ABC):
 
     # Hooks of the one launcher (`lait.drivers.run_stage`), which opens the work directory,
     # holds its lock, runs the stage on the configured executor and records the run.
+    def workspace(self, cfg: Any, command: str) -> contextlib.AbstractContextManager[WorkDir] | None:
+        """The directory the stage's tasks run in, held for the whole run, when it is not the
+        config's work directory locked for writing (the default, None): `lait select` runs its
+        shards in its output folder's `_select/`, that folder locked and the work directory it
+        reads held shared."""
+        return None
+
     def preflight(self, work: WorkDir) -> list[str] | None:
         """What must hold or be done before the partitions run (a model's weights load; stage 5
         clears a build made from other inputs), under the lock, before the executor starts.

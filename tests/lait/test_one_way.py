@@ -73,12 +73,12 @@ def test_stages_are_launched_by_one_function():
     # Issue 60: `lait.drivers.run_stage` opens the work directory, locks it, runs the stage (its
     # `before` stages, global steps, partitions, `after_steps`) on the configured executor and
     # records the run; stage 5's build is a stage of it too (`BuildStage`: the pick pass, its
-    # plan and shards as after-steps), and so is `lait documents` (`DocumentsPasses`: stage 3's
-    # document pass, stage 4's similarities and the writers as after-steps). Only it builds an
-    # executor for a stage, but for the one pass that still runs its stage by hand: `lait select`
-    # (its stage writes into another folder, locked as an output).
+    # plan and shards as after-steps), so are `lait documents` (`DocumentsPasses`: stage 3's
+    # document pass, stage 4's similarities and the writers as after-steps) and `lait select`
+    # (`SelectStage`: the shard pass in its folder's `_select/`, its own `workspace`). Only it
+    # builds an executor for a stage.
     assert where_called("executor_for") == ["lait/drivers.py"]
-    assert where_called("stage_executor") == ["build/select.py", "lait/drivers.py"]
+    assert where_called("stage_executor") == ["lait/drivers.py"]
     assert where_called("make_executor") == ["lait/executor.py"]
 
 
