@@ -43,8 +43,9 @@ from lait.build.neardup import embedding_pairs
 from lait.build.pixels import PixelCheck, read_thumbnails
 from lait.build.rescore import rescore_groups
 from lait.build.sample import punsafe_value, sample_uid
-from lait.parts import PartitionedWriter, WorkDir, partition_of
+from lait.parts import PartitionedWriter
 from lait.schemas import get_table
+from lait.workdir import WorkDir, partition_of
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 
 from lait import storage
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 log = logging.getLogger(__name__)
 

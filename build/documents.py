@@ -65,7 +65,8 @@ from lait.build.aggregate import image_license
 from lait.build.config import DocumentsConfig
 from lait.build.resize import prepare
 from lait.build.shards import FaceSearch
-from lait.parts import PartitionedWriter, WorkDir, partition_of
+from lait.parts import PartitionedWriter
+from lait.workdir import WorkDir, partition_of
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from lait.build.shards import shard_files
 from lait.config import Config, ConfigError, setting
 from lait.drivers import open_work_dir
 from lait.lock import locked_output
-from lait.parts import WorkDir, partition_of
+from lait.workdir import WorkDir, partition_of
 
 log = logging.getLogger(__name__)
 

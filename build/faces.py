@@ -27,7 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lait.parts import PartitionedWriter, WorkDir, partition_of
+from lait.parts import PartitionedWriter
+from lait.workdir import WorkDir, partition_of
 
 TABLE = "faces"
 STAGE = "build_faces"  # what the cache's parts say wrote them

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 
 from lait import storage
 from lait.build.dedup import hamming
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 log = logging.getLogger(__name__)
 

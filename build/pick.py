@@ -14,8 +14,9 @@ import numpy as np
 import pyarrow as pa
 
 from lait import storage
+from lait.parts import PartContext
 from lait.schemas import get_table
-from lait.stage import PartContext, Stage
+from lait.stage import Stage
 
 OK_COLUMNS = ["image_url", "sha256", "phash", "width", "height", "format"]
 # Columns images_ok gained later: read when there, null otherwise.

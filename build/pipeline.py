@@ -30,8 +30,8 @@ from lait.build.shards import ShardStage, faces_line, finish_shard_dir, shard_fi
 from lait.config import ConfigError
 from lait.drivers import open_work_dir, run_stage
 from lait.fingerprint import Fingerprint, global_fingerprint
-from lait.parts import WorkDir
 from lait.stage import RunReport, run_global_step
+from lait.workdir import WorkDir
 from lait.writers import atomic_write_bytes, atomic_write_json, stats_path
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from lait import storage
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lait.parts import WorkDir, partition_of
+from lait.workdir import WorkDir, partition_of
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lait.arrays import stack_embs
-from lait.parts import WorkDir, partition_of
+from lait.workdir import WorkDir, partition_of
 
 log = logging.getLogger(__name__)
 

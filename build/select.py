@@ -50,8 +50,8 @@ from lait.config import ConfigError
 from lait.drivers import open_work_dir, run_stage
 from lait.fingerprint import Fingerprint, global_fingerprint
 from lait.lock import LOCAL_FILE, REMOTE_FILE, locked_output
-from lait.parts import WorkDir
 from lait.stage import RunReport, run_global_step
+from lait.workdir import WorkDir
 from lait.writers import atomic_write_json
 
 log = logging.getLogger(__name__)

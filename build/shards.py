@@ -53,9 +53,10 @@ from lait.build.sample import (
     uids_to_array,
 )
 from lait.memory import media_heap
-from lait.parts import WorkDir
-from lait.stage import PartContext, Stage
+from lait.parts import PartContext
+from lait.stage import Stage
 from lait.storage import Location
+from lait.workdir import WorkDir
 from lait.writers import atomic_write_bytes, atomic_write_json
 
 log = logging.getLogger(__name__)

@@ -72,7 +72,7 @@ def committed_urls(out: str) -> set[str]:
     """The page and image URLs the committed parts of work directory `out` hold, with the
     requests they record as never sent (`crawl/...` rows): what need not be fetched again."""
     from lait import storage
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
     work = WorkDir(out)
     done: set[str] = set()

@@ -22,7 +22,8 @@ import uuid
 
 from lait import errors
 from lait.lock import locked
-from lait.parts import RollingPartitionedWriter, WorkDir
+from lait.parts import RollingPartitionedWriter
+from lait.workdir import WorkDir
 
 # The finish reason of a crawl stopped by a full disk (its stats' `lait/stop` says where).
 STOP_REASON = "disk_full"

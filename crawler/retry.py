@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lait import storage
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 from lait.writers import PartWriter, stats_path
 
 log = logging.getLogger(__name__)

@@ -108,7 +108,7 @@ def fetch_images(cfg: ImageFetchConfig, *, processes: int = 1, timeout: float | 
     robots.txt, TDMRep and health stay in one unit. The caller holds the work directory's lock
     (`lait download`, `lait ingest-warc`)."""
     from lait.crawler import units
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
     cfg.validate()
     work = WorkDir(cfg.out)
@@ -129,7 +129,7 @@ def fetch_unit(settings: dict[str, Any]) -> dict[str, Any]:
     """A Ray task: fetch one unit's images with a `lait-images` spider in a subprocess of this
     worker (which dies with it); its stats. The driver holds the work directory's lock and the
     spider writes on its behalf (`lait.lock.child_env`)."""
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
     cfg = ImageFetchConfig.from_dict(settings, where="unit")
     return _crawl_subprocesses([cfg], WorkDir(cfg.out), timeout=None, quiet=False, spider="images")[0]
@@ -141,8 +141,8 @@ def _fetch_on_ray(cfg: ImageFetchConfig, *, address: str | None = None, retries:
     unit that failed after its retries has `finish_reason` `unit_failed` and its error)."""
     from lait.crawler.units import UNITS_PER_SLOT, pending_by_bucket, plan_units, unit_configs
     from lait.log import progress
-    from lait.parts import WorkDir
     from lait.ray_executor import ray_map, ray_task_slots
+    from lait.workdir import WorkDir
 
     work = WorkDir(cfg.out)
     counts = pending_by_bucket(work, cfg.tables)

@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from lait.crawler.config import ImageFetchConfig, host_share
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 N_BUCKETS = 4096
 UNITS_PER_SLOT = 4  # on Ray: small enough units that the slots finish together, few enough to start cheaply

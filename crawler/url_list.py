@@ -60,8 +60,9 @@ from lait import storage
 from lait.config import ConfigError
 from lait.errors import CorruptPart
 from lait.pagereader import fast_absolute, resolve_slow
-from lait.parts import PartitionedWriter, WorkDir, input_done, input_marker
+from lait.parts import PartitionedWriter
 from lait.storage import Location
+from lait.workdir import WorkDir, input_done, input_marker
 from lait.writers import atomic_write_json
 
 log = logging.getLogger(__name__)

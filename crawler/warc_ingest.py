@@ -57,10 +57,11 @@ from lait.pagereader import (
     robots_directives,
     tdm_reservation,
 )
-from lait.parts import PartitionedWriter, WorkDir, input_done, input_marker
+from lait.parts import PartitionedWriter
 from lait.reasons import http_error
 from lait.storage import Location
 from lait.urls import is_http_url
+from lait.workdir import WorkDir, input_done, input_marker
 from lait.writers import atomic_write_json
 
 log = logging.getLogger(__name__)

@@ -38,7 +38,8 @@ from lait.filters.image_place import image_place, own_urls
 from lait.filters.site_texts import SiteCounts, load_site_texts, site_of, step_digest, text_key
 from lait.filters.text_rules import repair, split_sentences
 from lait.pagereader import figure_license
-from lait.stage import PartContext, Stage
+from lait.parts import PartContext
+from lait.stage import Stage
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,9 @@ from lait.filters.page_texts import ImageTexts, SharedText, assign
 from lait.filters.text_rules import repair, split_sentences, uncut
 from lait.memory import release_free_memory
 from lait.pagereader import figure_license
+from lait.parts import PartContext
 from lait.schemas import get_table
-from lait.stage import PartContext, Stage
+from lait.stage import Stage
 
 log = logging.getLogger(__name__)
 

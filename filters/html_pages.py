@@ -16,7 +16,7 @@ from lait.filters.config import CleanConfig
 from lait.filters.html_images import BLOCK_TAGS
 from lait.pagereader import html_parser
 from lait.reasons import fetch_rule
-from lait.stage import Rejected
+from lait.rules import Rejected
 
 # The columns of pages/ this stage reads (not the times and crawl depth; the headers for Content-Language).
 PAGE_COLUMNS = ["url", "status", "content_type", "html", "encoding", "error", "license", "headers"]

@@ -27,7 +27,7 @@ from lait.imagehash import (  # noqa: F401
     to_rgb,
     upright,
 )
-from lait.stage import Rejected
+from lait.rules import Rejected
 
 # What Pillow raises on damaged data; KeyError: a TIFF whose size tags are missing (fuzzing).
 _DECODE_ERRORS = (OSError, ValueError, SyntaxError, EOFError, IndexError, TypeError, KeyError,

@@ -54,8 +54,10 @@ from lait.filters.image_rights import file_rights
 from lait.filters.unsafe import UnsafeScorer, decode_for_model
 from lait.imagehash import phash_of
 from lait.memory import media_heap
+from lait.parts import PartContext
 from lait.reasons import FETCH_RULES, fetch_rule
-from lait.stage import Drop, Filter, KeepResult, PartContext, Stage, first_rejection
+from lait.rules import Drop, Filter, KeepResult, first_rejection
+from lait.stage import Stage
 from lait.writers import helper_thread
 
 log = logging.getLogger(__name__)

@@ -30,9 +30,10 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 
 from lait.fingerprint import global_fingerprint
-from lait.parts import PartitionedWriter, WorkDir
+from lait.parts import PartitionedWriter
 from lait.schemas import get_table
 from lait.stage import RunReport, run_global_step
+from lait.workdir import WorkDir
 
 # `cfg` below is stage 3's `CleanConfig` (not imported: `lait.filters.text_stage` imports this module).
 CleanConfig = Any

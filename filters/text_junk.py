@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from lait.stage import Filter, KeepResult, RegexFilter
+from lait.rules import Filter, KeepResult, RegexFilter
 
 # -- credits and bylines -------------------------------------------------------------------
 

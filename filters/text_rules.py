@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from lait.stage import Filter, KeepResult, RegexFilter, first_rejection
+from lait.rules import Filter, KeepResult, RegexFilter, first_rejection
 
 # Abbreviations that end with a dot inside a sentence.
 _ABBREV = re.compile(r"\b(?:Mr|Mrs|Ms|Dr|Prof|Sr|Jr|St|Mt|vs|etc|No|Fig|Figs|Inc|Ltd|Co|Corp|Gen|Gov|"

@@ -55,8 +55,10 @@ from lait.filters.html_pages import (  # noqa: F401
 )
 from lait.filters.site_texts import SiteCounts, load_site_texts, site_of, site_texts_step, step_digest, text_key
 from lait.filters.text_rules import TextRules, text_filters
-from lait.parts import partition_of
-from lait.stage import Filter, KeepResult, PartContext, Stage, first_rejection
+from lait.parts import PartContext
+from lait.rules import Filter, KeepResult, first_rejection
+from lait.stage import Stage
+from lait.workdir import partition_of
 
 
 class Offered(NamedTuple):

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 # Region geometry shared by stage 4 and the trainer: cells of a feature grid and their boxes.
 

@@ -13,8 +13,8 @@ from lait import storage
 from lait.config import Config, ConfigError, StageConfig
 from lait.executor import executor_for
 from lait.lock import locked
-from lait.parts import WorkDir
 from lait.stage import RunReport, Stage
+from lait.workdir import WorkDir
 
 log = logging.getLogger(__name__)
 

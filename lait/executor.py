@@ -18,8 +18,8 @@ from lait import errors, lifeline
 from lait.config import ConfigError
 from lait.fingerprint import Fingerprint
 from lait.log import progress
-from lait.parts import WorkDir
 from lait.stage import RunReport, Stage, merge_before, run_part, start_report
+from lait.workdir import WorkDir
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from lait import storage
 
 if TYPE_CHECKING:
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
 _PART_RE = re.compile(r"^p(\d{5})-(.+)\.parquet$")
 _STATS_SUFFIX = ".stats.json"

@@ -53,7 +53,7 @@ from datetime import datetime, timezone
 from lait import storage
 from lait.config import ConfigError
 from lait.lifeline import alive
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from typing import Any
 from lait import errors
 from lait.log import progress
 from lait.memory import arrow_env
-from lait.parts import WorkDir
 from lait.stage import RunReport, Stage, merge_before, run_part, start_report
+from lait.workdir import WorkDir
 
 log = logging.getLogger(__name__)
 

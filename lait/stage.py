@@ -1,194 +1,36 @@
-"""The step contract: a stage processes one input partition; filters answer keep-or-reason.
+"""The step contract: a stage processes one input partition of a table.
 
 A `Stage` is a picklable object (its config plus code) that every executor calls through
-`lait.stage.run_part`. Inside `Stage.process` it reads its input partition and writes
-through a `PartContext`, which owns the output parts, the `rejected/` part and the counters,
-so every stage gets atomic outputs, reasons for every drop and a stats funnel for free.
-
-A row is dropped in one of two ways, both ending in `PartContext.reject` with a reason
-registered in `lait.reasons`: the first of a list of `Filter`s that drops a record
-(`first_rejection`, which reads every `keep` result the one way and names the rule as a `Drop`),
-or, for a rule that is not a test of one record, a call to `reject` (deep inside a decoder, a
-`Rejected` exception carries the rule up to the loop that calls it).
+`run_part`. Inside `Stage.process` it reads its input partition (`lait.workdir.WorkDir`) and
+writes through a `lait.parts.PartContext`, which owns the output parts, the `rejected/` part and
+the counters, so every stage gets atomic outputs, reasons for every drop and a stats funnel for
+free. Its rules are `lait.rules.Filter`s, read by `first_rejection`; both are importable from
+here too, with the rest of the contract. Global steps over whole tables run through
+`run_global_step`, and `start_report` says what a run redoes and why.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import time
 from abc import ABC, abstractmethod
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple
-
-import pyarrow as pa
+from typing import Any, ClassVar
 
 from lait import storage
 from lait.fingerprint import NEW, Fingerprint, RunPlan, global_step_cause, plan_run
 from lait.memory import apply_memory_settings, release_free_memory
-from lait.parts import PartitionedWriter, WorkDir
+
+# The task's writers and the rules have modules of their own: the stage contract's names, which a
+# user's stage imports from here.
+from lait.parts import PartContext, task_tag  # noqa: F401
+from lait.rules import Drop, Filter, KeepResult, RegexFilter, Rejected, first_rejection, read_verdict  # noqa: F401
 from lait.storage import Location
-from lait.writers import PartWriter
+from lait.workdir import WorkDir
 
 log = logging.getLogger(__name__)
-
-KeepResult = bool | tuple[bool, str] | tuple[bool, str, str]
-
-
-class Filter(ABC):
-    """A rule that keeps a record or names why it drops it.
-
-    `keep` returns True, or `(False, detail)`; `first_rejection` reads it, and the stage records
-    the drop as `STAGE/NAME` with the detail (`PartContext.reject`). A filter whose one test
-    tells several rules apart (stage 2's fetch status, its sniffing of the bytes) lists them in
-    `rules` and returns `(False, detail, rule)`.
-    """
-
-    name: ClassVar[str]
-    rules: ClassVar[tuple[str, ...]] = ()
-
-    @abstractmethod
-    def keep(self, record: Any) -> KeepResult: ...
-
-
-class RegexFilter(Filter):
-    """A rule that drops a record whose text matches `pattern`; the detail is the match (its
-    first `detail_chars` characters when set). `text_of` picks the text (default: `.text`)."""
-
-    pattern: ClassVar[re.Pattern[str]]
-    detail_chars: ClassVar[int | None] = None
-
-    def text_of(self, record: Any) -> str:
-        return record.text
-
-    def surely_kept(self, text: str) -> bool:
-        """Whether `text` cannot match, known without the pattern (a cheaper pre-check a rule
-        may define; by default the pattern always decides)."""
-        return False
-
-    def keep(self, record: Any) -> KeepResult:
-        text = self.text_of(record)
-        if self.surely_kept(text):
-            return True
-        m = self.pattern.search(text)
-        return m is None or (False, m.group(0)[: self.detail_chars])
-
-
-class Drop(NamedTuple):
-    """Why a record is dropped: the rule (a `Filter`'s name, or one of its `rules`) and the detail."""
-
-    rule: str
-    detail: str | None
-
-
-def read_verdict(result: KeepResult) -> tuple[bool, str | None, str | None]:
-    """A `Filter.keep` result as (kept, detail, rule): True, False, a `(kept, detail)` pair, or
-    `(False, detail, rule)` of a filter with several `rules` (else the rule is None)."""
-    if isinstance(result, tuple):
-        return bool(result[0]), result[1], result[2] if len(result) > 2 else None
-    return bool(result), None, None
-
-
-def first_rejection(filters: Sequence[Filter], record: Any) -> Drop | None:
-    """Why the first filter that drops `record` drops it; None when every filter keeps it."""
-    for f in filters:
-        kept, detail, rule = read_verdict(f.keep(record))
-        if not kept:
-            return Drop(rule or f.name, detail)
-    return None
-
-
-class Rejected(Exception):
-    """A record dropped deep inside a step; the loop over records passes `rule` and `detail`
-    to `PartContext.reject`."""
-
-    def __init__(self, rule: str, detail: str = ""):
-        super().__init__(f"{rule}: {detail}")
-        self.rule = rule
-        self.detail = detail
-
-
-def task_tag(stage: str, partition: int) -> str:
-    """Tag of the parts a stage task writes: rerunning the task replaces exactly these."""
-    return f"{stage}{partition:05d}"
-
-
-class PartContext:
-    """What a stage task writes to: output parts per (table, partition), rejects, counters."""
-
-    def __init__(self, work: WorkDir, stage: str, partition: int, fingerprint: str | None = None):
-        self.work = work
-        self.stage = stage
-        self.partition = partition
-        self.tag = task_tag(stage, partition)
-        self.counters: Counter[str] = Counter()
-        self.files: dict[str, dict[str, Any]] = {}
-        # Every part carries the digest of the task that wrote it: what its readers fingerprint.
-        self.parts = PartitionedWriter(work, self.tag, extra_stats={
-            "stage": stage, "input_partition": partition, "fingerprint": fingerprint})
-
-    def output(self, table: str, partition: int | None = None) -> PartWriter:
-        """Writer for `table`, in this task's partition unless another is given (re-partitioning)."""
-        return self.parts.writer(table, self.partition if partition is None else partition)
-
-    def write(self, table: str, row: Mapping[str, Any], partition: int | None = None) -> None:
-        self.output(table, partition).write(row)
-        self.counters[f"{self.stage}/out_{table}"] += 1
-
-    def write_table(self, table: str, rows: pa.Table, partition: int | None = None) -> None:
-        """The rows of an Arrow table, as `write` of each: same part, same counter."""
-        self.output(table, partition).write_table(rows)
-        self.counters[f"{self.stage}/out_{table}"] += rows.num_rows
-
-    def reject(self, rule: str, *, image_url: str | None = None, page_url: str | None = None,
-               text: str | None = None, detail: str | None = None) -> None:
-        """Record a dropped row with the reason `STAGE/RULE` (or `rule` itself when it holds a
-        slash); ValueError when the reason is not registered in `lait.reasons`."""
-        reason = rule if "/" in rule else f"{self.stage}/{rule}"
-        self.parts.reject(reason, self.partition, image_url=image_url, page_url=page_url, text=text,
-                          detail=detail)
-        self.counters[reason] += 1
-
-    def flush(self) -> None:
-        """Write the rows buffered so far out now (a stage that changed the memory settings for
-        its work writes its last row groups under them)."""
-        self.parts.flush()
-
-    def writing_behind(self, executor: ThreadPoolExecutor | None = None) -> contextlib.AbstractContextManager[None]:
-        """A block inside which output row groups are written on a helper thread while the task
-        goes on (`PartitionedWriter.writing_behind`; `executor`: a `lait.writers.helper_thread`
-        to share): for a task whose own work also runs without the GIL (stage 2's decoding).
-        The parts' bytes are the same."""
-        return self.parts.writing_behind(executor)
-
-    def record_file(self, name: str, size: int, sha256: str, mtime_ns: int | None = None) -> None:
-        """A file this task wrote besides its parts (a shard's tar), by its name in the stage's
-        output folder: its size, modification time (local files) and digest go into the task's
-        marker, so that a rerun and `lait status` notice any change (`file_change`) and `lait
-        verify` reads every byte back."""
-        self.files[name] = {"bytes": int(size), "sha256": sha256}
-        if mtime_ns is not None:
-            self.files[name]["mtime_ns"] = int(mtime_ns)
-
-    def count(self, name: str, n: int = 1) -> None:
-        self.counters[name if "/" in name else f"{self.stage}/{name}"] += n
-
-    def close(self) -> dict[str, Any]:
-        """Finish every output part; returns the task's stats."""
-        outputs = self.parts.close()
-        stats = {"stage": self.stage, "partition": self.partition, "outputs": outputs,
-                 "counters": dict(sorted(self.counters.items()))}
-        if self.files:
-            stats["files"] = dict(sorted(self.files.items()))
-        return stats
-
-    def abort(self) -> None:
-        self.parts.abort()
-
 
 class Stage(ABC):
     """One stage of the pipeline over partitions of an input table.

@@ -21,12 +21,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lait.arrays import stack_embs
-from lait.parts import partition_of
+from lait.parts import PartContext
 from lait.scoring.config import ScoreConfig
 from lait.scoring.decode import ImageDecoder, decode_stream
 from lait.scoring.model import get_scorer
 from lait.scoring.stage import set_threads
-from lait.stage import PartContext, Stage
+from lait.stage import Stage
+from lait.workdir import partition_of
 
 log = logging.getLogger(__name__)
 

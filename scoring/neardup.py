@@ -15,8 +15,9 @@ import numpy as np
 
 from lait.arrays import stack_embs
 from lait.fingerprint import global_fingerprint
-from lait.parts import PartitionedWriter, WorkDir
+from lait.parts import PartitionedWriter
 from lait.stage import RunReport, run_global_step
+from lait.workdir import WorkDir
 
 log = logging.getLogger(__name__)
 

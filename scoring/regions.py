@@ -17,8 +17,9 @@ import numpy as np
 from lait import storage
 from lait.arrays import cell_grid, grid_boxes, region_arrays, to_bytes
 from lait.fingerprint import global_fingerprint
-from lait.parts import WorkDir
-from lait.stage import PartContext, RunReport, Stage, run_global_step
+from lait.parts import PartContext
+from lait.stage import RunReport, Stage, run_global_step
+from lait.workdir import WorkDir
 from lait.writers import atomic_write_bytes, atomic_write_json
 
 log = logging.getLogger(__name__)

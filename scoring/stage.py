@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from lait.parts import PartContext
 from lait.scoring.config import ScoreConfig, loader_workers
 from lait.scoring.decode import (
     DeviceJpegDecoder,
@@ -36,7 +37,7 @@ from lait.scoring.model import get_scorer
 from lait.scoring.model import preflight as load_model_first
 from lait.scoring.neardup import near_dups_step
 from lait.scoring.regions import RegionLabelStage, codebook_step, pool_tokens
-from lait.stage import PartContext, RunReport, Stage
+from lait.stage import RunReport, Stage
 
 log = logging.getLogger(__name__)
 

@@ -54,7 +54,7 @@ from lait.build.config import BuildConfig  # noqa: E402
 from lait.build.pipeline import build, reset  # noqa: E402
 from lait.build.shards import ShardStage  # noqa: E402
 from lait.executor import LocalExecutor  # noqa: E402
-from lait.parts import WorkDir, partition_of  # noqa: E402
+from lait.workdir import WorkDir, partition_of  # noqa: E402
 from lait.writers import atomic_write_json
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)

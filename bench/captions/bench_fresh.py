@@ -46,7 +46,7 @@ def stage3_texts(pages: list[tuple[str, bytes]], settings: dict, workers: int = 
 
     from lait.executor import LocalExecutor
     from lait.filters.text_stage import CleanConfig, CleanStage
-    from lait.parts import WorkDir, partition_of
+    from lait.workdir import WorkDir, partition_of
 
     now = datetime(2024, 5, 1, tzinfo=timezone.utc)
     ctype = "text/html; charset=utf-8"

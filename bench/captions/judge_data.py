@@ -26,9 +26,9 @@ def collect(data: Path, pages_dir: Path | None = None, languages: tuple[str, ...
     from run_clean import BASE, write_pages  # this folder, on sys.path as for the importers
 
     from lait.filters.text_stage import CleanConfig, CleanStage
-    from lait.parts import WorkDir
     from lait.stage import run_part
     from lait.testkit.realweb import RealWebSite
+    from lait.workdir import WorkDir
 
     logging.getLogger("trafilatura").setLevel(logging.ERROR)
     site = RealWebSite(data, pages_dir=pages_dir)

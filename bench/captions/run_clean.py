@@ -32,7 +32,7 @@ def write_pages(work, site, paths: list[str]) -> list[int]:
     status 200 from BASE, in the partition of its URL. Returns the partitions written."""
     from datetime import datetime, timezone
 
-    from lait.parts import partition_of
+    from lait.workdir import partition_of
 
     by_part: dict[int, list[dict]] = {}
     now = datetime(2024, 5, 1, tzinfo=timezone.utc)
@@ -69,8 +69,8 @@ def main(argv: list[str] | None = None) -> None:
 
     from lait.executor import LocalExecutor
     from lait.filters.text_stage import CleanConfig, CleanStage
-    from lait.parts import WorkDir, partition_of
     from lait.testkit.realweb import RealWebSite
+    from lait.workdir import WorkDir, partition_of
 
     assert Path(sys.modules["lait"].__file__).resolve().is_relative_to(Path(args.code).resolve())
     site = RealWebSite(args.data, pages_dir=args.pages_dir) if args.pages_dir else RealWebSite(args.data)

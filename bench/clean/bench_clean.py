@@ -81,7 +81,7 @@ class CleanBench:
     def __init__(self, tmp: Path, pages: list[tuple[str, bytes]]):
         import conftest as td  # tests/filters helpers: rows and table writing
 
-        from lait.parts import WorkDir
+        from lait.workdir import WorkDir
 
         logging.getLogger("trafilatura").setLevel(logging.ERROR)
         self.tmp, self.pages = tmp, pages
@@ -101,7 +101,7 @@ class CleanBench:
         from lait.executor import LocalExecutor
         from lait.filters.config import CleanConfig
         from lait.filters.text_stage import CleanStage
-        from lait.parts import WorkDir
+        from lait.workdir import WorkDir
 
         root = self.tmp / "work"
         shutil.rmtree(root, ignore_errors=True)

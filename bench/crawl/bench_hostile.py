@@ -38,10 +38,10 @@ def crawl_once(seed: str, out: Path, timeout: float, resolve: list[str], **kw) -
 
 
 def real_web(pages: int, timeout: float, repeats: int, tmp: Path) -> None:
-    from lait.parts import WorkDir
     from lait.testkit.hostile import HostileHosts
     from lait.testkit.realweb import RealWebSite
     from lait.testkit.server import SiteServer
+    from lait.workdir import WorkDir
 
     times: dict[str, list[float]] = {"clean": [], "hostile": []}
     with HostileHosts() as hosts:

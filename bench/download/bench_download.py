@@ -84,7 +84,7 @@ def run_img2dataset(python: str, listing: Path, out: Path, processes: int, threa
 
 
 def run_lait(listing: Path, out: Path, processes: int, concurrency: int, per_domain: int) -> tuple[float, int]:
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
     cmd = [sys.executable, "-m", "lait", "download", str(listing), "--out", str(out), "--allow-loopback",
            "--no-autothrottle", "--processes", str(processes), "--concurrency", str(concurrency),

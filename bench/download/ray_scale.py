@@ -92,7 +92,7 @@ def image_rows(work: Path) -> set[tuple]:
     has two rows."""
     import hashlib
 
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
     rows = WorkDir(work).read("images", columns=["image_url", "page_url", "status", "error", "bytes"]).to_pylist()
     out = {(r["image_url"], r["page_url"], r["status"], r["error"],

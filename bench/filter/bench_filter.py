@@ -97,7 +97,7 @@ class FilterBench:
         import conftest as td  # tests/filters helpers: rows and table writing
         from bench_gates import web_photos
 
-        from lait.parts import WorkDir
+        from lait.workdir import WorkDir
 
         self.tmp = tmp
         self.images = load_images(n)
@@ -143,7 +143,7 @@ class FilterBench:
         from lait.executor import LocalExecutor
         from lait.filters.config import FilterConfig
         from lait.filters.image_stage import ImageFilterStage
-        from lait.parts import WorkDir
+        from lait.workdir import WorkDir
 
         src = src or self.src
         n = src.count("images")

@@ -40,7 +40,7 @@ def main() -> None:
     from lait.filters.config import FilterConfig
     from lait.filters.image_stage import ImageFilterStage
     from lait.fingerprint import plan_run
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
     images = load_images(args.n)
     tmp = Path(tempfile.mkdtemp(prefix="bench-fingerprint-"))

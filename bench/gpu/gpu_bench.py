@@ -242,7 +242,7 @@ def write_pool(root: Path, photos: list[tuple[str, bytes]], caps: dict[str, list
     import random
 
     from kit.scoring_data import T0
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
     work = WorkDir(root, n_partitions=1).init()
     rng = random.Random(0)

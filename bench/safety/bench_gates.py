@@ -122,7 +122,7 @@ def main() -> None:
         src = tmp / "downloaded"
         download = cpu_of(["download", str(listed), "--out", str(src), "--allow-loopback", "--no-autothrottle",
                            "--log-level", "WARNING", "--no-progress"])
-        from lait.parts import WorkDir
+        from lait.workdir import WorkDir
 
         n = WorkDir(src).count("images")
         if n != len(photos):

@@ -106,9 +106,9 @@ def reset_to_crawl(work: Path) -> None:
 
 
 def run_size(pages: int, workers: int, root: Path, seed: int, stages: list[str]) -> dict:
-    from lait.parts import WorkDir
     from lait.testkit.generator import generate_site
     from lait.testkit.server import SiteServer
+    from lait.workdir import WorkDir
 
     work = root / f"work-{pages}"
     logs = root / f"logs-{pages}"

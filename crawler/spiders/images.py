@@ -82,7 +82,7 @@ class ImageSpider(LaitSpider):
         return spider
 
     async def start(self):
-        from lait.parts import WorkDir
+        from lait.workdir import WorkDir
 
         work = WorkDir(self.cfg.out)
         self.pending = sum(1 for _ in self._pending(work))

@@ -163,7 +163,7 @@ class LaitSpider(scrapy.Spider):
         """Read what the work directory already holds; return the requests it still implies (and
         the rows of URLs it cannot request: Scrapy 2.13+ takes items from `start`)."""
         from lait import storage
-        from lait.parts import WorkDir
+        from lait.workdir import WorkDir
 
         work = WorkDir(self.cfg.out)
         if not storage.is_dir(work.table_dir("pages")):

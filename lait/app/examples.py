@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lait import storage
-from lait.parts import WorkDir, partition_of
+from lait.workdir import WorkDir, partition_of
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from lait import storage
-from lait.parts import WorkDir, partition_of
+from lait.workdir import WorkDir, partition_of
 
 PAGES, IMAGES, PAGE_PAIRS, TEXT_PAIRS, SAMPLES, DOCUMENTS = ("pages", "images", "image-page pairs",
                                                              "image-text pairs", "samples", "documents")

@@ -27,7 +27,7 @@ from pathlib import Path
 from urllib.parse import urldefrag, urljoin
 
 from lait import storage
-from lait.parts import WorkDir, partition_of
+from lait.workdir import WorkDir, partition_of
 
 log = logging.getLogger(__name__)
 

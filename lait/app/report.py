@@ -38,10 +38,10 @@ from lait.app.plots import THRESHOLD_COLOR, Threshold, plots, score_histogram_sv
 from lait.build.documents import FOLDER as DOCUMENTS
 from lait.build.shards import shard_files
 from lait.filters.unsafe import DEFAULT_MAX_UNSAFE
-from lait.parts import WorkDir
 from lait.reasons import REASONS
 from lait.storage import Location
 from lait.urls import is_http_url
+from lait.workdir import WorkDir
 
 log = logging.getLogger(__name__)
 

@@ -61,7 +61,7 @@ def stage_configs(work: str, sections: dict[str, dict] | None) -> dict[str, Conf
     complete run recorded in `_configs/`, else its defaults."""
     from lait import storage
     from lait.app.steps import STEPS
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
     root = WorkDir(work).root
     out = {}
@@ -192,8 +192,8 @@ def gather(work_url: str, sections: dict[str, dict] | None = None) -> list[Stage
     """The status of every stage of `lait run` (see the module docstring)."""
     from lait.filters.image_stage import ImageFilterStage
     from lait.filters.text_stage import CleanStage
-    from lait.parts import WorkDir
     from lait.scoring.stage import ScoreStage
+    from lait.workdir import WorkDir
 
     work = WorkDir(work_url)
     configs = stage_configs(work_url, sections)
@@ -212,7 +212,7 @@ def gather(work_url: str, sections: dict[str, dict] | None = None) -> list[Stage
 
 def table_rows(work_url: str) -> list[tuple[str, int, int]]:
     """(table, rows, parts) of the work directory's main tables, from the Parquet footers."""
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
     work = WorkDir(work_url)
     out = []

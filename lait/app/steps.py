@@ -41,7 +41,7 @@ def recorded_settings(work: str, name: str, cls: type[Config] | None = None) -> 
     import yaml
 
     from lait import storage
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
     try:
         path = WorkDir(work).root / "_configs" / f"{name}.yaml"

@@ -87,7 +87,7 @@ def check_part(work: Any, table: str, part: Any) -> tuple[str | None, int]:
     from lait import storage
     from lait.arrow_rows import binary_views
     from lait.errors import CorruptPart
-    from lait.parts import schema_problem
+    from lait.workdir import schema_problem
 
     try:
         pf = storage.parquet_file(part)

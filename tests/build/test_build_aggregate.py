@@ -17,7 +17,7 @@ from kit import build_data as data  # noqa: E402
 from lait.build.config import BuildConfig
 from lait.build.pipeline import build
 from lait.config import ConfigError
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 
 def read_shards(root: Path) -> dict[str, dict[str, bytes]]:

@@ -14,7 +14,7 @@ from lait.build.config import BuildConfig
 from lait.build.dedup import group_duplicates
 from lait.build.pipeline import build
 from lait.build.pixels import pixel_diff, thumbnail
-from lait.parts import WorkDir, partition_of
+from lait.workdir import WorkDir, partition_of
 
 SITE = data.SITE
 

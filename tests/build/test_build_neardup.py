@@ -24,9 +24,10 @@ from lait.build.config import BuildConfig  # noqa: E402
 from lait.build.pipeline import build  # noqa: E402
 from lait.filters.image_decode import decode_small, open_image  # noqa: E402
 from lait.filters.image_stage import phash_of  # noqa: E402
-from lait.parts import PartitionedWriter, WorkDir  # noqa: E402
+from lait.parts import PartitionedWriter  # noqa: E402
 from lait.scoring.config import ScoreConfig  # noqa: E402
 from lait.scoring.pipeline import score_work  # noqa: E402
+from lait.workdir import WorkDir
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 SITE = "http://site.test"

@@ -12,7 +12,8 @@ import pytest
 
 from lait.build.config import BuildConfig
 from lait.build.pipeline import build
-from lait.parts import PartitionedWriter, WorkDir
+from lait.parts import PartitionedWriter
+from lait.workdir import WorkDir
 
 tables = pytest.importorskip("lait.arrays")
 

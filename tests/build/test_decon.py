@@ -20,7 +20,7 @@ from lait.build.config import BuildConfig, SelectConfig
 from lait.build.decon import HashIndex, eval_files, load_eval_set
 from lait.build.pixels import pixel_diff, pixel_diffs
 from lait.config import ConfigError
-from lait.parts import WorkDir, partition_of
+from lait.workdir import WorkDir, partition_of
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 SITE = "http://pool.test"

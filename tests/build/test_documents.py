@@ -276,7 +276,7 @@ def test_documents_read_as_mmc4_and_through_webdataset(documents_web):
 
 def test_obelics_parquet_loads_in_hf_datasets_with_typed_columns(documents_web, tmp_path):
     datasets = pytest.importorskip("datasets")
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
     work, folder, _, _ = documents_web
     after = {(d["page_url"], u): im["after"] for d in WorkDir(work).read("doc_pages").to_pylist()
@@ -305,9 +305,9 @@ def test_obelics_parquet_loads_in_hf_datasets_with_typed_columns(documents_web, 
 def test_every_matched_sim_is_the_stage4_cosine(documents_web):
     from lait.app.steps import recorded_settings
     from lait.arrays import stack_embs
-    from lait.parts import WorkDir
     from lait.scoring.config import ScoreConfig
     from lait.scoring.model import load_scorer
+    from lait.workdir import WorkDir
 
     work, folder, _, _ = documents_web
     wd = WorkDir(work)
@@ -332,7 +332,7 @@ def test_every_matched_sim_is_the_stage4_cosine(documents_web):
 
 
 def test_a_reserved_page_gives_no_pair_and_no_document(documents_web):
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
     work, folder, _, _ = documents_web
     urls = {d["url"].split("/", 3)[3] for d in _documents(folder)}
@@ -351,7 +351,7 @@ def test_a_noai_picture_is_in_no_pair_and_no_document(documents_web):
 
 
 def test_an_unsafe_picture_is_in_no_pair_and_no_document(documents_web):
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
     work, folder, _, max_unsafe = documents_web
     rejected = WorkDir(work).read("rejected", columns=["reason", "image_url"]).to_pylist()

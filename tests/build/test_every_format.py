@@ -25,7 +25,7 @@ import pytest
 
 from kit.photos import PhotoServer, PhotoSite, coco_photos
 from kit.pipeline_kit import write_csv
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 PIPELINE = "clean: {languages: [en]}\nscore: {model: demo, near_dup_threshold: 0.999}\nbuild: {samples_per_shard: 20}\n"
 # Pillow's name of the format, the file suffix, and how the photo is saved in it.

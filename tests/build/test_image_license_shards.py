@@ -10,7 +10,7 @@ import tarfile
 from kit.build_data import _ok_row, _pair, photo
 from lait.build.config import BuildConfig
 from lait.build.pipeline import build
-from lait.parts import WorkDir, partition_of
+from lait.workdir import WorkDir, partition_of
 
 SITE = "http://blog.test"
 PAGE_CC = "https://creativecommons.org/licenses/by/4.0/"

@@ -139,7 +139,7 @@ def test_lait_keeps_img2datasets_books(img2dataset_python, photo_list, tmp_path)
         "000000027": ("failed_to_download", "crawl/host_unreachable")}
     assert all(r["error_message"] for r in failed.values())
     # one rejected/ row per broken input, none from stage 3 for images never fetched
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
     broken = {rows[int(k)]["url"] for k in failed}
     assert sorted(r["reason"] for r in WorkDir(tmp_path / "W").iter_rows("rejected") if r["image_url"] in broken) \

@@ -20,7 +20,7 @@ import pytest
 from kit import build_data as data  # noqa: E402
 from lait.build.config import BuildConfig
 from lait.build.pipeline import build
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 
 def _cfg(work: Path, **kw) -> BuildConfig:

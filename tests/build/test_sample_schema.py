@@ -132,7 +132,7 @@ NASTY = ['say "hi"', "back\\slash", "tab\tnew\nline", "ctl\x01", "déjà ✓ �
 
 
 def _metas(built: Path) -> list[str]:
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
     metas = WorkDir(built.parent).read("build_plan").column("meta").to_pylist()
     out = []
@@ -194,7 +194,7 @@ def test_metadata_the_columns_do_not_take_is_left_to_make_sample(built, change):
 def test_plan_metadata_is_the_sorted_json_of_its_object(built):
     """`plan_meta` builds its dicts in sorted key order and encodes them without sorting: the
     text must be what sorting the keys gives."""
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
     for text in WorkDir(built.parent).read("build_plan").column("meta").to_pylist():
         assert text == json.dumps(json.loads(text), ensure_ascii=False, sort_keys=True)

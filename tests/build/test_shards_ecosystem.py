@@ -42,7 +42,7 @@ from lait.build.config import SelectConfig  # noqa: E402
 from lait.build.export import ExportConfig, export_embeddings  # noqa: E402
 from lait.build.sample import array_to_uids, check_sample  # noqa: E402
 from lait.build.select import select  # noqa: E402
-from lait.parts import WorkDir  # noqa: E402
+from lait.workdir import WorkDir  # noqa: E402
 
 # One xdist worker runs the whole module, beside test_build_demo_e2e: its tests reach the
 # session's 40-page demo and the module's real-web run through `request.getfixturevalue`,

@@ -20,7 +20,7 @@ from lait.build.pipeline import build
 from lait.build.select import select
 from lait.config import ConfigError
 from lait.lock import locked
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from lait.parts import WorkDir, partition_of
+from lait.workdir import WorkDir, partition_of
 
 NOW = datetime(2024, 5, 1, tzinfo=timezone.utc)
 

@@ -14,7 +14,7 @@ from lait.filters.config import CleanConfig
 from lait.filters.text_rules import Candidate, TextRules, split_sentences, text_filters
 from lait.filters.text_stage import CleanStage
 from lait.pagereader import image_urls, largest_candidate
-from lait.parts import partition_of
+from lait.workdir import partition_of
 
 PAGE = "http://news.test/a/story.html"
 ARTICLE = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Story</title>

@@ -100,8 +100,8 @@ BASE = "http://127.0.0.1:8000"
 def _real_web_candidates(shared_data, tmp_path_factory, **settings):
     from datetime import datetime, timezone
 
-    from lait.parts import WorkDir, partition_of
     from lait.testkit.realweb import RealWebSite
+    from lait.workdir import WorkDir, partition_of
 
     site = RealWebSite(shared_data)
     work = WorkDir(tmp_path_factory.mktemp("realweb") / "work", n_partitions=4).init()

@@ -7,7 +7,7 @@ from lait.executor import LocalExecutor
 from lait.filters.config import CleanConfig
 from lait.filters.site_texts import site_of
 from lait.filters.text_stage import CleanStage
-from lait.parts import partition_of
+from lait.workdir import partition_of
 
 REPEATED = ["The Guardian", "Opel - Opel", "Author: Julia Franz", "Home News Sport Culture Lifestyle"]
 

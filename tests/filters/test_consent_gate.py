@@ -14,7 +14,7 @@ from lait.executor import LocalExecutor
 from lait.filters.config import FilterConfig
 from lait.filters.consent import DMI_VALUES, VOCAB, dmi_code, load_hash_list
 from lait.filters.image_stage import ImageFilterStage
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 
 def run_filter(work: WorkDir, **settings) -> None:

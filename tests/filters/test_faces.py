@@ -20,7 +20,7 @@ from lait.executor import LocalExecutor
 from lait.faceblur import blur_faces, pixel_box
 from lait.filters.config import FilterConfig
 from lait.filters.image_stage import ImageFilterStage
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 # COCO photos with faces a person can see (bench/safety/face_labels.json labels 31 in them).
 PHOTOS = ["000000084533", "000000214704", "000000370162", "000000000790", "000000227000", "000000442450",

@@ -19,7 +19,7 @@ BASE = "http://shapes.test"
 
 @pytest.fixture(scope="module")
 def site_work(tmp_path_factory):
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
     site = generator.generate_site(40, seed=3)
     gt = site.ground_truth()

@@ -89,7 +89,7 @@ def warc_reader(data: bytes, workdir: str | Path | None = None) -> None:
     `ingest_file` on it (into `workdir`, a fresh temporary folder by default)."""
     from lait.crawler.warc import HttpError, WarcReader, decode_body, looks_like_archive, parse_http
     from lait.crawler.warc_ingest import ingest_file
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         path = Path(tmp) / "fuzz.warc.gz"
@@ -151,7 +151,7 @@ def image_decode(data: bytes, mime: str | None = "image/jpeg") -> str | None:
     from lait.filters.image_decode import ImageRejected
     from lait.filters.image_stage import ImageFilterStage, NearDuplicateIndex
     from lait.reasons import REASONS
-    from lait.stage import Drop
+    from lait.rules import Drop
 
     cfg = FilterConfig(work=".", min_side=1, max_aspect=1000.0, max_pixels=4_000_000, animated="first_frame",
                        uninformative="flat")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from lait.parts import WorkDir, partition_of
+from lait.workdir import WorkDir, partition_of
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

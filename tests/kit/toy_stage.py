@@ -15,9 +15,10 @@ import time
 from datetime import datetime, timezone
 
 from lait.executor import LocalExecutor
-from lait.parts import WorkDir, partition_of
+from lait.parts import PartContext
 from lait.reasons import register
-from lait.stage import PartContext, Stage
+from lait.stage import Stage
+from lait.workdir import WorkDir, partition_of
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 # Registered on import, so in every worker process that unpickles the stage too.

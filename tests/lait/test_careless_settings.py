@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from lait.config import Config, ConfigError, _base_type, _is_config_class
-from lait.parts import PartitionedWriter, WorkDir
+from lait.parts import PartitionedWriter
+from lait.workdir import WorkDir
 
 
 def lait(*argv: str, timeout: float = 300, cwd: Path | None = None) -> subprocess.CompletedProcess:

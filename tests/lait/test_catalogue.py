@@ -251,7 +251,7 @@ def train_inputs(tmp_path_factory) -> dict[str, str]:
 
 @pytest.mark.parametrize("case", MISTAKES, ids=[m.name for m in MISTAKES])
 def test_a_user_mistake_is_one_line_and_exit_2(case, tmp_path, capsys, train_inputs):
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
     WorkDir(tmp_path / "work").init()
     if case.setup:
@@ -410,7 +410,7 @@ def crawled(tmp_path_factory):
 
 
 def rejected_rows(work: Path) -> list[dict]:
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
     return WorkDir(work).read("rejected").to_pylist()
 

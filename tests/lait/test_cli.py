@@ -64,7 +64,7 @@ def test_global_flags_go_before_or_after_the_command(argv, quiet, verbose):
 def test_the_command_logs_at_the_level_the_flags_ask_wherever_they_stand(argv, verbosity, tmp_path,
                                                                          monkeypatch, capsys):
     import lait.app.cli as cli
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
     WorkDir(tmp_path / "work").init()
     seen = []

@@ -15,7 +15,7 @@ import pytest
 
 from kit.pipeline_kit import NO_GATES, crawl_site, part_bytes, shard_members, stage_commands, tables
 from lait.app.cli import main as lait
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 QUIET = ["--no-progress", "--workers", "2"]
 

@@ -19,7 +19,7 @@ import pytest
 
 from kit.processes import descendants, running, wait_until
 from lait.lock import WorkDirBusy, locked
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
@@ -65,7 +65,7 @@ from concurrent.futures import ProcessPoolExecutor
 import multiprocessing
 from lait import lifeline
 from lait.lock import locked
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 {prelude}
 with locked(WorkDir({work!r}).init(), "test parent"):
     pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context({method!r}), **lifeline.pool_kwargs())
@@ -97,7 +97,7 @@ SUBPROCESS = """
 import subprocess
 from lait import lifeline
 from lait.lock import locked, lock_fds
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 with locked(WorkDir({work!r}).init(), "test parent"):
     code = {child!r}
     child = subprocess.Popen([sys.executable, "-c", code], env=lifeline.child_env(),

@@ -26,8 +26,8 @@ def where_called(name: str, roots: tuple[str, ...] = PACKAGES) -> list[str]:
 
 
 def test_filter_verdicts_are_read_in_one_place():
-    # `keep` results are read by `lait.stage.first_rejection` only (stages call that).
-    assert where_called("keep") == ["lait/stage.py"]
+    # `keep` results are read by `lait.rules.first_rejection` only (stages call that).
+    assert where_called("keep") == ["lait/rules.py"]
 
 
 def test_executors_are_made_from_a_config_in_one_place():

@@ -5,8 +5,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lait.parts import WorkDir, partition_of
 from lait.schemas import IMAGES, get_table
+from lait.workdir import WorkDir, partition_of
 from lait.writers import PartWriter, stats_path
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)

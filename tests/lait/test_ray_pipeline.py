@@ -10,7 +10,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 
-from lait.parts import WorkDir  # noqa: E402
+from lait.workdir import WorkDir  # noqa: E402
 
 TINY_CLIP = ('{"embed_dim": 32, "vision_cfg": {"image_size": 64, "layers": 2, "width": 64, "patch_size": 16,'
              ' "head_width": 32}, "text_cfg": {"context_length": 32, "vocab_size": 49408, "width": 32,'

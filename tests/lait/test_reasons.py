@@ -145,8 +145,8 @@ def test_reasons_are_stage_slash_rule_with_one_sentence():
 def test_every_reject_path_refuses_an_unregistered_reason(tmp_path):
     from lait.build.aggregate import Image, RejectSink
     from lait.crawler.items import RejectedItem
-    from lait.parts import WorkDir
-    from lait.stage import PartContext
+    from lait.parts import PartContext
+    from lait.workdir import WorkDir
 
     work = WorkDir(tmp_path, n_partitions=2).init()
     with pytest.raises(ValueError, match="unregistered drop reason 'filter/no_such_rule'"):

@@ -20,7 +20,7 @@ import pytest
 from lait.app.funnel import IMAGES, PAGE_PAIRS, PAGES, TEXT_PAIRS, UNITS, FunnelRow, reason_unit
 from lait.app.plots import Threshold
 from lait.app.report import gather, thresholds
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 # A page a card came from: a link to its stored copy, or its URL as text; both carry the URL.
 PAGE_REF = r'class="page" (?:href="[^"]+" )?data-url="([^"]+)"'

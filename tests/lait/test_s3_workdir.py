@@ -30,8 +30,8 @@ from kit.pipeline_kit import TINY_CLIP, shard_members, stage_commands, tables  #
 from lait import storage
 from lait.app.cli import main as lait
 from lait.executor import LocalExecutor
-from lait.parts import WorkDir
 from lait.storage import RemotePath
+from lait.workdir import WorkDir
 from lait.writers import stats_path
 
 HERE = Path(__file__).parent
@@ -208,7 +208,7 @@ def test_aborted_or_dropped_writer_leaves_no_object(s3, monkeypatch):
 
 LIST_AND_WRITE = """
 import sys
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 from datetime import datetime, timezone
 work = WorkDir(sys.argv[1])
 w = work.writer("images", 2, sys.argv[2])

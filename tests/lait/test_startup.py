@@ -15,7 +15,7 @@ AFTER_THE_SKIP = textwrap.dedent("""
     import sys
     from lait.startup import skip_pandas_probe
     assert skip_pandas_probe()
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
     work = WorkDir(sys.argv[1], n_partitions=2).init()
     import pyarrow as pa
     table = pa.Table.from_pylist([{"a": 1, "b": None}, {"a": None, "b": "x"}])

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from lait.pagereader import read_page, resolve
-from lait.parts import PartitionedWriter, WorkDir
+from lait.parts import PartitionedWriter
 from lait.urls import is_http_url
+from lait.workdir import WorkDir
 
 HOSTILE = ["javascript:alert(1)", "JaVaScRiPt:alert(document.title='pwned')", " javascript:alert(1)",
            "java\tscript:alert(1)", "\x01javascript:alert(1)", "javascript://example.org/%0Aalert(1)",

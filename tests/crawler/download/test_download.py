@@ -24,7 +24,7 @@ import pytest
 
 from kit.photos import MISSING_PREFIX, NOT_AN_IMAGE_PREFIX, PhotoServer, PhotoSite, coco_photos
 from kit.pipeline_kit import write_csv
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 UNREACHABLE = {"crawl/host_unreachable", "crawl/host_down"}
 PIPELINE = "clean: {languages: [en]}\nscore: {model: demo, near_dup_threshold: 0.999}\nbuild: {samples_per_shard: 20}\n"

@@ -52,7 +52,8 @@ def test_a_share_of_several_buckets_owns_exactly_their_hosts():
 def test_pending_by_bucket_leaves_out_what_is_done(tmp_path):
     from datetime import datetime, timezone
 
-    from lait.parts import PartitionedWriter, WorkDir
+    from lait.parts import PartitionedWriter
+    from lait.workdir import WorkDir
 
     work = WorkDir(tmp_path / "w", n_partitions=2).init()
     urls = [f"http://h{i % 5}.example/{i}.jpg" for i in range(20)]

@@ -21,8 +21,8 @@ import pytest
 from kit.pipeline_kit import write_csv
 from lait.app.report import _page_link, write_report
 from lait.crawler.url_list import ListOptions, read_lists
-from lait.parts import WorkDir
 from lait.urls import is_http_url
+from lait.workdir import WorkDir
 
 GOOD = "http://photos.test/a.jpg"
 PAGE = "http://photos.test/page.html"

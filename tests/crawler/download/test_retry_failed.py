@@ -15,7 +15,8 @@ from kit.photos import MISSING_PREFIX, FlakySite, PhotoServer, PhotoSite, coco_p
 from kit.pipeline_kit import write_csv
 from lait.crawler.retry import RetryPlan, clear_transient, is_transient, is_transient_reject, plan_retry
 from lait.crawler.spiders.lait import retry_after_seconds
-from lait.parts import PartitionedWriter, WorkDir
+from lait.parts import PartitionedWriter
+from lait.workdir import WorkDir
 
 
 def lait(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -13,7 +13,7 @@ import pytest
 
 from lait.config import ConfigError
 from lait.crawler.url_list import ListOptions, expand_lists, list_format, normalise_url, read_lists
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 ROWS = [
     {"url": "http://a.test/1.jpg", "caption": "a red bus on a street", "page": "http://a.test/p1", "nsfw": "UNLIKELY"},

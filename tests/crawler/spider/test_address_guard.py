@@ -93,7 +93,7 @@ def trap():
 
 def test_links_to_internal_addresses_are_refused_and_recorded(trap, tmp_path, helpers):
     from lait.crawler.run import crawl
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
     site, srv = trap
     # same_site off: the links leave the seed's host, so only the address guard stands in the way.
@@ -117,7 +117,7 @@ def test_links_to_internal_addresses_are_refused_and_recorded(trap, tmp_path, he
 
 def test_name_resolving_to_loopback_is_refused_when_not_allowed(trap, tmp_path, helpers):
     from lait.crawler.run import crawl
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
     site, srv = trap
     seed = f"http://localhost:{srv.port}/"
@@ -137,7 +137,7 @@ def test_every_form_of_this_machine_is_refused_under_allow_private(trap, tmp_pat
     """With --allow-private and without --allow-loopback, no spelling of this machine reaches the
     server listening on 127.0.0.1: each seed is refused as loopback before any connection."""
     from lait.crawler.run import crawl
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
     site, srv = trap
     seed = f"http://{host}:{srv.port}/"

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 
 @pytest.fixture()

@@ -20,8 +20,8 @@ import pytest
 
 from kit.pipeline_kit import NO_GATES
 from lait.crawler.exclusions import DOMAIN, URL, ExclusionLists, load_lists
-from lait.parts import WorkDir
 from lait.testkit.generator import Response
+from lait.workdir import WorkDir
 
 HTML = "text/html; charset=utf-8"
 HOSTS = ("good.test", "bad.test", "cdn.bad.test", "notbad.test", "other.test")

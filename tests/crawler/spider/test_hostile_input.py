@@ -11,8 +11,8 @@ import zlib
 
 import pytest
 
-from lait.parts import WorkDir
 from lait.testkit.generator import Response
+from lait.workdir import WorkDir
 
 HTML = "text/html; charset=utf-8"
 JPEG = b"\xff\xd8\xff\xe0" + b"\0" * 64

@@ -11,7 +11,7 @@ from scrapy.exceptions import CannotResolveHostError, DownloadTimeoutError
 from lait.crawler.config import CrawlConfig
 from lait.crawler.dns import parse_resolve
 from lait.crawler.hosts import HostHealth, _HeldInterface
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 
 def test_parse_resolve_like_curl():

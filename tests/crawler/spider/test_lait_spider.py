@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 
 def _path(url: str) -> str:
@@ -111,7 +111,7 @@ def test_images_of_the_noai_page_are_not_requested(crawled):
 
 
 def test_parts_are_partitioned_by_url(crawled):
-    from lait.parts import partition_of
+    from lait.workdir import partition_of
 
     work = crawled["work"]
     for table, key in (("pages", "url"), ("images", "image_url")):

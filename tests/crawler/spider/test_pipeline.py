@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 
 from lait.crawler.items import ImageItem, PageItem
 from lait.crawler.pipelines import PartsPipeline
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 
 class _Stats:

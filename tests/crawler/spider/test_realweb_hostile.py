@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 
 def test_real_web_with_hostile_hosts(shared_data, tmp_path):

@@ -9,8 +9,8 @@ from collections import Counter
 import pytest
 
 from lait.crawler.robots import MAX_BYTES, ROBOTS_REASON, parse_robots, verdict_for_status
-from lait.parts import WorkDir
 from lait.testkit.generator import Response
+from lait.workdir import WorkDir
 
 HTML = "text/html; charset=utf-8"
 JPEG = b"\xff\xd8\xff\xe0" + b"\0" * 64

@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 
 @pytest.mark.parametrize("jobdir,sig", [(False, signal.SIGINT), (True, signal.SIGTERM)],

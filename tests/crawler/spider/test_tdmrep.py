@@ -9,8 +9,8 @@ import pytest
 
 from lait.crawler.tdmrep import parse_tdmrep, reserving_rule
 from lait.pagereader import is_tdm_reserved, read_page, tdm_reservation
-from lait.parts import WorkDir
 from lait.testkit.generator import Response
+from lait.workdir import WorkDir
 
 HTML = "text/html; charset=utf-8"
 JPEG = b"\xff\xd8\xff\xe0" + b"\0" * 64

@@ -93,7 +93,7 @@ def ingest_peak(path: Path, work: Path, python: str) -> tuple[dict, int]:
 
 
 def kept_and_rejected(work: Path) -> tuple[list[str], list[str], list[dict]]:
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
     w = WorkDir(work)
     pages = sorted(r["url"] for r in w.iter_rows("pages", columns=["url", "error"]) if r["error"] is None)

@@ -9,7 +9,7 @@ import yaml
 
 from lait.app import ingest as warc_command
 from lait.config import ConfigError
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 
 def run_cli(argv: list[str], fetch: bool = False) -> int:

@@ -9,8 +9,8 @@ from collections import Counter
 from warcio.warcwriter import WARCWriter
 
 from lait.crawler.warc_ingest import ingest_file
-from lait.parts import WorkDir
 from lait.urls import is_http_url
+from lait.workdir import WorkDir
 
 URL_COLUMNS = {"pages": ["url"], "images": ["image_url"], "warc_links": ["page_url", "image_url"],
                "rejected": ["page_url", "image_url"]}

@@ -9,7 +9,7 @@ from warcio.warcwriter import WARCWriter
 
 from lait.crawler.warc_ingest import IngestOptions, file_tag, ingest_file, ingest_files, is_ingested
 from lait.pagereader import is_noai, robots_directives
-from lait.parts import WorkDir, partition_of
+from lait.workdir import WorkDir, partition_of
 
 
 def reasons(work: WorkDir) -> Counter:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lait.crawler.warc_ingest import ingest_files
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lait.crawler.warc_ingest import ingest_files
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 
 def test_common_crawl_wikipedia_page_and_its_image_references(shared_data, tmp_path):
