@@ -49,10 +49,7 @@ def check_export(out: Path, shards: Path) -> None:
 
 @pytest.fixture(scope="module")
 def work(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("work")
-    data.make_work(root, embeddings=True)
-    assert build(BuildConfig(work=str(root), workers=1, progress=False, samples_per_shard=16)).ok
-    return root
+    return data.make_built_work(tmp_path_factory.mktemp("work"))
 
 
 def test_export_of_the_build(work, tmp_path):

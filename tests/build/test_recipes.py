@@ -267,18 +267,13 @@ def test_a_bad_recipe_is_a_config_error(tmp_path):
 @pytest.fixture(scope="module")
 def work(tmp_path_factory) -> Path:
     from kit import build_data as data
-    from lait.build.config import BuildConfig
-    from lait.build.pipeline import build
 
-    root = tmp_path_factory.mktemp("work")
-    data.make_work(root, embeddings=True)
-    assert build(BuildConfig(work=str(root), workers=1, progress=False, samples_per_shard=16)).ok
-    return root
+    return data.make_built_work(tmp_path_factory.mktemp("work"))
 
 
 def test_lait_select_with_recipes_records_every_removal_with_its_reason(work, tmp_path):
     from lait.app.cli import build_parser
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
     # A user's copy of a shipped recipe, changed: DataComp's basic filter with more words asked
     # for, and a SemDeDup coarse enough to find neighbours among the fixture's random embeddings.

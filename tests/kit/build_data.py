@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 import numpy as np
 from PIL import Image
 
-from lait.parts import WorkDir, partition_of
+from lait.workdir import WorkDir, partition_of
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 SITE = "http://site.test"
@@ -139,6 +139,16 @@ def make_work(root, n_partitions: int = 4, embeddings: bool = False) -> tuple[Wo
 
 
 EMB_DIM = 16
+
+
+def make_built_work(root, samples_per_shard: int = 16):
+    """`make_work(root, embeddings=True)` built by `lait build` (one worker, 16 samples a shard)."""
+    from lait.build.config import BuildConfig
+    from lait.build.pipeline import build
+
+    make_work(root, embeddings=True)
+    assert build(BuildConfig(work=str(root), workers=1, progress=False, samples_per_shard=samples_per_shard)).ok
+    return root
 
 
 def unit_vector(seed: str) -> np.ndarray:

@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from lait.testkit.generator import Response
 from lait.testkit.server import RoutableSite, SiteServer
@@ -135,6 +136,34 @@ def coco_photos(folder: Path) -> list[tuple[Path, str]]:
             first[a["image_id"]] = (a["id"], " ".join(a["caption"].split()))
     out = [(Path(folder) / im["file_name"], first[im["id"]][1]) for im in data["images"] if im["id"] in first]
     return sorted(out, key=lambda pc: pc[0].name)
+
+
+def ingest_with_https_mirror(archive: Path, image_urls: list[str], photo_dir: Path, work: Path,
+                             lait: Callable[..., Any]) -> PhotoSite:
+    """`lait ingest-warc ARCHIVE --out WORK` with the archived https hosts of `image_urls` served
+    on port 443 of a free loopback address (`--resolve`), a different real photo of `photo_dir`
+    at each referenced path (with its query, as requested); `lait` runs the command (the test's
+    subprocess helper). Skips where port 443 cannot be bound; returns the site, for its hits."""
+    from urllib.parse import urlsplit
+
+    import pytest
+
+    try:
+        address = free_loopback_address(443)
+    except PermissionError as exc:
+        pytest.skip(f"the mirror of the archived https hosts needs port 443: {exc}")
+    files = {}
+    for url, (photo, _) in zip(image_urls, coco_photos(photo_dir)):
+        parts = urlsplit(url)
+        files[parts.path + (f"?{parts.query}" if parts.query else "")] = photo.read_bytes()
+    site = PhotoSite(files)
+    hosts = sorted({urlsplit(u).hostname for u in image_urls})
+    with PhotoServer(site, host=address, port=443, tls=True):
+        done = lait("ingest-warc", str(archive), "--out", str(work), "--partitions", "4", "--allow-loopback",
+                    "--resolve", *[f"{h}:443:{address}" for h in hosts], "--no-autothrottle",
+                    "--log-level", "WARNING", "--no-progress")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return site
 
 
 class FlakySite:

@@ -8,7 +8,7 @@ import tarfile
 from pathlib import Path
 
 from lait import storage
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 TINY_CLIP = {"embed_dim": 32, "vision_cfg": {"image_size": 64, "layers": 2, "width": 64, "patch_size": 16,
                                             "head_width": 32},
@@ -63,6 +63,25 @@ def shard_members(work: WorkDir) -> dict[str, bytes]:
         out[tar.with_suffix(".parquet").name] = storage.read_bytes(tar.with_suffix(".parquet"))
     out["sizes.json"] = storage.read_bytes(work.root / "shards" / "sizes.json")
     return out
+
+
+def run_to_samples(work: Path, config: str, lait) -> list[dict]:
+    """`lait run WORK --config FILE` (the text `config`, one worker; `lait` runs the command):
+    the JSON of every sample of its shards, after asserting that the run succeeded and shipped
+    at least three samples."""
+    import json
+
+    path = work.parent / f"{work.name}-pipeline.yaml"
+    path.write_text(config)
+    done = lait("run", str(work), "--config", str(path), "--workers", "1", "--no-progress")
+    assert done.returncode == 0, done.stderr[-3000:]
+    samples = []
+    for tar in sorted((work / "shards").glob("*.tar")):
+        with tarfile.open(tar) as tf:
+            samples += [json.load(io.TextIOWrapper(tf.extractfile(m))) for m in tf.getmembers()
+                        if m.name.endswith(".json")]
+    assert len(samples) >= 3, done.stderr[-2000:]
+    return samples
 
 
 def crawl_site(out: Path, pages: int = 30, max_pages: int = 0) -> None:

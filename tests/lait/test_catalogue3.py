@@ -46,7 +46,8 @@ def files(folder: Path) -> dict[str, bytes]:
 
 def one_page_work(root: Path) -> Path:
     """What a crawl of one page with one photo leaves: the input of stages 2 and 3, in seconds."""
-    from lait.parts import PartitionedWriter, WorkDir
+    from lait.parts import PartitionedWriter
+    from lait.workdir import WorkDir
 
     work = WorkDir(root, n_partitions=1).init()
     now = datetime(2024, 1, 1, tzinfo=timezone.utc)
@@ -62,6 +63,13 @@ def one_page_work(root: Path) -> Path:
     return root
 
 
+def copy_work(src: Path, tmp_path: Path) -> Path:
+    """A copy of a module's read-only work directory for one test to change."""
+    work = tmp_path / "work"
+    shutil.copytree(src, work, symlinks=True)
+    return work
+
+
 @pytest.fixture(scope="module")
 def cleaned_once(tmp_path_factory) -> Path:
     """The one-page work directory after `lait filter` (model gates off, --min-side 200) and
@@ -75,9 +83,7 @@ def cleaned_once(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def cleaned(cleaned_once, tmp_path) -> Path:
-    work = tmp_path / "work"
-    shutil.copytree(cleaned_once, work, symlinks=True)
-    return work
+    return copy_work(cleaned_once, tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -90,9 +96,7 @@ def scored_once(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def scored(scored_once, tmp_path) -> Path:
-    work = tmp_path / "work"
-    shutil.copytree(scored_once, work, symlinks=True)
-    return work
+    return copy_work(scored_once, tmp_path)
 
 
 # -- row 4: `lait run --config` keeps the recorded settings of the stages the file leaves out -------
@@ -256,7 +260,7 @@ def test_a_latin_1_url_list_is_refused_by_default_and_read_with_its_encoding(tmp
 
     proc = lait("download", str(urls), "--out", str(out), "--no-fetch", "--no-progress", "--encoding", "latin-1")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    from lait.parts import WorkDir
+    from lait.workdir import WorkDir
 
     assert sorted(WorkDir(out).read("url_list").column("caption").to_pylist()) == ["crème brûlée", "un café noir"]
 

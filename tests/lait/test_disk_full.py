@@ -14,22 +14,16 @@ from pathlib import Path
 
 import pytest
 
+from kit.disks import mounted_tmpfs
 from kit.pipeline_kit import shard_members, stage_commands, tables
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 STAGES = ("filter", "clean", "score", "build")
 
 
 @pytest.fixture(scope="module")
 def tmpfs(tmp_path_factory):
-    if os.geteuid() != 0 or not shutil.which("mount"):
-        pytest.skip("mounting a tmpfs needs root")
-    mnt = tmp_path_factory.mktemp("tmpfs")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(mnt)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+    yield from mounted_tmpfs(tmp_path_factory, 40)
 
 
 def lait(argv: list[str]) -> subprocess.CompletedProcess:

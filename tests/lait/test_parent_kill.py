@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from kit.processes import descendants, running, wait_until
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow,
@@ -135,16 +135,23 @@ def filter_outcome(out: Path) -> tuple[list, list, set]:
     return ok, rejected, work.done_partitions("filter")
 
 
-@pytest.mark.parametrize("moment", ["workers_up", "first_partition_done"])
-def test_filter_parent_killed_then_rerun(filtered, tmp_path, moment):
-    src, expected = filtered
+def kill_moment(src: Path, tmp_path: Path, at_start: bool, stage: str):
+    """A copy of the work directory `src` to kill a command in, and when to kill its parent:
+    as soon as its workers are up (`at_start`), else once `stage` finished a partition."""
     out = tmp_path / "w"
     shutil.copytree(src, out)
     work = WorkDir(out)
 
     def now() -> bool:
-        return moment == "workers_up" or bool(work.done_partitions("filter"))
+        return at_start or bool(work.done_partitions(stage))
 
+    return out, work, now
+
+
+@pytest.mark.parametrize("moment", ["workers_up", "first_partition_done"])
+def test_filter_parent_killed_then_rerun(filtered, tmp_path, moment):
+    src, expected = filtered
+    out, work, now = kill_moment(src, tmp_path, moment == "workers_up", "filter")
     cmd = [sys.executable, "-m", "lait", "filter", str(out), "--workers", "2", "--min-side", "32", "--no-progress"]
     parent, children = kill_parent_when(cmd, now)
     assert len(work.done_partitions("filter")) < len(expected[2]), "killed after the filter was done"
@@ -229,13 +236,7 @@ def test_build_parent_killed_then_rerun(scored, tmp_path, moment):
     from kit.pipeline_kit import shard_members
 
     src, expected = scored
-    out = tmp_path / "w"
-    shutil.copytree(src, out)
-    work = WorkDir(out)
-
-    def now() -> bool:
-        return moment == "pick_workers_up" or bool(work.done_partitions("build_shards"))
-
+    out, work, now = kill_moment(src, tmp_path, moment == "pick_workers_up", "build_shards")
     kill_parent_when([sys.executable, "-m", "lait", *build_args(out)], now)
     assert not (out / "shards" / "sizes.json").exists(), "killed after the build was done"
     again = lait(*build_args(out))

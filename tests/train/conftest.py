@@ -50,6 +50,38 @@ def pretrain_args():
     return tiny_pretrain_args
 
 
+class Crash(RuntimeError):
+    """Raised inside a training run to stop it as a crash would."""
+
+
+@pytest.fixture
+def full_and_crashed(tmp_path, object_shards, minilm_dir, monkeypatch):
+    """`run(common)`: the 12-step tiny pretraining with the arguments `common`, once through
+    (TMP/full) and once crashing after step 8 (TMP/crashed; with checkpoint_every=6 the last
+    checkpoint is step 6's); returns both output folders."""
+    from lait.app.train import main
+    from lait.train import loop
+
+    def run(common: list[str]) -> tuple[Path, Path]:
+        full = tmp_path / "full"
+        assert main(tiny_pretrain_args(full, object_shards, minilm_dir, steps=12, extra=common)) == 0
+        add = loop._Window.add
+
+        def crash(self, record):
+            add(self, record)
+            if record["global_step"] == 8:
+                raise Crash
+
+        crashed = tmp_path / "crashed"
+        monkeypatch.setattr(loop._Window, "add", crash)
+        with pytest.raises(Crash):
+            main(tiny_pretrain_args(crashed, object_shards, minilm_dir, steps=12, extra=common))
+        monkeypatch.setattr(loop._Window, "add", add)
+        return full, crashed
+
+    return run
+
+
 @pytest.fixture(autouse=True)
 def _one_torch_thread():
     """Tiny models on a shared 2-core machine run ~10x faster on one intra-op thread than on two

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from kit.disks import mounted_tmpfs
 from lait import errors
 from lait.train import checkpoint
 
@@ -30,14 +31,7 @@ pytestmark = pytest.mark.timeout(600)
 
 @pytest.fixture(scope="module")
 def tmpfs(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mnt = tmp_path_factory.mktemp("tmpfs")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mnt)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+    yield from mounted_tmpfs(tmp_path_factory, 48)
 
 
 def fill(mnt: Path, leave: int) -> Path:
@@ -179,31 +173,12 @@ def _records(out: Path) -> dict[int, tuple]:
     return {r["global_step"]: (r["loss"], r["mlm"], r["moc"], r["mrfr"], r["itm"]) for r in rows}
 
 
-class _Crash(RuntimeError):
-    pass
-
-
 def test_a_killed_writers_orphan_goes_on_the_next_start_a_live_writers_stays_and_resume_is_exact(
-        tmp_path, object_shards, minilm_dir, pretrain_args, monkeypatch, caplog):
+        tmp_path, object_shards, minilm_dir, pretrain_args, full_and_crashed, caplog):
     from lait.app.train import main
-    from lait.train import loop
 
     common = ["--set", "log_every=1", "--set", "checkpoint_every=6"]
-    full = tmp_path / "full"
-    assert main(pretrain_args(full, object_shards, minilm_dir, steps=12, extra=common)) == 0
-
-    add = loop._Window.add
-
-    def crash(self, record):  # dies after step 8; the last checkpoint is step 6's
-        add(self, record)
-        if record["global_step"] == 8:
-            raise _Crash
-
-    crashed = tmp_path / "crashed"
-    monkeypatch.setattr(loop._Window, "add", crash)
-    with pytest.raises(_Crash):
-        main(pretrain_args(crashed, object_shards, minilm_dir, steps=12, extra=common))
-    monkeypatch.setattr(loop._Window, "add", add)
+    full, crashed = full_and_crashed(common)  # the second died after step 8; its last checkpoint is step 6's
 
     ckpts = crashed / "checkpoints"
     killed = writer_in_the_middle(ckpts / "step-00000012.pt")

@@ -28,10 +28,6 @@ def test_four_losses_finite_and_decreasing(tmp_path, object_shards, minilm_dir, 
     assert (out / "checkpoints" / "stage-0-s0.pt").is_file()
 
 
-class _Crash(RuntimeError):
-    pass
-
-
 def _losses_by_step(out):
     return {r["global_step"]: (r["loss"], r["mlm"], r["moc"], r["mrfr"], r["itm"]) for r in _records(out)}
 
@@ -40,26 +36,9 @@ import pytest  # noqa: E402
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_resume_reproduces_uninterrupted_run(tmp_path, object_shards, minilm_dir, pretrain_args, monkeypatch, workers):
+def test_resume_reproduces_uninterrupted_run(object_shards, minilm_dir, pretrain_args, full_and_crashed, workers):
     common = ["--set", "log_every=1", "--set", "checkpoint_every=6", "--set", f"data.num_workers={workers}"]
-    full = tmp_path / "full"
-    assert main(pretrain_args(full, object_shards, minilm_dir, steps=12, extra=common)) == 0
-
-    # The same run, crashing after step 8 (the last checkpoint was written at step 6).
-    from lait.train import loop
-
-    add = loop._Window.add
-
-    def crash(self, record):
-        add(self, record)
-        if record["global_step"] == 8:
-            raise _Crash
-
-    crashed = tmp_path / "crashed"
-    monkeypatch.setattr(loop._Window, "add", crash)
-    with pytest.raises(_Crash):
-        main(pretrain_args(crashed, object_shards, minilm_dir, steps=12, extra=common))
-    monkeypatch.setattr(loop._Window, "add", add)
+    full, crashed = full_and_crashed(common)  # the second crashed after step 8, its last checkpoint step 6's
     assert main(pretrain_args(crashed, object_shards, minilm_dir, steps=12, extra=[*common, "--resume", "auto"])) == 0
 
     reference, resumed = _losses_by_step(full), _losses_by_step(crashed)  # resumed steps overwrite 7-8

@@ -9,19 +9,16 @@ of a loopback address with ``--resolve``, which serves a real photo at each refe
 
 from __future__ import annotations
 
-import io
-import json
 import subprocess
 import sys
-import tarfile
 from urllib.parse import urlsplit
 
-import pytest
 from lxml import html as lxml_html
 from warcio.archiveiterator import ArchiveIterator
 
-from kit.photos import PhotoServer, PhotoSite, coco_photos, free_loopback_address
-from lait.parts import WorkDir
+from kit.photos import ingest_with_https_mirror
+from kit.pipeline_kit import run_to_samples
+from lait.workdir import WorkDir
 
 PAGE = "https://an.wikipedia.org/wiki/Escopete"
 PIPELINE = ("filter: {unsafe_model: none}\n"  # stage 2's model gates: not what this test is about
@@ -50,37 +47,14 @@ def test_common_crawl_page_images_reach_the_shards(shared_data, tmp_path):
     image_urls = sorted({link.image_url for link in html_image_links(html, PAGE)})
     hosts = sorted({urlsplit(u).hostname for u in image_urls})
     assert "upload.wikimedia.org" in hosts and len(image_urls) >= 11
-    try:
-        address = free_loopback_address(443)
-    except PermissionError as exc:
-        pytest.skip(f"the mirror of the archived https hosts needs port 443: {exc}")
-    photos = coco_photos(shared_data / "photos" / "coco_train")
-    # A different real photo at each referenced path (with its query, as requested).
-    files = {}
-    for url, (photo, _) in zip(image_urls, photos):
-        parts = urlsplit(url)
-        files[parts.path + (f"?{parts.query}" if parts.query else "")] = photo.read_bytes()
-    site = PhotoSite(files)
     work = tmp_path / "W"
-    with PhotoServer(site, host=address, port=443, tls=True):
-        done = lait("ingest-warc", str(warc), "--out", str(work), "--partitions", "4", "--allow-loopback",
-                    "--resolve", *[f"{h}:443:{address}" for h in hosts], "--no-autothrottle",
-                    "--log-level", "WARNING", "--no-progress")
-    assert done.returncode == 0, done.stderr[-3000:]
+    site = ingest_with_https_mirror(warc, image_urls, shared_data / "photos" / "coco_train", work, lait)
     images = {r["image_url"]: r for r in WorkDir(work).iter_rows("images")}
     assert set(images) == set(image_urls)  # every reference fetched once, through the mirror
     assert all(r["status"] == 200 and r["error"] is None and r["page_url"] == PAGE for r in images.values())
     assert any(h.endswith("/robots.txt") for h in site.hits)  # the fetcher's rules: robots.txt per host
 
-    (tmp_path / "pipeline.yaml").write_text(PIPELINE)
-    done = lait("run", str(work), "--config", str(tmp_path / "pipeline.yaml"), "--workers", "1", "--no-progress")
-    assert done.returncode == 0, done.stderr[-3000:]
-    samples = []
-    for tar in sorted((work / "shards").glob("*.tar")):
-        with tarfile.open(tar) as tf:
-            samples += [json.load(io.TextIOWrapper(tf.extractfile(m))) for m in tf.getmembers()
-                        if m.name.endswith(".json")]
-    assert len(samples) >= 3, done.stderr[-2000:]
+    samples = run_to_samples(work, PIPELINE, lait)
     tree = lxml_html.fromstring(html)
     page_text = " ".join(" ".join(tree.text_content().split()).split())
     alts = {" ".join((el.get("alt") or "").split()) for el in tree.iter("img")}

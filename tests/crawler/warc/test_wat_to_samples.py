@@ -12,16 +12,14 @@ import io
 import json
 import subprocess
 import sys
-import tarfile
 from collections import Counter
 from urllib.parse import urlsplit
 
-import pytest
-
-from kit.photos import PhotoServer, PhotoSite, coco_photos, free_loopback_address
+from kit.photos import PhotoServer, PhotoSite, ingest_with_https_mirror
+from kit.pipeline_kit import run_to_samples
 from kit.wat import write_wat
 from lait.crawler.warc_links import wat_image_links
-from lait.parts import WorkDir
+from lait.workdir import WorkDir
 
 PAGE = "https://an.wikipedia.org/wiki/Escopete"
 PIPELINE = ("filter: {unsafe_model: none}\n"  # stage 2's model gates: not what this test is about
@@ -82,44 +80,21 @@ def test_wat_file_alone_gives_samples_of_its_alt_texts(shared_data, tmp_path):
     page = next(wat_image_links(r.block, r.url) for r in WarcReader(wat) if r.type == "metadata")
     image_urls = sorted({link.image_url for link in page.links})
     alts = {link.alt for link in page.links if link.alt}
-    hosts = sorted({urlsplit(u).hostname for u in image_urls})
     assert len(image_urls) >= 11 and len(alts) >= 5
-    try:
-        address = free_loopback_address(443)
-    except PermissionError as exc:
-        pytest.skip(f"the mirror of the archived https hosts needs port 443: {exc}")
-    photos = coco_photos(shared_data / "photos" / "coco_train")
-    files = {}
-    for url, (photo, _) in zip(image_urls, photos):
-        parts = urlsplit(url)
-        files[parts.path + (f"?{parts.query}" if parts.query else "")] = photo.read_bytes()
-    site = PhotoSite(files)
     work = tmp_path / "W"
-    with PhotoServer(site, host=address, port=443, tls=True):
-        done = lait("ingest-warc", str(wat), "--out", str(work), "--partitions", "4", "--allow-loopback",
-                    "--resolve", *[f"{h}:443:{address}" for h in hosts], "--no-autothrottle",
-                    "--log-level", "WARNING", "--no-progress")
-    assert done.returncode == 0, done.stderr[-3000:]
+    site = ingest_with_https_mirror(wat, image_urls, shared_data / "photos" / "coco_train", work, lait)
     # The images were fetched, the page never: only image paths, robots.txt and tdmrep.json.
     page_path = urlsplit(PAGE).path
     assert page_path not in site.hits
     fetched = {h for h in site.hits if h not in ("/robots.txt", "/.well-known/tdmrep.json")}
-    assert fetched == set(files)
+    assert fetched == set(site.files)
     w = WorkDir(work)
     assert w.count("pages") == 0
     links = w.read("warc_links").to_pylist()
     assert {(r["source"], r["page_url"], r["page_title"], r["page_lang"]) for r in links} == {
         ("wat", PAGE, "Escopete - Biquipedia, a enciclopedia libre", "an")}
 
-    (tmp_path / "pipeline.yaml").write_text(PIPELINE)
-    done = lait("run", str(work), "--config", str(tmp_path / "pipeline.yaml"), "--workers", "1", "--no-progress")
-    assert done.returncode == 0, done.stderr[-3000:]
-    samples = []
-    for tar in sorted((work / "shards").glob("*.tar")):
-        with tarfile.open(tar) as tf:
-            samples += [json.load(io.TextIOWrapper(tf.extractfile(m))) for m in tf.getmembers()
-                        if m.name.endswith(".json")]
-    assert len(samples) >= 3, done.stderr[-2000:]
+    samples = run_to_samples(work, PIPELINE, lait)
     print(f"{len(samples)} samples:", sorted(s["caption"] for s in samples))
     for s in samples:
         assert s["url"] in image_urls and s["page_url"] == PAGE
