@@ -289,15 +289,13 @@ class SelectStage(ShardStage):
         self.read: dict[str, Any] = {}
         self.counts: dict[str, Any] = {}
         self.work: WorkDir | None = None  # the work directory read, once `workspace` opened it
-
-    def settings(self) -> dict[str, Any]:
-        return ShardStage.settings(self)  # the selection's own fingerprint holds every other setting
+        self.embeddings = False  # whether a recipe's step reads stage 4's image embeddings (SemDeDup)
 
     def __getstate__(self) -> dict[str, Any]:  # sent to workers as the shard pass
-        return {**self.__dict__, "stats": {}, "read": {}, "counts": {}, "work": None}
+        return {**self.__dict__, "work": None}
 
     @contextlib.contextmanager
-    def _held(self) -> Iterator[WorkDir]:
+    def workspace(self, cfg: Any, command: str) -> Iterator[WorkDir]:
         work = open_work_dir(self.cfg.work, initialized=True)
         if not work.part_files("pool") or not work.is_done("build_plan", 0):
             raise ConfigError(f"{work.root} has no pool/ yet: run `lait build` on it first (it scores nothing)")
@@ -308,17 +306,12 @@ class SelectStage(ShardStage):
         with locked_output(out, "lait select", reads=work):
             yield WorkDir(out / STATE_DIR, n_partitions=1)
 
-    def workspace(self, cfg: Any, command: str) -> contextlib.AbstractContextManager[WorkDir]:
-        return self._held()
-
-    def _reads_embeddings(self) -> bool:
-        return bool(self.cfg.recipe) and any(step.rule == "semdedup" for step in load_all(self.cfg.recipe))
-
     def preflight(self, state: WorkDir) -> list[str]:
         cfg, work = self.cfg, self.work
         assert work is not None
         check_build_current(work)
-        self.read = source_inputs(work, self._reads_embeddings())
+        self.embeddings = bool(cfg.recipe) and any(step.rule == "semdedup" for step in load_all(cfg.recipe))
+        self.read = source_inputs(work, self.embeddings)
         wanted = read_uids(cfg.uids) if cfg.uids else None
         selection = fingerprint(work, cfg, self.read)
         prepare_out(storage.location(cfg.out), state, selection, cfg.overwrite, cfg.force)
@@ -339,7 +332,7 @@ class SelectStage(ShardStage):
     def after_steps(self, state: WorkDir, report: RunReport, run: Callable[..., RunReport]) -> list[RunReport]:
         cfg, work, out = self.cfg, self.work, storage.location(self.cfg.out)
         assert work is not None
-        if source_inputs(work, self._reads_embeddings()) != self.read:
+        if source_inputs(work, self.embeddings) != self.read:
             # A build or a filter rewrote what the shards were cut from while they were written.
             storage.remove(state.root / SELECTION_FILE)
             raise RuntimeError(f"select: {work.root} changed while the selection ran (a `lait build` or an "
