@@ -39,14 +39,14 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from lait import storage
 from lait.crawler import archive_inputs
 from lait.crawler.exclusions import DOMAIN, load_lists
 from lait.crawler.reasons import ERROR_TDM_RESERVED
 from lait.crawler.warc import HttpError, WarcReader, WarcRecord, decode_body, parse_http
-from lait.crawler.warc_links import image_links, iter_link_rows, wat_image_links
+from lait.crawler.warc_links import WatPage, image_links, iter_link_rows, wat_image_links
 from lait.lock import locked
 from lait.pagereader import (
     is_noai,
@@ -59,6 +59,7 @@ from lait.pagereader import (
 )
 from lait.parts import PartitionedWriter
 from lait.reasons import http_error
+from lait.rules import Filter, KeepResult, first_rejection
 from lait.storage import Location
 from lait.urls import is_http_url
 from lait.workdir import WorkDir, input_done, input_marker
@@ -174,6 +175,65 @@ def _sniff(body: bytes) -> str | None:
     return None
 
 
+class HttpUrl(Filter):
+    """A capture or WAT page whose URL is not http(s): a javascript: or file: target would
+    become a page or image URL."""
+
+    name = "bad_url"
+
+    def __init__(self, field: str):
+        self.field = field  # where the URL came from, for the detail
+
+    def keep(self, record: Any) -> KeepResult:
+        return is_http_url(record.url) or (False, f"{self.field} is not an http(s) URL")
+
+
+class OnBlockList(Filter):
+    """A URL on the block lists (`--exclude-domains`, `--exclude-urls`): no record of it is
+    stored; the images a page links to are refused, if at all, by the fetcher's own check."""
+
+    name = "excluded"
+    rules = ("excluded_domain", "excluded_url")
+
+    def __init__(self, exclusions):
+        self.exclusions = exclusions
+
+    def keep(self, record: Any) -> KeepResult:
+        hit = self.exclusions.match(record.url) if self.exclusions else None
+        if hit is None:
+            return True
+        return False, f"on the {hit[0]} block list (entry {hit[1]!r})", \
+            "excluded_domain" if hit[0] == DOMAIN else "excluded_url"
+
+
+class NoaiPage(Filter):
+    """A WAT page that opts out of AI use (`noai` / `noimageai` in its X-Robots-Tag, then in
+    its robots meta tag, read as `lait.pagereader` reads a crawled page's)."""
+
+    name = "noai_page"
+
+    def keep(self, page: WatPage) -> KeepResult:
+        if is_noai(robots_directives(page.x_robots_tag)):
+            return False, f"X-Robots-Tag: {page.x_robots_tag}"
+        if is_noai(robots_directives(page.robots_meta)):
+            return False, f"robots meta: {page.robots_meta}"
+        return True
+
+
+class TdmReservedPage(Filter):
+    """A WAT page with a W3C TDMRep reservation (header or meta tag), as the crawler honours it."""
+
+    name = "tdm_reserved_page"
+
+    def keep(self, page: WatPage) -> KeepResult:
+        reserved = is_tdm_reserved(tdm_reservation(page.tdm_header), tdm_reservation(page.tdm_meta))
+        return not reserved or (False, "tdm-reservation: 1 (header or meta tag)")
+
+
+class _Target(NamedTuple):
+    url: str
+
+
 class _FileIngest:
     """The parts and counters of one archive being ingested."""
 
@@ -182,7 +242,13 @@ class _FileIngest:
         self.name = archive_inputs.archive_name(path)
         self.counters: Counter[str] = Counter()
         self.max_body = max(opts.max_page_bytes, opts.max_image_bytes)
-        self.exclusions = load_lists(opts.exclude_domains, opts.exclude_urls)
+        excluded = OnBlockList(load_lists(opts.exclude_domains, opts.exclude_urls))
+        # The single-record rules, in the order they are checked: a capture's URL first, its block
+        # lists once its type is known (other types are only counted); a WAT page's all at once.
+        self.capture_url = [HttpUrl("WARC-Target-URI")]
+        self.listed = [excluded]
+        self.wat_filters = [HttpUrl("WAT page URL"), excluded, NoaiPage(),
+                            *([TdmReservedPage()] if opts.obey_tdmrep else [])]
         # Small row groups: up to partitions x tables parts are open at once.
         self.parts = PartitionedWriter(work, tag, row_group_bytes=8 << 20,
                                        extra_stats={"stage": STAGE, "warc_file": str(path)})
@@ -197,6 +263,13 @@ class _FileIngest:
                                    page_url=page_url, detail=detail)
         self.counters["ingest/out_rejected"] += 1
         self.counters[reason] += 1
+
+    def dropped(self, filters: list[Filter], record: Any, **ids: str | None) -> bool:
+        """Whether a rule of `filters` drops `record` (its `url`); the drop is recorded."""
+        drop = first_rejection(filters, record)
+        if drop is not None:
+            self.reject(drop.rule, key=record.url, detail=drop.detail, **ids)
+        return drop is not None
 
     # -- records ---------------------------------------------------------------------------
     def record(self, rec: WarcRecord) -> None:
@@ -215,8 +288,7 @@ class _FileIngest:
 
     def capture(self, rec: WarcRecord) -> None:
         url = rec.url.strip()
-        if not is_http_url(url):  # a javascript: or file: target would become a page or image URL
-            self.reject("bad_url", key=url, page_url=url, detail="WARC-Target-URI is not an http(s) URL")
+        if self.dropped(self.capture_url, _Target(url), page_url=url):
             return
         fetched_at = _parse_date(rec.date)
         if rec.type == "response" and (rec.content_type or "application/http").startswith("application/http"):
@@ -243,7 +315,7 @@ class _FileIngest:
         if not (is_page or is_image):
             self.counters["ingest/skipped_other_type"] += 1
             return
-        if self._excluded(url, **({"page_url": url} if is_page else {"image_url": url})):
+        if self.dropped(self.listed, _Target(url), **({"page_url": url} if is_page else {"image_url": url})):
             return
         limit = self.opts.max_page_bytes if is_page else self.opts.max_image_bytes
         if problem is None and 200 <= status < 300 and len(body) > limit:
@@ -315,34 +387,10 @@ class _FileIngest:
         if page is None:
             self.counters["ingest/wat_no_html"] += 1
             return
-        if not is_http_url(page.url):
-            self.reject("bad_url", key=page.url, page_url=page.url, detail="WAT page URL is not an http(s) URL")
-            return
-        if self._excluded(page.url, page_url=page.url):
-            return
-        # The opt-outs an archived page gets (lait.pagereader), from what the WAT kept of it.
-        if is_noai(robots_directives(page.x_robots_tag)):
-            self.reject("noai_page", key=page.url, page_url=page.url, detail=f"X-Robots-Tag: {page.x_robots_tag}")
-            return
-        if is_noai(robots_directives(page.robots_meta)):
-            self.reject("noai_page", key=page.url, page_url=page.url, detail=f"robots meta: {page.robots_meta}")
-            return
-        if self.opts.obey_tdmrep and is_tdm_reserved(tdm_reservation(page.tdm_header),
-                                                     tdm_reservation(page.tdm_meta)):
-            self.reject("tdm_reserved_page", key=page.url, page_url=page.url,
-                        detail="tdm-reservation: 1 (header or meta tag)")
+        # A WAT record has no page body to keep as a pages/ row: an opted-out page is a reject.
+        if self.dropped(self.wat_filters, page, page_url=page.url):
             return
         self._links(page.url, page.links, _parse_date(rec.date), page_title=page.title, page_lang=page.lang)
-
-    def _excluded(self, url: str, **ids: str) -> bool:
-        """Reject a record of a URL on the block lists (ingest/excluded_domain or _url); the
-        images it links to are refused, if at all, by the fetcher's own check."""
-        hit = self.exclusions.match(url) if self.exclusions else None
-        if hit is None:
-            return False
-        rule = "excluded_domain" if hit[0] == DOMAIN else "excluded_url"
-        self.reject(rule, key=url, detail=f"on the {hit[0]} block list (entry {hit[1]!r})", **ids)
-        return True
 
     def _links(self, page_url: str, links, fetched_at: datetime, **page) -> None:
         for row in iter_link_rows(page_url, links, fetched_at, self.name, **page):
