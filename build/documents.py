@@ -51,6 +51,7 @@ import logging
 import re
 import shutil
 import tarfile
+import tempfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -207,8 +208,8 @@ class _Counts:
         self.counters[name] += n
 
 
-def out_dir(cfg: DocumentsConfig) -> Path:
-    return Path(cfg.out) if cfg.out else Path(cfg.work) / FOLDER
+def out_dir(cfg: DocumentsConfig) -> storage.Location:
+    return storage.location(cfg.out) if cfg.out else storage.location(cfg.work) / FOLDER
 
 
 def write_documents(cfg: DocumentsConfig) -> dict[str, Any]:
@@ -217,9 +218,12 @@ def write_documents(cfg: DocumentsConfig) -> dict[str, Any]:
     work = WorkDir(cfg.work)
     started = time.perf_counter()
     out = out_dir(cfg)
-    staging = out.with_name(out.name + ".staging")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    remote = isinstance(out, storage.RemotePath)
+    # On object storage the files are made in a local folder and go up when complete (`_publish`).
+    staging = Path(tempfile.mkdtemp(prefix="lait-documents-")) if remote else out.with_name(out.name + ".staging")
+    if not remote:
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
     opts = cfg.image_options()
     counts = _Counts()
     c = counts.counters
@@ -280,7 +284,9 @@ def write_documents(cfg: DocumentsConfig) -> dict[str, Any]:
     written = c["documents/written"]
     # What `lait verify` reads each file back against (`lait.stage.file_change`); a rename of the
     # folder keeps the files' times.
-    files = {f.name: {"bytes": st.st_size, "sha256": storage.sha256_of(f), "mtime_ns": st.st_mtime_ns}
+    # (On object storage the size decides: `lait.stage.file_change`.)
+    files = {f.name: {"bytes": st.st_size, "sha256": storage.sha256_of(f),
+                      "mtime_ns": None if remote else st.st_mtime_ns}
              for f in sorted(staging.iterdir()) if f.suffix in (".tar", ".parquet") for st in [f.stat()]}
     stats = {"documents": written, "images": c["documents/images_written"],
              "images_per_document": round(c["documents/images_written"] / written, 3) if written else 0.0,
@@ -290,6 +296,12 @@ def write_documents(cfg: DocumentsConfig) -> dict[str, Any]:
              "seconds": round(time.perf_counter() - started, 2),
              "settings": cfg.output_settings(), "files": files}
     (staging / "stats.json").write_text(json.dumps(stats, indent=1, ensure_ascii=False))
+    if remote:
+        try:
+            _publish(staging, out)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return stats
     old = out.with_name(out.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
     if out.exists():
@@ -297,6 +309,24 @@ def write_documents(cfg: DocumentsConfig) -> dict[str, Any]:
     staging.rename(out)
     shutil.rmtree(old, ignore_errors=True)
     return stats
+
+
+def _publish(local: Path, out: storage.RemotePath) -> None:
+    """The finished local folder in place of `out` on object storage: uploaded beside it, the
+    earlier files moved aside, the new ones moved in (file by file: storage has no folders)."""
+    staging, old = out.with_name(out.name + ".staging"), out.with_name(out.name + ".old")
+    fs = storage.filesystem(out)
+    storage.remove_tree(staging)
+    names = sorted(f.name for f in local.iterdir())
+    for name in names:
+        fs.put_file(str(local / name), (staging / name).url)
+    storage.remove_tree(old)
+    if storage.is_dir(out):
+        for f in storage.list_dir(out):
+            fs.mv(f.url, (old / f.name).url)
+    for name in names:
+        fs.mv((staging / name).url, (out / name).url)
+    storage.remove_tree(old)
 
 
 def _images_ok(work: WorkDir, urls: set[str]) -> dict[str, dict[str, Any]]:

@@ -4,7 +4,8 @@ loopback port, started here as a subprocess and reached through s3fs like any S3
 The acceptance test crawls the built-in web straight into `s3://BUCKET/crawl`, downloads a copy
 into a local folder, runs `lait filter/clean/score/build` (2 workers: forked, and spawned for
 scoring) on the local copy and on an S3 copy, and requires the same tables and byte-identical
-shard members; then the same on a local Ray cluster.
+shard members; then the same on a local Ray cluster, with `lait documents` after the stages
+(this was test_ray_pipeline's chain on a local disk: one Ray chain now tests both).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from kit.pipeline_kit import TINY_CLIP, shard_members, stage_commands, tables  #
 from lait import storage
 from lait.app.cli import main as lait
 from lait.executor import LocalExecutor
-from lait.storage import RemotePath
+from lait.storage import Location, RemotePath
 from lait.workdir import WorkDir
 from lait.writers import stats_path
 
@@ -317,6 +318,23 @@ def test_ingest_warc_into_s3_equals_local(s3, tmp_path, capsys):
     assert capsys.readouterr().err.count("already ingested") == 2
 
 
+def test_a_folder_published_to_s3_replaces_the_earlier_one_whole(s3, tmp_path):
+    """`lait documents` on S3 makes its files locally, then puts them in place of the earlier
+    set: the second set replaces the first whole (a file the new set lacks goes), nothing is
+    left beside it."""
+    from lait.build.documents import _publish
+
+    out = storage.location(f"{s3}/work/documents")
+    for n, names in enumerate((("00000.tar", "00001.tar", "stats.json"), ("00000.tar", "stats.json"))):
+        local = tmp_path / f"set-{n}"
+        local.mkdir()
+        for name in names:
+            (local / name).write_bytes(f"{name} of set {n}".encode())
+        _publish(local, out)
+        assert keys(s3) == [f"work/documents/{name}" for name in names]
+        assert storage.read_bytes(out / "00000.tar") == f"00000.tar of set {n}".encode()
+
+
 # -- acceptance: crawl into S3, then stages 2-5 on S3 equal to the same on a local copy ---------
 
 
@@ -393,19 +411,46 @@ def test_crawl_into_s3_then_stages_2_to_5_equal_a_local_run(crawled, local_run, 
     assert "data:image/jpeg;base64," in (tmp_path / "report.html").read_text()
 
 
+DOCUMENTS = ["--min-sim", "-1", "--min-words", "20", "--face-model", "none", "--workers", "2", "--no-progress"]
+DOC_TABLES = ("doc_pages", "doc_sims")
+
+
+def document_files(root: Location) -> dict[str, bytes]:
+    """The documents' tars and Parquet files, by name."""
+    return {p.name: storage.read_bytes(p) for p in storage.list_dir(root / "documents")
+            if p.name.endswith((".tar", ".parquet"))}
+
+
 @pytest.mark.slow
-def test_stages_2_to_5_on_ray_over_s3_equal_the_local_run(crawled, local_run, capsys, ray_temp_dir):
+def test_stages_2_to_5_and_documents_on_ray_over_s3_equal_the_local_run(crawled, local_run, tmp_path, capsys,
+                                                                         ray_temp_dir):
+    """Stages 2 to 5 on a local Ray cluster over S3 (issue 8) give the local executor's tables
+    and shards on a local disk, and so do the two table passes of `lait documents` (issue 63)
+    and the documents they lead to. (Ray on a local disk: test_ray_executor, test_warc_ray.)"""
+    import shutil
+
     ray = pytest.importorskip("ray", reason="the ray extra is not installed")
     local, model = local_run
+    docs_local = WorkDir(tmp_path / "docs-local")
+    shutil.copytree(local.root, docs_local.root)
+    # A tiny random scorer's cosines say nothing: every picture stays (min_sim -1).
+    run_commands([["documents", str(docs_local.root), *DOCUMENTS]], capsys)
     work = copy_of(crawled, "ray")
     # Ray's workers start from this process's environment: the AWS variables reach them.
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=ray_temp_dir)
     try:
-        run_commands(stage_commands(work.url, model, ["--executor", "ray", "--workers", "2", "--no-progress"]),
+        on_ray = ["--executor", "ray", "--workers", "2", "--no-progress"]
+        run_commands([*stage_commands(work.url, model, on_ray), ["documents", work.url, *DOCUMENTS, *on_ray]],
                      capsys)
     finally:
         ray.shutdown()
-    a, b = tables(local), tables(work)
+    a, b = tables(docs_local), tables(work)  # `rejected` with the documents' rejects
     for t in a:
         assert a[t] == b[t], t
     assert shard_members(local) == shard_members(work)
+    for t in DOC_TABLES:
+        rows = sorted(docs_local.read(t).to_pylist(), key=repr)
+        assert rows and rows == sorted(work.read(t).to_pylist(), key=repr), t
+    docs = document_files(docs_local.root)
+    assert any(name.endswith(".tar") for name in docs)
+    assert docs == document_files(work.root)
