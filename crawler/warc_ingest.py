@@ -192,7 +192,7 @@ class OnBlockList(Filter):
     """A URL on the block lists (`--exclude-domains`, `--exclude-urls`): no record of it is
     stored; the images a page links to are refused, if at all, by the fetcher's own check."""
 
-    name = "excluded"
+    name = "excluded_domain"  # or, as `keep` says, excluded_url
     rules = ("excluded_domain", "excluded_url")
 
     def __init__(self, exclusions):
