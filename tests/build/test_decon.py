@@ -9,7 +9,6 @@ import random
 import re
 import shutil
 from datetime import datetime, timezone
-from pathlib import Path
 
 import numpy as np
 import pytest
