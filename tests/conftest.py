@@ -129,9 +129,8 @@ _BEFORE = pytest.StashKey[set]()
 #   train-heavy  the two trainings that keep a core busy each (tests/train's test_learning and
 #             test_real_photos, marked in their modules): side by side they slowed each other
 #             from 68-87 s alone to 131-133 s; one after the other, beside the demo runs' workers,
-#             test_real_photos still took 167 s. The group is handed out first: handed out
-#             last, it ran alone for its 245 s while the other worker had nothing left (a
-#             timeline of the suite at 1053f7d: one worker done at 1,264 s, the other at 1,506 s).
+#             test_real_photos still took 167 s. The group is handed out last, when the other
+#             worker has at most its last unit to finish.
 # Within that, the work units with many tests go first (xdist's own order), then the slow tests,
 # so that a long test does not start last while the other worker has nothing left to do.
 #
@@ -216,11 +215,10 @@ def pytest_xdist_make_scheduler(config, log):
         groups: dict[str, str] | None = None
 
         def _assign_work_unit(self, node) -> None:
-            # The two trainings go first: slowed by what runs beside them, but the other
-            # worker's many shorter units fill the end of the run, instead of one worker
-            # training alone for four minutes while the other has nothing left.
-            if FIRST in self.workqueue:
-                self.workqueue.move_to_end(FIRST, last=False)
+            # The two trainings go last: by then the other worker has little or nothing left,
+            # and they do not share the cores with a demo run's workers.
+            if LAST in self.workqueue and len(self.workqueue) > 1:
+                self.workqueue.move_to_end(LAST)
             super()._assign_work_unit(node)
 
         def _split_scope(self, nodeid: str) -> str:
@@ -234,7 +232,7 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 _STATE = pytest.StashKey[dict]()
-FIRST = "group:train-heavy"  # handed out before every other work unit
+LAST = "group:train-heavy"  # handed out when it is the only work unit left
 
 
 @pytest.fixture(scope="session")
