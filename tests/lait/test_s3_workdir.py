@@ -411,7 +411,7 @@ def test_crawl_into_s3_then_stages_2_to_5_equal_a_local_run(crawled, local_run, 
     assert "data:image/jpeg;base64," in (tmp_path / "report.html").read_text()
 
 
-DOCUMENTS = ["--min-sim", "-1", "--min-words", "20", "--face-model", "none", "--workers", "2", "--no-progress"]
+DOCUMENTS = ["--min-sim", "-1", "--min-words", "20", "--face-model", "none"]
 DOC_TABLES = ("doc_pages", "doc_sims")
 
 
@@ -434,7 +434,7 @@ def test_stages_2_to_5_and_documents_on_ray_over_s3_equal_the_local_run(crawled,
     docs_local = WorkDir(tmp_path / "docs-local")
     shutil.copytree(local.root, docs_local.root)
     # A tiny random scorer's cosines say nothing: every picture stays (min_sim -1).
-    run_commands([["documents", str(docs_local.root), *DOCUMENTS]], capsys)
+    run_commands([["documents", str(docs_local.root), *DOCUMENTS, "--workers", "2", "--no-progress"]], capsys)
     work = copy_of(crawled, "ray")
     # Ray's workers start from this process's environment: the AWS variables reach them.
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=ray_temp_dir)
